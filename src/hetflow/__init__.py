@@ -1,0 +1,16 @@
+"""hetflow: data-parallel computing on heterogeneous machines.
+
+Write a kernel once in Python; hetflow compiles it for every kind of device (CPU
+cores through Numba, NVIDIA GPUs through numba-cuda), runs it over index spaces and
+lazy views, and combines results across processes.
+"""
+from . import errors
+from .errors import *  # noqa: F401,F403  (the exception hierarchy is part of the API)
+from .index import (Grid, asarray, co_map, cshift, empty, extent, index, interior, partition, project,
+                    section, tile, transpose, zeros)
+from .kernels import Kernel, kernel
+from .platform import Context, Device, LogicalDevice, devices, get_device, select
+from .runtime.forall import forall
+from . import library  # noqa: E402  (needs kernel and forall)
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The ``hetflow`` command line."""

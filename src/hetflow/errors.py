@@ -1,0 +1,131 @@
+"""hetflow's exception hierarchy: every error hetflow raises derives from HetflowError.
+
+Errors also derive from the matching builtin (ValueError, TypeError, TimeoutError)
+so that generic handlers keep working.
+"""
+
+
+class HetflowError(Exception):
+    """Root of every error hetflow raises."""
+
+
+# -- platform ---------------------------------------------------------------
+class DeviceError(HetflowError):
+    """A device is missing, unusable or failed."""
+
+
+class NoDeviceError(DeviceError, LookupError):
+    """No device satisfies the stated requirements."""
+
+
+class DeviceFailure(DeviceError, RuntimeError):
+    """A device raised or disappeared while running work."""
+
+
+class InvalidContextError(HetflowError, ValueError):
+    """A context was used after its last release, or is unknown."""
+
+
+# -- kernels ----------------------------------------------------------------
+class KernelError(HetflowError):
+    """A kernel could not be prepared or launched."""
+
+
+class KernelCompileError(KernelError):
+    """A kernel failed to compile; names the kernel, its file and line."""
+
+
+class KernelArgumentError(KernelError, TypeError):
+    """Wrong number or kinds of kernel arguments."""
+
+
+class NoExecutableError(KernelError, LookupError):
+    """No compatible executable exists and there is no source to compile."""
+
+
+# -- index spaces and views ---------------------------------------------------
+class ShapeError(HetflowError, ValueError):
+    """Extents, ranks or dtypes do not fit."""
+
+
+class ViewError(ShapeError):
+    """A view operator was given impossible parameters."""
+
+
+class IndexTypeError(ShapeError, TypeError):
+    """An index, extent or indexable argument has the wrong type (not an integer, not an array or view)."""
+
+
+class IndexOutOfRangeError(ViewError, IndexError):
+    """An index lies outside the extent of the view or array it reads or writes."""
+
+
+class DTypeError(ShapeError, TypeError):
+    """An element type does not fit the operation (e.g. a bitwise op on floats)."""
+
+
+# -- runtime ------------------------------------------------------------------
+class RuntimeFailure(HetflowError, RuntimeError):
+    """Work run by the runtime failed."""
+
+
+class EventFailedError(RuntimeFailure):
+    """The execution instance behind an event raised."""
+
+
+class DependencyCancelledError(RuntimeFailure):
+    """An instance was cancelled because one it depends on failed."""
+
+
+class DependencyCycleError(RuntimeFailure, ValueError):
+    """Explicit dependencies form a cycle."""
+
+
+class ScheduleError(HetflowError, ValueError):
+    """A loop was given invalid workers, shares, chunk sizes or schedule."""
+
+
+class HetflowTimeoutError(HetflowError, TimeoutError):
+    """A wait, a device or a peer did not answer in time."""
+
+
+# -- dynamic IR ---------------------------------------------------------------
+class RuleError(HetflowError):
+    """A rule or rule set is wrong."""
+
+
+class RuleSyntaxError(RuleError, SyntaxError):
+    """A rule file or rule expression does not parse (file, line, column)."""
+
+
+class RuleLoopError(RuleError):
+    """Rules kept re-triggering each other past the round limit."""
+
+
+class GraphError(HetflowError):
+    """A captured graph is malformed or used wrongly."""
+
+
+class MonitorError(HetflowError, ValueError):
+    """A monitor event or variable is malformed."""
+
+
+# -- distributed ----------------------------------------------------------------
+class CommError(HetflowError):
+    """A collective or point-to-point operation failed."""
+
+
+class CommMismatchError(CommError, ValueError):
+    """Ranks disagree on the length, dtype or operation of a collective."""
+
+
+class CommArgumentError(CommError, ValueError):
+    """A collective was called with an unknown op, a bad root or bad segments."""
+
+
+class CommTimeoutError(CommError, HetflowTimeoutError):
+    """A peer died or never arrived."""
+
+
+class RemoteError(CommError):
+    """Another rank raised; carries that rank's message."""

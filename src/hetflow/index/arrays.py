@@ -1,0 +1,123 @@
+"""Arrays as indexables: NumPy on the host, CuPy (or any ``__cuda_array_interface__``
+object) on a GPU, with zero-copy interop between them and DLPack producers.
+
+A ``device`` argument names where an array should live: ``None`` (leave it where it
+is; new arrays go to the host), ``"cpu"``/``"host"``, ``"gpu"``/``"cuda"`` or
+``"cuda:N"``/``"gpu:N"``, an integer GPU ordinal, or a device object with a ``kind``
+attribute (``"cpu"`` or ``"gpu"``) and optionally an ``ordinal``.
+"""
+import contextlib
+
+import numpy as np
+
+from hetflow.errors import IndexTypeError, NoDeviceError
+from hetflow.platform.cuda_compat import cupy_module
+
+_DLPACK_CPU, _DLPACK_CUDA = 1, 2
+
+
+def is_device_array(x):
+    """True for GPU arrays: anything exposing ``__cuda_array_interface__``."""
+    return hasattr(x, "__cuda_array_interface__")
+
+
+def is_host_array(x):
+    """True for host arrays: NumPy arrays and ``__array_interface__`` exporters."""
+    return isinstance(x, np.ndarray) or hasattr(x, "__array_interface__")
+
+
+def is_array(x):
+    """True for arrays that can be the root of a view."""
+    return is_device_array(x) or is_host_array(x)
+
+
+def required_cupy(why):
+    """CuPy, or NoDeviceError saying that ``why`` needs it."""
+    cupy = cupy_module()
+    if cupy is None:
+        raise NoDeviceError(f"{why} needs CuPy with a CUDA GPU, and none is available")
+    return cupy
+
+
+def array_module(x):
+    """``numpy`` for host arrays, ``cupy`` for GPU arrays."""
+    if is_device_array(x):
+        return required_cupy("a GPU array")
+    return np
+
+
+def _placement(device):
+    """(``"cpu"`` | ``"gpu"`` | None, GPU ordinal or None) for a ``device`` argument."""
+    if device is None:
+        return None, None
+    if isinstance(device, int) and not isinstance(device, bool):
+        return "gpu", device
+    if isinstance(device, str):
+        kind, _, ordinal = device.lower().partition(":")
+        kinds = {"cpu": "cpu", "host": "cpu", "gpu": "gpu", "cuda": "gpu"}
+        if kind in kinds and (not ordinal or ordinal.isdigit()):
+            return kinds[kind], int(ordinal) if ordinal else None
+    elif getattr(device, "kind", None) in ("cpu", "gpu"):
+        return device.kind, getattr(device, "ordinal", None)
+    raise IndexTypeError(f"unknown device {device!r}: use None, 'cpu', 'gpu', 'cuda:N', "
+                         "a GPU ordinal, or a device with kind 'cpu' or 'gpu'")
+
+
+def _on_gpu(ordinal):
+    """Context that makes ``ordinal`` (None: the current GPU) current for CuPy."""
+    cupy = required_cupy("placing an array on a GPU")
+    return cupy, (cupy.cuda.Device(ordinal) if ordinal is not None
+                  else contextlib.nullcontext())
+
+
+def _from_dlpack(x):
+    device_type = x.__dlpack_device__()[0]
+    if device_type == _DLPACK_CUDA:
+        return required_cupy("a CUDA DLPack tensor").from_dlpack(x)
+    if device_type == _DLPACK_CPU:
+        return np.from_dlpack(x)
+    raise IndexTypeError(f"DLPack device type {device_type} of {type(x).__name__} is "
+                         f"neither CPU ({_DLPACK_CPU}) nor CUDA ({_DLPACK_CUDA})")
+
+
+def asarray(x, device=None, dtype=None):
+    """``x`` as a NumPy array (host) or a CuPy array (GPU), copying only when needed.
+
+    Arrays already in the right place are returned as they are; GPU arrays of other
+    libraries are wrapped through ``__cuda_array_interface__`` and DLPack producers
+    (``__dlpack__``) through ``from_dlpack``, both without copies. Views are
+    materialised. Moving between host and GPU copies.
+    """
+    from hetflow.index.views import View  # views build on this module
+
+    kind, ordinal = _placement(device)
+    if isinstance(x, View):
+        x = x.cupy() if kind == "gpu" else x.numpy()
+    elif hasattr(x, "__dlpack__") and not is_array(x):
+        x = _from_dlpack(x)
+    if kind == "gpu" or (kind is None and is_device_array(x)):
+        cupy, where = _on_gpu(ordinal)
+        with where:
+            return cupy.asarray(x, dtype=dtype)
+    if is_device_array(x):
+        x = required_cupy("copying a GPU array to the host").asnumpy(x)
+    return np.asarray(x, dtype=dtype)
+
+
+def _new(fill, shape, dtype, device):
+    kind, ordinal = _placement(device)
+    if kind == "gpu":
+        cupy, where = _on_gpu(ordinal)
+        with where:
+            return getattr(cupy, fill)(shape, dtype=dtype)
+    return getattr(np, fill)(shape, dtype=dtype)
+
+
+def zeros(shape, dtype=np.float64, device=None):
+    """A new zero-filled array of ``shape`` on the host, or on a GPU via CuPy."""
+    return _new("zeros", shape, dtype, device)
+
+
+def empty(shape, dtype=np.float64, device=None):
+    """A new uninitialised array of ``shape`` on the host, or on a GPU via CuPy."""
+    return _new("empty", shape, dtype, device)

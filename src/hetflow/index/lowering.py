@@ -1,0 +1,75 @@
+"""Lowering views to index expressions for compiled kernels (SPEC §1, "Call sites").
+
+``lowering(view, prefix)`` walks a chain of views down to its root and returns the
+root index expressions as Python source in terms of the kernel's index variables and
+launch parameters, so that a view costs what hand-written index arithmetic costs. The
+source depends only on the ``key`` (the chain's structure and the cshift guards) and
+the prefix; the numbers travel as ``params``, so one compiled kernel serves every view
+with the same key.
+"""
+from dataclasses import dataclass
+
+from hetflow.errors import ViewError
+from hetflow.index.expr import LowerContext, Var
+from hetflow.index.views import element_extent_of, extent_of, is_view, rank, root_of
+
+
+@dataclass(frozen=True, eq=False)
+class Lowering:
+    """A view lowered to root index expressions.
+
+    ``root``: the array the kernel indexes; ``key``: hashable structure of the chain;
+    ``param_names``/``params``: launch parameters and their values for this view;
+    ``globals``: co-map functions by the names the expressions call them;
+    ``exprs``: the root index expressions over the variables ``var_names``.
+    """
+
+    root: object
+    key: tuple
+    param_names: tuple
+    params: tuple
+    globals: dict
+    exprs: tuple
+    var_names: tuple
+
+    @property
+    def rank(self):
+        """Number of index variables: the view's rank plus its element rank (tiles)."""
+        return len(self.var_names)
+
+    def index_source(self, idx_names, cast=None):
+        """Python source of each root index, for view index variables ``idx_names``.
+
+        ``cast`` names a callable wrapped around each root index, e.g. an unsigned type
+        the kernel binds (``np.uint64``): root indices are never negative, and an
+        unsigned index spares Numba the negative-index wraparound test that signed
+        indices with runtime offsets cost on every access.
+        """
+        if len(idx_names) != self.rank:
+            raise ViewError(f"index_source: {len(idx_names)} index names {tuple(idx_names)} "
+                            f"for a view lowered with {self.rank} index variables")
+        names = dict(zip(self.var_names, idx_names))
+        sources = (e.render(names) for e in self.exprs)
+        return tuple(f"{cast}({s})" if cast else s for s in sources)
+
+    def __repr__(self):
+        return (f"Lowering(key={self.key!r}, params={dict(zip(self.param_names, self.params))}, "
+                f"index={self.index_source(self.var_names)})")
+
+
+def lowering(view, prefix):
+    """Lower ``view`` (or a plain array: the identity) for a kernel; every generated name
+    starts with ``prefix``, which must make identifiers (e.g. ``"v0_"``)."""
+    if not (prefix + "p0").isidentifier():
+        raise ViewError(f"lowering: prefix {prefix!r} does not start valid identifiers")
+    shape = tuple(extent_of(view)) + tuple(element_extent_of(view))
+    var_names = tuple(f"{prefix}i{k}" for k in range(len(shape)))
+    # An empty dimension never runs, so any range is safe for its guards.
+    ranges = {v: (0, max(n - 1, 0)) for v, n in zip(var_names, shape)}
+    ctx = LowerContext(prefix, ranges)
+    exprs, node = tuple(Var(v) for v in var_names), view
+    while is_view(node):
+        exprs, node = node._lower_full(exprs, ctx), node.parent
+    key = (len(shape), rank(node), tuple(ctx.key))
+    return Lowering(root_of(view), key, tuple(ctx.param_names), tuple(ctx.params),
+                    dict(ctx.globals), exprs, var_names)

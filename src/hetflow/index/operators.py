@@ -1,0 +1,310 @@
+"""The view operators of SPEC §1: co_map, project, cshift, interior, transpose, section.
+
+Each is a frozen dataclass over ``View`` giving the four transforms and ``_lower``; the
+functions at the end are the public spelling (``project(a, 1, 17)``).
+"""
+import operator
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetflow.errors import IndexOutOfRangeError, IndexTypeError, ViewError
+from hetflow.index.expr import Call, cyclic
+from hetflow.index.space import extent, index
+from hetflow.index.views import (View, checked_dim, extent_of, insert_at, integer_arg, rank,
+                                 read_element, set_field, sparse_indices, tuple_arg,
+                                 write_element)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CoMap(View):
+    """``view[idx] = parent[f(idx)]`` for a user index function ``f`` over ``size``."""
+
+    f: object
+    size: extent
+    op = "co_map"
+
+    def _check(self, pext):
+        set_field(self, "size", tuple_arg(self.op, "extent", self.size, extent))
+        if not callable(self.f):
+            raise IndexTypeError(f"co_map: f must be callable, got {self.f!r}")
+        zero = index.zeros(self.size.rank)
+        image = self.transform(zero)
+        if len(image) != pext.rank:
+            raise ViewError(f"co_map: f maps the rank-{zero.rank} index {tuple(zero)} to "
+                            f"the rank-{len(image)} index {tuple(image)}, but the parent "
+                            f"has rank {pext.rank}")
+        if self.size.size:
+            self._check_reach(image, pext)
+
+    def transform(self, idx):
+        image = self.f(tuple(idx))
+        if not isinstance(image, (tuple, list)):
+            raise IndexTypeError(f"co_map: f must return an index tuple, got {image!r}")
+        return tuple(image)
+
+    def transform_offset(self, off):
+        return index(self.transform(off))
+
+    def transform_extent(self, ext):
+        """The extent of the smallest box holding f's image of ``ext``."""
+        if not extent(ext).size:
+            return extent((0,) * rank(self.parent))
+        image = self.transform(sparse_indices(np, ext))
+        return extent(int(np.max(c)) - int(np.min(c)) + 1 for c in image)
+
+    def cotransform_extent(self, pext):
+        return self.size
+
+    def _check_reach(self, image, pext):
+        for d, (c, n) in enumerate(zip(image, pext)):
+            lo, hi = (int(c.min()), int(c.max())) if hasattr(c, "min") else (int(c), int(c))
+            if lo < 0 or hi >= n:
+                raise IndexOutOfRangeError(
+                    f"co_map: f reaches parent index {lo if lo < 0 else hi} on dim {d}, "
+                    f"outside the parent extent {tuple(pext)}")
+
+    def _descend(self, idx):
+        out = super()._descend(idx)
+        if all(getattr(c, "size", 1) for c in idx):
+            self._check_reach(out[:rank(self.parent)], extent_of(self.parent))
+        return out
+
+    def _read(self, idx):
+        image = self.transform(idx)
+        self._check_reach(image, extent_of(self.parent))
+        return read_element(self.parent, image)
+
+    def _write(self, idx, value):
+        image = self.transform(idx)
+        self._check_reach(image, extent_of(self.parent))
+        write_element(self.parent, image, value)
+
+    def _lower(self, idx, ctx):
+        name = ctx.function(self.f)
+        prank = rank(self.parent)
+        ctx.note(("co_map", self.f, len(idx), prank))
+        return tuple(Call(name, idx, k) for k in range(prank))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Project(View):
+    """Fixes coordinate ``dim`` of the parent at ``value``: rank N -> N-1."""
+
+    dim: int
+    value: int
+    op = "project"
+
+    def _check(self, pext):
+        set_field(self, "dim", checked_dim(self.op, self.dim, pext.rank))
+        set_field(self, "value", integer_arg(self.op, "value", self.value))
+        n = pext[self.dim]
+        if not 0 <= self.value < n:
+            raise ViewError(f"project: value {self.value} is out of range [0, {n}) "
+                            f"of dim {self.dim} (parent extent {tuple(pext)})")
+
+    def transform(self, idx):
+        return insert_at(idx, self.dim, self.value)
+
+    def transform_offset(self, off):
+        return index(insert_at(off, self.dim, self.value))
+
+    def transform_extent(self, ext):
+        return extent(insert_at(ext, self.dim, 1))
+
+    def cotransform_extent(self, pext):
+        return extent(pext[:self.dim] + pext[self.dim + 1:])
+
+    def _lower(self, idx, ctx):
+        ctx.note(("project", self.dim, len(idx) + 1))
+        return insert_at(idx, self.dim, ctx.number(self.value))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CShift(View):
+    """Circular shift: ``view[.., i, ..] = parent[.., (i + shift) mod n, ..]``."""
+
+    dim: int
+    shift: int
+    op = "cshift"
+
+    def _check(self, pext):
+        set_field(self, "dim", checked_dim(self.op, self.dim, pext.rank))
+        set_field(self, "shift", integer_arg(self.op, "shift", self.shift))
+
+    def _n(self):
+        return extent_of(self.parent)[self.dim]
+
+    def _shifted(self, t):
+        t = list(t)
+        n = self._n()
+        if n:
+            t[self.dim] = (t[self.dim] + self.shift) % n
+        return tuple(t)
+
+    def transform(self, idx):
+        return self._shifted(idx)
+
+    def transform_offset(self, off):
+        return index(self._shifted(off))
+
+    def transform_extent(self, ext):
+        return extent(ext)
+
+    def cotransform_extent(self, pext):
+        return extent(pext)
+
+    def _lower(self, idx, ctx):
+        wrapped, mode = cyclic(idx[self.dim], self.shift, self._n(), ctx)
+        ctx.note(("cshift", self.dim, len(idx), mode))
+        return idx[:self.dim] + (wrapped,) + idx[self.dim + 1:]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Interior(View):
+    """The parent without a border of ``delta`` (one per dimension) on each side.
+
+    The index transform keeps the root's coordinate frame: view index ``i`` is parent
+    index ``i + delta`` (offset ``+delta``, extent ``-2*delta``)."""
+
+    delta: index
+    op = "interior"
+
+    def _check(self, pext):
+        try:  # one delta for every dimension, or one per dimension
+            delta = index((operator.index(self.delta),) * pext.rank)
+        except TypeError:
+            delta = tuple_arg(self.op, "delta", self.delta, index)
+        if delta.rank != pext.rank:
+            raise ViewError(f"interior: delta {tuple(delta)} has rank {delta.rank}, "
+                            f"the parent rank {pext.rank}")
+        for d, (k, n) in enumerate(zip(delta, pext)):
+            if k < 0:
+                raise ViewError(f"interior: delta {tuple(delta)} is negative on dim {d}")
+            if n - 2 * k < 0:
+                raise ViewError(f"interior: delta {tuple(delta)} leaves a negative extent "
+                                f"on dim {d}: {n} - 2*{k} = {n - 2 * k}")
+        set_field(self, "delta", delta)
+
+    def transform(self, idx):
+        return tuple(i + k for i, k in zip(idx, self.delta))
+
+    def transform_offset(self, off):
+        return index(off) + self.delta
+
+    def transform_extent(self, ext):
+        return extent(ext) + 2 * self.delta
+
+    def cotransform_extent(self, pext):
+        return extent(pext) - 2 * self.delta
+
+    def _lower(self, idx, ctx):
+        ctx.note(("interior", len(idx)))
+        return tuple(i + ctx.number(k) for i, k in zip(idx, self.delta))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Transpose(View):
+    """Swaps dimensions ``d1`` and ``d2``."""
+
+    d1: int
+    d2: int
+    op = "transpose"
+
+    def _check(self, pext):
+        set_field(self, "d1", checked_dim(self.op, self.d1, pext.rank, "d1"))
+        set_field(self, "d2", checked_dim(self.op, self.d2, pext.rank, "d2"))
+
+    def transform(self, idx):
+        t = list(idx)
+        t[self.d1], t[self.d2] = t[self.d2], t[self.d1]
+        return tuple(t)
+
+    def transform_offset(self, off):
+        return index(self.transform(off))
+
+    def transform_extent(self, ext):
+        return extent(self.transform(ext))
+
+    def cotransform_extent(self, pext):
+        return extent(self.transform(pext))
+
+    def _lower(self, idx, ctx):
+        ctx.note(("transpose", self.d1, self.d2, len(idx)))
+        return self.transform(idx)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Section(View):
+    """The box of the parent starting at ``start`` with extent ``size``."""
+
+    start: index
+    size: extent
+    op = "section"
+
+    def _check(self, pext):
+        start = tuple_arg(self.op, "offset", self.start, index)
+        size = tuple_arg(self.op, "extent", self.size, extent)
+        if not start.rank == size.rank == pext.rank:
+            raise ViewError(f"section: offset {tuple(start)} and extent {tuple(size)} "
+                            f"must both have the parent's rank {pext.rank}")
+        if not start >= 0:
+            raise ViewError(f"section: offset {tuple(start)} is negative")
+        end = start + size
+        for d, (e, n) in enumerate(zip(end, pext)):
+            if e > n:
+                raise ViewError(f"section: offset {tuple(start)} + extent {tuple(size)} = "
+                                f"{tuple(end)} exceeds the parent extent {tuple(pext)} "
+                                f"on dim {d}")
+        set_field(self, "start", start)
+        set_field(self, "size", size)
+
+    def transform(self, idx):
+        return tuple(i + s for i, s in zip(idx, self.start))
+
+    def transform_offset(self, off):
+        return index(off) + self.start
+
+    def transform_extent(self, ext):
+        return extent(ext)
+
+    def cotransform_extent(self, pext):
+        return self.size
+
+    def _lower(self, idx, ctx):
+        ctx.note(("section", len(idx)))
+        return tuple(i + ctx.number(s) for i, s in zip(idx, self.start))
+
+
+# -- the operators as functions ----------------------------------------------------------
+def co_map(parent, f, extent):
+    """The rank-M view ``v[idx] = parent[f(idx)]`` over ``extent``; ``f`` maps an index
+    tuple to a parent index tuple, and must also work elementwise on integer arrays
+    (plain arithmetic does). NumPy meaning: ``parent[f(np.indices(extent))]``."""
+    return CoMap(parent, f, extent)
+
+
+def project(parent, dim, value):
+    """Fixes ``dim`` at ``value``. ``project(a, 1, 17)`` is NumPy's ``a[:, 17, :]``."""
+    return Project(parent, dim, value)
+
+
+def cshift(parent, dim, shift):
+    """Circular shift by ``shift`` along ``dim``: NumPy's ``np.roll(a, -shift, axis=dim)``."""
+    return CShift(parent, dim, shift)
+
+
+def interior(parent, delta):
+    """Drops a border of ``delta`` (an int, or one per dimension) on every side:
+    NumPy's ``a[d0:n0-d0, d1:n1-d1]``. Interiors nest."""
+    return Interior(parent, delta)
+
+
+def transpose(parent, d1, d2):
+    """Swaps dimensions ``d1`` and ``d2``: NumPy's ``np.swapaxes(a, d1, d2)``."""
+    return Transpose(parent, d1, d2)
+
+
+def section(parent, offset, extent):
+    """The box at ``offset`` with ``extent``: NumPy's ``a[o0:o0+e0, o1:o1+e1]``."""
+    return Section(parent, offset, extent)

@@ -1,0 +1,312 @@
+"""Views: lazy indexables defined by an index transform on a parent (SPEC §1).
+
+Every view is a small frozen dataclass holding its ``parent`` (an array or another view)
+and its parameters; operators return new views and nothing is copied. A view supplies
+the four transforms of the spec — ``transform`` (view index -> parent index),
+``transform_offset``, ``transform_extent`` and ``cotransform_extent`` — and ``lower``,
+the symbolic ``transform`` used when a kernel is compiled. ``transform`` works on
+integers and, elementwise, on NumPy/CuPy integer arrays, which is how ``numpy()``
+materialises a view with one fancy-index of the root.
+
+The operators are in ``hetflow.index.operators``, tiles and partitions in
+``hetflow.index.tiling``. A tile view has views as elements; its materialised form
+holds each element's block, so ``numpy()`` has shape ``extent + element_extent``.
+"""
+import abc
+import operator
+from dataclasses import dataclass, fields
+from functools import cached_property
+
+import numpy as np
+
+from hetflow.errors import IndexOutOfRangeError, IndexTypeError, ShapeError, ViewError
+from hetflow.index.arrays import array_module, is_array, is_device_array, required_cupy
+from hetflow.index.expr import LowerContext
+from hetflow.index.space import extent, index
+
+
+# -- indexables ------------------------------------------------------------------
+def is_view(x):
+    """True when ``x`` is a view."""
+    return isinstance(x, View)
+
+
+def require_indexable(x, op):
+    """Reject anything that is neither an array nor a view, naming the operator."""
+    if not (is_view(x) or is_array(x)):
+        raise IndexTypeError(f"{op}: expected an array or a view, got {type(x).__name__}")
+
+
+def rank(x):
+    """Rank N of an array or a view."""
+    require_indexable(x, "rank")
+    return x.rank if is_view(x) else len(x.shape)
+
+
+def extent_of(x):
+    """Extent (shape) of an array or a view."""
+    require_indexable(x, "extent_of")
+    return x.extent if is_view(x) else extent(x.shape)
+
+
+def root_of(x):
+    """The array a view (or chain of views) finally reads; an array is its own root."""
+    require_indexable(x, "root_of")
+    return x.root if is_view(x) else x
+
+
+def element_extent_of(x):
+    """Extent of each element: () for arrays and most views, the tile's for tile views."""
+    return x.element_extent if is_view(x) else extent()
+
+
+def set_field(obj, name, value):
+    """Normalise a field of a frozen dataclass during its ``__post_init__``."""
+    object.__setattr__(obj, name, value)
+
+
+def checked_dim(op, dim, rank_, what="dim"):
+    """``dim`` as an int in [0, rank_), else ViewError naming the operator."""
+    dim = integer_arg(op, what, dim)
+    if not 0 <= dim < rank_:
+        valid = f"valid 0..{rank_ - 1}" if rank_ else "it has no dimensions"
+        raise ViewError(f"{op}: {what} {dim} is out of range for a rank-{rank_} parent "
+                        f"({valid})")
+    return dim
+
+
+def integer_arg(op, what, value):
+    """``value`` as an int, else IndexTypeError naming the operator and argument."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise IndexTypeError(f"{op}: {what} must be an integer, got {value!r}") from None
+
+
+def tuple_arg(op, what, value, kind):
+    """``value`` as an ``index`` or ``extent`` (``kind``), else an error naming the operator."""
+    try:
+        return kind(value)
+    except IndexTypeError as e:
+        raise IndexTypeError(f"{op}: bad {what}: {e}") from None
+    except ShapeError as e:
+        raise ViewError(f"{op}: bad {what}: {e}") from None
+
+
+def insert_at(t, d, value):
+    """Tuple ``t`` with ``value`` inserted before position ``d``."""
+    return tuple(t[:d]) + (value,) + tuple(t[d:])
+
+
+def sparse_indices(xp, shape):
+    """Index arrays of ``shape`` that broadcast together (np.indices(shape, sparse=True))."""
+    ones = (1,) * len(shape)
+    return tuple(xp.arange(n).reshape(ones[:k] + (n,) + ones[k + 1:])
+                 for k, n in enumerate(shape))
+
+
+def read_element(x, idx):
+    """``x[idx]`` for a checked index: through the view chain, or from the array."""
+    return x._read(idx) if is_view(x) else x[idx]
+
+
+def write_element(x, idx, value):
+    """``x[idx] = value`` for a checked index, written through to the root."""
+    if is_view(x):
+        x._write(idx, value)
+    else:
+        x[idx] = value
+
+
+def describe(x):
+    """Short text for an indexable: a view's repr, or an array's type, dtype and shape."""
+    if is_view(x):
+        return repr(x)
+    return f"{type(x).__name__}<{x.dtype}>{tuple(x.shape)}"
+
+
+# -- the base view ------------------------------------------------------------------
+@dataclass(frozen=True, eq=False, repr=False)
+class View(abc.ABC):
+    """A lazy indexable: ``view[idx] == parent[transform(idx)]``."""
+
+    parent: object
+    op = "view"  # the operator's name, for messages and repr
+
+    def __post_init__(self):
+        require_indexable(self.parent, self.op)
+        self._check(extent_of(self.parent))
+
+    @abc.abstractmethod
+    def _check(self, pext):
+        """Normalise the parameters and reject impossible ones, given the parent's extent."""
+
+    @abc.abstractmethod
+    def transform(self, idx):
+        """View index -> parent index (components may be integer arrays)."""
+
+    @abc.abstractmethod
+    def transform_offset(self, off):
+        """View offset -> parent offset: where the view's origin lies in the parent."""
+
+    @abc.abstractmethod
+    def transform_extent(self, ext):
+        """View extent -> the parent extent it spans."""
+
+    @abc.abstractmethod
+    def cotransform_extent(self, pext):
+        """Parent extent -> the view's extent."""
+
+    @abc.abstractmethod
+    def _lower(self, idx, ctx):
+        """Symbolic transform; ``ctx`` names the numbers and records the key."""
+
+    def lower(self, idx_exprs, ctx=None):
+        """Symbolic ``transform``: view index expressions -> parent index expressions.
+
+        Without a ``ctx`` (an ``expr.LowerContext``) numbers are literal constants and
+        index bounds unknown, so a cshift lowers to a full remainder.
+        """
+        return self._lower(tuple(idx_exprs), ctx or LowerContext(literal=True))
+
+    # -- geometry --------------------------------------------------------------
+    @cached_property
+    def extent(self):
+        """The view's extent: ``cotransform_extent(parent.extent)``."""
+        return self.cotransform_extent(extent_of(self.parent))
+
+    @property
+    def shape(self):
+        return self.extent
+
+    @property
+    def rank(self):
+        return self.extent.rank
+
+    @cached_property
+    def root(self):
+        return root_of(self.parent)
+
+    @property
+    def dtype(self):
+        return self.root.dtype
+
+    @cached_property
+    def element_extent(self):
+        return element_extent_of(self.parent)
+
+    @cached_property
+    def offset(self):
+        """The root index of the view's origin (``transform_offset`` chained upward)."""
+        off, node = index.zeros(self.rank), self
+        while is_view(node):
+            off, node = node.transform_offset(off), node.parent
+        return off
+
+    @cached_property
+    def root_extent(self):
+        """The root extent seen from the view: ``transform_extent`` chained upward.
+
+        For sections, projections, transposes and tiles this is the box of root indices
+        the view covers; an interior adds its border back (the halo its elements see)."""
+        ext, node = self.extent, self
+        while is_view(node):
+            ext, node = node.transform_extent(ext), node.parent
+        return ext
+
+    # -- element access -------------------------------------------------------
+    def _checked(self, idx):
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        try:
+            idx = index(idx)
+        except IndexTypeError:
+            raise IndexTypeError(f"{self.op} view: indices must be integers (use section() "
+                                 f"for ranges), got {idx!r}") from None
+        if idx.rank != self.rank:
+            raise ViewError(f"{self.op} view of rank {self.rank} indexed with "
+                            f"{idx.rank} components {tuple(idx)}")
+        if not index.zeros(self.rank) <= idx < self.extent:
+            raise IndexOutOfRangeError(f"index {tuple(idx)} is outside the {self.op} "
+                                       f"view's extent {tuple(self.extent)}")
+        return tuple(idx)
+
+    def __getitem__(self, idx):
+        return self._read(self._checked(idx))
+
+    def __setitem__(self, idx, value):
+        self._write(self._checked(idx), value)
+
+    def _read(self, idx):
+        return read_element(self.parent, self.transform(idx))
+
+    def _write(self, idx, value):
+        write_element(self.parent, self.transform(idx), value)
+
+    def __len__(self):
+        if self.rank == 0:
+            raise IndexTypeError(f"len() of a rank-0 {self.op} view")
+        return self.extent[0]
+
+    def __iter__(self):
+        """Rank 1 yields the elements; higher ranks yield ``project(self, 0, i)`` rows."""
+        from hetflow.index.operators import project  # the operators build on this module
+        if self.rank == 1:
+            return (self._read((i,)) for i in range(len(self)))
+        return (project(self, 0, i) for i in range(len(self)))
+
+    # -- whole-view access -----------------------------------------------------
+    def _descend(self, idx):
+        """Full index (view components, then element components) -> the parent's."""
+        return tuple(self.transform(idx[:self.rank])) + tuple(idx[self.rank:])
+
+    def _lower_full(self, idx, ctx):
+        """Symbolic ``_descend``."""
+        return tuple(self.lower(idx[:self.rank], ctx)) + tuple(idx[self.rank:])
+
+    def _root_index(self, xp):
+        shape = tuple(self.extent) + tuple(self.element_extent)
+        idx, node = sparse_indices(xp, shape), self
+        while is_view(node):
+            idx, node = node._descend(idx), node.parent
+        return tuple(xp.broadcast_to(xp.asarray(c), shape) for c in idx)
+
+    def _gather(self, xp):
+        root = xp.asarray(self.root)
+        if root.ndim == 0:  # root[()] would be a view of the root, not a copy
+            return root.copy()
+        return xp.asarray(root[self._root_index(xp)])
+
+    def numpy(self):
+        """A new NumPy array with the view's elements (GPU roots are read on the GPU)."""
+        if is_device_array(self.root):
+            return self._gather(array_module(self.root)).get()
+        return self._gather(np)
+
+    def cupy(self):
+        """A new CuPy array with the view's elements."""
+        if is_device_array(self.root):
+            return self._gather(array_module(self.root))
+        return required_cupy("view.cupy()").asarray(self._gather(np))
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ViewError(f"a {self.op} view cannot become an array without a copy")
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def assign(self, values):
+        """Write ``values`` (broadcast to ``numpy()``'s shape) through to the root."""
+        xp = array_module(self.root)
+        root = xp.asarray(self.root)
+        shape = tuple(self.extent) + tuple(self.element_extent)
+        values = xp.broadcast_to(xp.asarray(values, dtype=root.dtype), shape)
+        if root.ndim == 0:
+            root[()] = values
+        else:
+            root[self._root_index(xp)] = values
+
+    def __repr__(self):
+        params = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)[1:])
+        return f"{self.op}({describe(self.parent)}, {params})"
+
+

@@ -1,0 +1,65 @@
+"""Which kernel parameters are read and which written, found from the kernel's code.
+
+The runtime infers dependencies from these (read-after-write, write-after-read,
+write-after-write), the launcher copies back from a GPU only what was written, and
+parameters subscripted by exactly the launch index are checked against the extent.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Access:
+    """Per data parameter: 'r', 'w' or 'rw' ('' if unused), and the identity-indexed ones."""
+
+    modes: dict
+    identity: dict  # parameter -> k: subscripted by the first k launch indices (i, j, ...)
+
+    def reads(self, name) -> bool:
+        return "r" in self.modes.get(name, "")
+
+    def writes(self, name) -> bool:
+        return "w" in self.modes.get(name, "")
+
+
+def analyze(fdef: ast.FunctionDef, ndim: int, callee_modes) -> Access:
+    """Access modes of ``fdef``'s data parameters for a launch of rank ``ndim``.
+
+    ``callee_modes(name)`` returns the modes of a called kernel's positional parameters
+    (its index parameters included, as ''), or None when ``name`` is not a kernel.
+    """
+    params = [a.arg for a in fdef.args.args]
+    index, data = params[:ndim], set(params[ndim:])
+    modes = {p: set() for p in params[ndim:]}
+    identity = {}
+
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in data:
+            name = node.value.id
+            modes[name].add("w" if isinstance(node.ctx, ast.Store) else "r")
+            k = _identity_rank(node.slice, index)
+            if k:
+                identity[name] = max(k, identity.get(name, 0))
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Subscript):
+            target = node.target.value
+            if isinstance(target, ast.Name) and target.id in data:
+                modes[target.id].update("rw")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            callee = callee_modes(node.func.id)
+            for k, arg in enumerate(node.args):
+                if isinstance(arg, ast.Name) and arg.id in data:
+                    # An unknown callee may do anything with an array it is handed.
+                    modes[arg.id].update(callee[k] if callee and k < len(callee) else "rw")
+    ordered = {p: "".join(m for m in "rw" if m in modes[p]) for p in modes}
+    return Access(ordered, identity)
+
+
+def _identity_rank(slice_node, index) -> int:
+    """k when the subscript is exactly the first k launch indices, else 0."""
+    elts = slice_node.elts if isinstance(slice_node, ast.Tuple) else [slice_node]
+    if not elts or len(elts) > len(index):
+        return 0
+    ok = all(isinstance(e, ast.Name) and e.id == index[k] for k, e in enumerate(elts))
+    return len(elts) if ok else 0

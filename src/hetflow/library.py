@@ -1,0 +1,105 @@
+"""The API library (SPEC §2): built-in kernels kept as source, precompiled on request.
+
+``precompile()`` builds executables for the common signatures into the code
+repository, so a later process loads them instead of compiling.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels import kernel
+
+
+@kernel
+def axpy(i, a, x, y, out):
+    out[i] = a * x[i] + y[i]
+
+
+@kernel
+def scale(i, a, x, out):
+    out[i] = a * x[i]
+
+
+@kernel
+def add(i, x, y, out):
+    out[i] = x[i] + y[i]
+
+
+@kernel
+def sub(i, x, y, out):
+    out[i] = x[i] - y[i]
+
+
+@kernel
+def mul(i, x, y, out):
+    out[i] = x[i] * y[i]
+
+
+@kernel
+def div(i, x, y, out):
+    out[i] = x[i] / y[i]
+
+
+@kernel
+def fill(i, value, out):
+    out[i] = value
+
+
+@kernel
+def copy(i, x, out):
+    out[i] = x[i]
+
+
+@kernel
+def dot_partial(i, x, y, block, partial):
+    """partial[i] = sum of x[k] * y[k] over block i of length ``block``."""
+    lo = i * block
+    hi = min(lo + block, x.shape[0])
+    acc = 0.0
+    for k in range(lo, hi):
+        acc += x[k] * y[k]
+    partial[i] = acc
+
+
+KERNELS = {k.name: k for k in (axpy, scale, add, sub, mul, div, fill, copy, dot_partial)}
+
+
+def get(name: str):
+    """A library kernel by name."""
+    from .errors import NoExecutableError
+
+    try:
+        return KERNELS[name]
+    except KeyError:
+        raise NoExecutableError(f"no library kernel {name!r}; the library has {sorted(KERNELS)}") from None
+
+
+def dot(x, y, *, blocks: int = 256, device=None):
+    """x · y through ``dot_partial`` plus a final sum of the partials."""
+    from .runtime.forall import forall
+
+    n = x.shape[0]
+    blocks = max(1, min(blocks, n))
+    block = -(-n // blocks) if n else 1
+    partial = np.zeros(blocks, dtype=np.result_type(x.dtype, y.dtype))
+    forall(blocks, dot_partial, x, y, block, partial, device=device)
+    return partial.sum()
+
+
+def precompile(dtypes=("float64", "float32"), device=None) -> int:
+    """Build every library kernel for 1-D arrays of ``dtypes`` on ``device`` (default the
+    CPU) by running it once on tiny data; returns how many executables were prepared."""
+    from .runtime.forall import forall
+
+    count = 0
+    for dt in dtypes:
+        x = np.ones(4, dtype=dt)
+        a = x.dtype.type(2)
+        calls = {"axpy": (4, a, x, x, x.copy()), "scale": (4, a, x, x.copy()),
+                 "fill": (4, a, x.copy()), "copy": (4, x, x.copy()),
+                 "dot_partial": (1, x, x, 4, np.zeros(1, dtype=dt))}
+        for name, k in KERNELS.items():
+            extent, *args = calls.get(name, (4, x, x, x.copy()))
+            forall(extent, k, *args, device=device)
+            count += 1
+    return count

@@ -1,0 +1,55 @@
+"""Import numba.cuda (real or simulated) safely, whatever the NumPy version.
+
+numba-cuda 0.30.x refers to ``np.row_stack`` at import time, which NumPy 2.5 removed;
+``np.vstack`` is the same function, so we restore the alias before importing. The
+shim is guarded: it only adds the name when it is missing.
+"""
+import functools
+import os
+
+import numpy as np
+
+
+def _patch_numpy():
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_module():
+    """Return ``numba.cuda``, or None when numba-cuda is not installed or fails to import."""
+    _patch_numpy()
+    try:
+        from numba import cuda
+    except Exception:  # numba-cuda absent, or broken CUDA install: no GPU backend
+        return None
+    return cuda
+
+
+def simulated():
+    """True when numba.cuda runs on the CPU simulator (NUMBA_ENABLE_CUDASIM=1)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_available():
+    """True when a CUDA device (real or simulated) can run kernels."""
+    cuda = cuda_module()
+    if cuda is None:
+        return False
+    try:
+        return bool(cuda.is_available())
+    except Exception:  # driver errors mean no usable GPU
+        return False
+
+
+def cupy_module():
+    """Return CuPy when it imports and sees a real GPU, else None."""
+    if simulated():
+        return None
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # no CuPy, or no driver
+        return None
+    return cupy

@@ -1,0 +1,160 @@
+"""The table of physical devices (SPEC §2 "Devices").
+
+One :class:`Device` record per physical device: the CPU package and each NVIDIA GPU
+(real, or the Numba CUDA simulator's, marked ``simulated``). The table is built once
+and rebuilt on ``devices(refresh=True)``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import platform as _platform
+import threading
+
+import psutil
+
+from .cuda_compat import cuda_available, cuda_module, simulated
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """Capabilities of one physical device.
+
+    ``simd_width`` counts 32-bit lanes of the widest vector unit on a CPU and the warp
+    size on a GPU; ``version`` is the CPU ISA (LLVM's CPU name and vector features) or
+    the CUDA compute capability ``"major.minor"``.
+    """
+
+    id: str
+    kind: str
+    vendor: str
+    name: str
+    version: str
+    compute_units: int
+    simd_width: int
+    global_memory: int
+    local_memory: int
+    fp64: bool
+    atomics: bool
+    host_shared: bool
+    simulated: bool = False
+    ordinal: int = 0
+    arch: str = ""
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+_lock = threading.Lock()
+_table: tuple[Device, ...] | None = None
+
+
+def devices(refresh: bool = False) -> tuple[Device, ...]:
+    """Return the device table, rebuilding it when ``refresh`` is true."""
+    global _table
+    with _lock:
+        if _table is None or refresh:
+            if refresh:
+                cuda_available.cache_clear()
+            _table = (_cpu_device(),) + _gpu_devices()
+        return _table
+
+
+def get_device(device_id: str) -> Device:
+    """Look a device up by id ('cpu0', 'gpu0', ...)."""
+    from ..errors import NoDeviceError
+
+    for dev in devices():
+        if dev.id == device_id:
+            return dev
+    known = ", ".join(d.id for d in devices())
+    raise NoDeviceError(f"no device with id {device_id!r}; devices are: {known}")
+
+
+@functools.lru_cache(maxsize=1)
+def host_arch() -> str:
+    """LLVM's name for the host CPU plus a digest of its features (what Numba targets)."""
+    import hashlib
+
+    import llvmlite.binding as ll
+
+    features = ll.get_host_cpu_features().flatten()
+    return f"{ll.get_host_cpu_name()}-{hashlib.sha1(features.encode()).hexdigest()[:8]}"
+
+
+def _simd_lanes(features) -> int:
+    if features.get("avx512f"):
+        return 16
+    if features.get("avx2") or features.get("avx"):
+        return 8
+    return 4
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_brand() -> tuple[str, str, int]:
+    """(vendor, brand name, L1 data cache bytes) from py-cpuinfo, which is slow: once."""
+    import cpuinfo
+
+    info = cpuinfo.get_cpu_info()
+    l1d = info.get("l1_data_cache_size") or 0
+    return info.get("vendor_id_raw", "unknown"), info.get("brand_raw", _platform.processor()), int(l1d)
+
+
+def _cpu_device() -> Device:
+    import llvmlite.binding as ll
+
+    features = ll.get_host_cpu_features()
+    vendor, brand, l1d = _cpu_brand()
+    vec = sorted(k for k, v in features.items() if v and k.startswith(("avx", "sse", "neon", "sve")))
+    return Device(
+        id="cpu0",
+        kind="cpu",
+        vendor=vendor,
+        name=brand,
+        version=f"{_platform.machine()} {ll.get_host_cpu_name()} " + " ".join(vec),
+        compute_units=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        simd_width=_simd_lanes(features),
+        global_memory=psutil.virtual_memory().total,
+        local_memory=l1d,
+        fp64=True,
+        atomics=True,
+        host_shared=True,
+        arch=host_arch(),
+    )
+
+
+def _gpu_devices() -> tuple[Device, ...]:
+    if not cuda_available():
+        return ()
+    cuda = cuda_module()
+    if simulated():
+        return tuple(_simulated_gpu(i, g) for i, g in enumerate(cuda.gpus))
+    return tuple(_real_gpu(cuda, i) for i in range(len(cuda.gpus)))
+
+
+def _simulated_gpu(ordinal, gpu) -> Device:
+    major, minor = gpu.compute_capability
+    return Device(
+        id=f"gpu{ordinal}", kind="gpu", vendor="NVIDIA", name="Numba CUDA simulator",
+        version=f"{major}.{minor}", compute_units=1, simd_width=32,
+        global_memory=psutil.virtual_memory().total, local_memory=48 * 1024,
+        fp64=True, atomics=True, host_shared=True, simulated=True, ordinal=ordinal,
+        arch=f"sim-sm_{major}{minor}",
+    )
+
+
+def _real_gpu(cuda, ordinal) -> Device:
+    with cuda.gpus[ordinal]:
+        dev = cuda.get_current_device()
+        _free, total = cuda.current_context().get_memory_info()
+        major, minor = dev.compute_capability
+        name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+        return Device(
+            id=f"gpu{ordinal}", kind="gpu", vendor="NVIDIA", name=name,
+            version=f"{major}.{minor}", compute_units=dev.MULTIPROCESSOR_COUNT,
+            simd_width=dev.WARP_SIZE, global_memory=int(total),
+            local_memory=dev.MAX_SHARED_MEMORY_PER_BLOCK, fp64=True, atomics=True,
+            host_shared=bool(getattr(dev, "UNIFIED_ADDRESSING", 0)), ordinal=ordinal,
+            arch=f"sm_{major}{minor}",
+        )

@@ -1,0 +1,98 @@
+"""Executables and their description data (SPEC §2 "Kernel objects, executables").
+
+An executable is a kernel compiled for one device kind and architecture, one launch
+rank and one view *variant* (the structure of the views it was lowered for). Its
+*description data* say what it was built for; the code repository compares them with
+a device's to decide whether the executable may be used there.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+
+import numba
+
+from ..errors import KernelCompileError
+
+
+@functools.lru_cache(maxsize=2)
+def compiler_versions(kind: str) -> dict:
+    """Versions of the compilers that build executables for ``kind``."""
+    import llvmlite
+
+    versions = {"numba": numba.__version__, "llvmlite": llvmlite.__version__}
+    if kind == "gpu":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            versions["numba-cuda"] = version("numba-cuda")
+        except PackageNotFoundError:
+            versions["numba-cuda"] = "builtin"
+    return versions
+
+
+@dataclasses.dataclass(frozen=True)
+class Description:
+    """Description data of one executable."""
+
+    kernel: str
+    kind: str
+    arch: str
+    vendor: str
+    options: dict
+    compiler: dict
+    source_hash: str
+    ndim: int
+    variant: str
+
+    @classmethod
+    def for_device(cls, kernel, device, ndim, variant, options) -> "Description":
+        return cls(kernel.name, device.kind, device.arch, device.vendor, dict(options),
+                   compiler_versions(device.kind), kernel.source_hash, ndim, variant)
+
+    def compatible(self, device) -> bool:
+        """Runs on ``device``: same kind and vendor, built by today's compilers."""
+        return (self.kind == device.kind and self.vendor == device.vendor
+                and self.compiler == compiler_versions(device.kind))
+
+    def optimal(self, device) -> bool:
+        """Compatible and built for exactly this device's architecture."""
+        return self.compatible(device) and self.arch == device.arch
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Executable:
+    """A compiled entry point (chunk runner) plus its description data."""
+
+    description: Description
+    entry: object              # Numba CPU dispatcher or numba-cuda kernel
+    entry_params: tuple
+    path: str                  # the repository entry's folder
+    module_file: str
+    user_file: str
+
+    @property
+    def cache_hits(self) -> int:
+        stats = getattr(self.entry, "stats", None)
+        return sum(stats.cache_hits.values()) if stats is not None else 0
+
+    def compile_error(self, exc: Exception, device) -> KernelCompileError:
+        """Turn a compiler exception into KernelCompileError naming file and line."""
+        text = str(exc).replace(self.module_file, self.user_file)
+        lines = [int(m) for m in re.findall(r'File "[^"]*", line (\d+)', str(exc))]
+        where = f"{self.user_file}:{lines[-1]}" if lines else self.user_file
+        first = _compiler_message(text)
+        return KernelCompileError(
+            f"kernel {self.description.kernel!r} ({where}) failed to compile for {device.id} "
+            f"({device.kind}, {device.arch}): {first}")
+
+
+def _compiler_message(text: str) -> str:
+    # Numba prefixes messages with ANSI colours and a generic banner; keep the substance.
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    keep = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("During:")]
+    return " | ".join(keep[:8])

@@ -1,0 +1,1 @@
+"""Runtime: launching, queues and events, scheduling, work stealing."""

@@ -1,0 +1,50 @@
+"""The ``forall`` call site: run a kernel over every index of an extent.
+
+``device`` may be None (the default device), a device id, a Device, a list of them, a
+LogicalDevice or a Context. One device runs the whole launch; several co-execute it
+with work stealing (see :mod:`hetflow.runtime.coexec`).
+"""
+from __future__ import annotations
+
+from ..errors import KernelArgumentError
+from ..platform.context import Context
+from ..platform.devices import Device, devices, get_device
+from ..platform.matching import LogicalDevice
+from . import cpu, gpu
+from .launch import bind, is_device_array
+
+
+def resolve_devices(device, args=()) -> tuple[Device, ...]:
+    """The physical devices a call site runs on."""
+    if device is None:
+        if any(is_device_array(a) or is_device_array(getattr(a, "root", None)) for a in args):
+            gpus = [d for d in devices() if d.kind == "gpu"]
+            if gpus:
+                return (gpus[0],)
+        return (get_device("cpu0"),)
+    if isinstance(device, Context):
+        return device.devices
+    if isinstance(device, LogicalDevice):
+        return device.devices
+    if isinstance(device, (str, Device)):
+        return (get_device(device) if isinstance(device, str) else device,)
+    try:
+        return tuple(get_device(d) if isinstance(d, str) else d for d in device)
+    except TypeError:
+        raise KernelArgumentError(f"device must be an id, a Device, a list, a LogicalDevice or a "
+                                  f"Context; got {type(device).__name__}") from None
+
+
+def forall(extent, kernel, *args, device=None):
+    """Run ``kernel`` at every index of ``extent`` (an int, a tuple, an array or a view)."""
+    targets = resolve_devices(device, args)
+    if len(targets) > 1:
+        from .coexec import co_forall
+
+        return co_forall(extent, kernel, args, targets)
+    target = targets[0]
+    launch = bind(kernel, extent, args, target)
+    if target.kind == "cpu":
+        cpu.run(launch, target.compute_units)
+    else:
+        gpu.run(launch)

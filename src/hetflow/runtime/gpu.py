@@ -1,0 +1,88 @@
+"""Running bound launches on an NVIDIA GPU (real, or Numba's CUDA simulator).
+
+Host (NumPy) arrays are copied to the GPU once per launch and the ones the kernel
+writes are copied back; CuPy / CUDA arrays are used in place. Chunks are grid-stride
+launches over ``[lo, hi)`` rows.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba.core.errors import NumbaError
+
+from ..platform.cuda_compat import cuda_module
+from .launch import Launch, is_device_array
+
+THREADS = 256
+SIM_THREADS = 16   # the simulator runs one OS thread per GPU thread: keep it small
+
+
+class GpuLaunch:
+    """A launch's device-side arguments on one GPU, and how to run chunks of it."""
+
+    def __init__(self, launch: Launch, stream=None):
+        self.launch = launch
+        self.device = launch.device
+        self.cuda = cuda_module()
+        self.stream = stream
+        self._host_to_dev: dict[int, tuple[np.ndarray, object]] = {}
+        with self._context():
+            self.dev_args = tuple(self._to_device(a) for a in launch.entry_args)
+
+    def _context(self):
+        return self.cuda.gpus[self.device.ordinal]
+
+    def _to_device(self, arg):
+        if not isinstance(arg, np.ndarray) or is_device_array(arg):
+            return arg
+        known = self._host_to_dev.get(id(arg))
+        if known is None:
+            host = np.ascontiguousarray(arg)
+            dev = self.cuda.to_device(host, stream=self.stream) if self.stream else self.cuda.to_device(host)
+            known = (arg, dev)
+            self._host_to_dev[id(arg)] = known
+        return known[1]
+
+    def config(self, rows: int) -> tuple[int, int]:
+        """(blocks, threads) for ``rows`` rows: enough blocks to fill the SMs, no more."""
+        work = rows
+        for e in self.launch.inner:
+            work *= e
+        if self.device.simulated:
+            return 1, SIM_THREADS
+        blocks = max(1, min((work + THREADS - 1) // THREADS, self.device.compute_units * 32))
+        return blocks, THREADS
+
+    def run_chunk(self, lo: int, hi: int) -> None:
+        """Launch rows ``[lo, hi)`` (asynchronous on a real GPU)."""
+        blocks, threads = self.config(hi - lo)
+        exe = self.launch.executable
+        entry = exe.entry[blocks, threads, self.stream] if self.stream else exe.entry[blocks, threads]
+        with self._context():
+            try:
+                entry(lo, hi, *self.launch.inner, *self.dev_args)
+            except NumbaError as exc:
+                raise exe.compile_error(exc, self.device) from None
+
+    def sync(self) -> None:
+        with self._context():
+            (self.stream or self.cuda).synchronize()
+
+    def copy_back(self) -> None:
+        """Copy the written host arrays back from the GPU."""
+        written_roots = set()
+        for k in self.launch.written:
+            arg = self.launch.args[k]
+            root = getattr(arg, "root", arg)
+            written_roots.add(id(root))
+        with self._context():
+            for key, (host, dev) in self._host_to_dev.items():
+                if key in written_roots:
+                    host[...] = dev.copy_to_host(stream=self.stream) if self.stream else dev.copy_to_host()
+
+
+def run(launch: Launch) -> None:
+    """Run a whole launch on its GPU and copy written host arrays back."""
+    g = GpuLaunch(launch)
+    g.run_chunk(0, launch.extent[0])
+    g.sync()
+    g.copy_back()

@@ -1,0 +1,107 @@
+"""Binding a kernel launch: check the arguments, lower views, pick the executable.
+
+A :class:`Launch` is everything needed to run chunks ``[lo, hi)`` of one kernel launch
+on one device: the executable and the argument tuple its entry point takes. Every
+check happens here, before anything runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+import numpy as np
+
+from ..errors import KernelArgumentError, ShapeError
+from ..index import views as _views
+from ..index.lowering import lowering
+from ..kernels.kernel import Kernel
+from ..platform.repository import repository
+
+SCALARS = (numbers.Number, np.generic)
+
+
+def is_device_array(x) -> bool:
+    return hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray)
+
+
+def normalize_extent(extent) -> tuple[int, ...]:
+    """An int, a tuple of ints, an array or a view, as a launch extent."""
+    if _views.is_view(extent) or hasattr(extent, "shape"):
+        extent = tuple(extent.shape)
+    elif isinstance(extent, numbers.Integral):
+        extent = (int(extent),)
+    try:
+        ext = tuple(int(e) for e in extent)
+    except TypeError:
+        raise ShapeError(f"launch extent must be an int, a tuple of ints, an array or a view; "
+                         f"got {type(extent).__name__}") from None
+    if not ext:
+        raise ShapeError("launch extent has rank 0; give at least one dimension")
+    if any(e < 0 for e in ext):
+        raise ShapeError(f"launch extent {ext} has a negative dimension")
+    return ext
+
+
+@dataclasses.dataclass
+class Launch:
+    """One kernel launch bound to one device."""
+
+    kernel: Kernel
+    extent: tuple
+    device: object
+    executable: object
+    args: tuple            # the kernel's data arguments as given (arrays, views, scalars)
+    entry_args: tuple      # what the entry point takes after lo, hi and the inner extents
+    written: tuple         # indices into ``args`` of arrays/views the kernel writes
+
+    @property
+    def inner(self) -> tuple:
+        return self.extent[1:]
+
+
+def _check_arguments(kernel: Kernel, ndim: int, args: tuple) -> list[str]:
+    data = list(kernel.params[ndim:])
+    if len(data) != len(args):
+        raise KernelArgumentError(
+            f"kernel {kernel.name!r} takes {len(data)} data argument(s) ({', '.join(data)}) after its "
+            f"{ndim} index parameter(s) ({', '.join(kernel.params[:ndim])}), but {len(args)} were given")
+    for name, arg in zip(data, args):
+        if not (isinstance(arg, (np.ndarray, *SCALARS)) or is_device_array(arg) or _views.is_view(arg)):
+            raise KernelArgumentError(
+                f"kernel {kernel.name!r} argument {name!r}: {type(arg).__name__} is not an array, "
+                f"a view or a scalar")
+    return data
+
+
+def _check_extent(kernel: Kernel, extent: tuple, data: list[str], args: tuple, access) -> None:
+    for name, arg in zip(data, args):
+        k = access.identity.get(name, 0)
+        if not k or isinstance(arg, SCALARS):
+            continue
+        shape = tuple(arg.shape)
+        view = _views.is_view(arg)
+        if len(shape) < k or any((s != e) if view else (s < e) for s, e in zip(shape[:k], extent[:k])):
+            what = "view" if view else "array"
+            raise ShapeError(
+                f"kernel {kernel.name!r} argument {name!r}: {what} of extent {shape} does not fit the "
+                f"launch extent {extent}" + (" (a view must match it exactly)" if view else ""))
+
+
+def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
+    """Check and bind one launch of ``kernel`` over ``extent`` on ``device``."""
+    if not isinstance(kernel, Kernel):
+        raise KernelArgumentError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
+    extent = normalize_extent(extent)
+    ndim = len(extent)
+    data = _check_arguments(kernel, ndim, args)
+    access = kernel.access(ndim)
+    _check_extent(kernel, extent, data, args, access)
+    lowerings = {name: lowering(arg, f"{name}__p")
+                 for name, arg in zip(data, args) if _views.is_view(arg)}
+    exe = repository().executable(kernel, device, ndim, lowerings)
+    entry_args = []
+    for name, arg in zip(data, args):
+        low = lowerings.get(name)
+        entry_args.extend([low.root, *low.params] if low is not None else [arg])
+    written = tuple(k for k, name in enumerate(data) if access.writes(name))
+    return Launch(kernel, extent, device, exe, args, tuple(entry_args), written)

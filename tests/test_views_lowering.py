@@ -1,0 +1,206 @@
+"""Symbolic index expressions and the lowering of views for compiled kernels."""
+import itertools
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from view_chains import chains
+
+from hetflow.errors import ViewError
+from hetflow.index import (co_map, cshift, interior, lowering, project, section, tile,
+                           transpose)
+from hetflow.index.expr import Add, Call, Const, LowerContext, Mul, Param, Var, Wrap, cyclic
+
+
+def evaluate(expr, env):
+    """Run the rendered source of ``expr`` in plain Python."""
+    return eval(expr.render(), {}, dict(env))
+
+
+# -- expressions ---------------------------------------------------------------------------
+def test_render():
+    i, n = Var("i"), Param("n")
+    assert (i + 3).render() == "(i + 3)" and (i * n).render() == "(i * n)"
+    assert (i + Const(-2)).render() == "(i + (-2))"
+    assert (i + 0) is i and (i * 1) is i and (i * 0) == Const(0) and Const(2) + 3 == Const(5)
+    assert Wrap(i, n, "high").render() == "(i - n if i >= n else i)"
+    assert Wrap(i, n, "low").render() == "(i + n if i < 0 else i)"
+    assert Wrap(i, n, "mod").render() == "(i % n)"
+    assert Call("f", (i,), 0).render({"i": "x"}) == "f((x,))[0]"
+    assert Call("f", (i, Var("j")), 1).render() == "f((i, j))[1]"
+
+
+leaves = st.one_of(st.sampled_from([Var("x"), Var("y"), Param("p")]),
+                   st.integers(-5, 5).map(Const))
+exprs = st.recursive(leaves, lambda sub: st.one_of(st.builds(Add, sub, sub),
+                                                   st.builds(Mul, sub, sub)), max_leaves=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(exprs, st.integers(-4, 4), st.integers(0, 4), st.integers(-4, 4), st.integers(0, 3),
+       st.integers(-6, 6))
+def test_bounds_contain_every_value_and_are_reached(e, xlo, xw, ylo, yw, p):
+    env = {"x": (xlo, xlo + xw), "y": (ylo, ylo + yw), "p": p}
+    values = [evaluate(e, {"x": x, "y": y, "p": p})
+              for x in range(xlo, xlo + xw + 1) for y in range(ylo, ylo + yw + 1)]
+    lo, hi = e.bounds(env)
+    assert lo <= min(values) and max(values) <= hi
+    if not isinstance(e, Mul) and not any(isinstance(s, Mul) for s in _subexprs(e)):
+        assert (lo, hi) == (min(values), max(values))  # sums of intervals are exact
+
+
+def _subexprs(e):
+    for child in getattr(e, "a", None), getattr(e, "b", None):
+        if child is not None:
+            yield child
+            yield from _subexprs(child)
+
+
+def test_unknown_bounds():
+    assert Var("i").bounds({}) is None and Call("f", (Var("i"),), 0).bounds({"i": (0, 1)}) is None
+    assert Wrap(Call("f", (), 0), Param("n"), "mod").bounds({"n": 7}) == (0, 6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 12), st.integers(-30, 30), st.data())
+def test_cyclic_wraps_correctly_and_drops_what_it_can(n, shift, data):
+    lo = data.draw(st.integers(0, n - 1))
+    hi = data.draw(st.integers(lo, n - 1))
+    ctx = LowerContext("q_", {"i": (lo, hi)})
+    e, mode = cyclic(Var("i"), shift, n, ctx)
+    params = dict(zip(ctx.param_names, ctx.params))
+    values = [evaluate(e, {"i": i, **params}) for i in range(lo, hi + 1)]
+    assert values == [(i + shift) % n for i in range(lo, hi + 1)]
+    blo, bhi = ctx.bounds(e)
+    assert blo <= min(values) and max(values) <= bhi
+    # Independent characterisation: no wrap happens iff the quotient stays the same.
+    wraps = (lo + shift) // n != (hi + shift) // n
+    assert (mode == "exact") == (not wraps)
+    assert mode != "mod"  # the range is known, so at most one wrap is ever needed
+    assert ("%" in e.render()) == (mode == "mod")
+
+
+def test_cyclic_without_bounds_takes_a_nonnegative_remainder():
+    ctx = LowerContext("q_")
+    e, mode = cyclic(Var("i"), -3, 10, ctx)
+    assert mode == "mod" and ctx.params == [7, 10] and e.render() == "((i + q_p0) % q_p1)"
+
+
+def test_lower_is_the_symbolic_transform():
+    a = np.zeros((5, 6, 7))
+    views = [project(a, 1, 4), cshift(a, 2, -3), interior(a, (1, 2, 0)), transpose(a, 0, 2),
+             section(a, (1, 0, 2), (2, 3, 4)), co_map(a, lambda i: (i[1], i[0], 6 - i[0]), (3, 5))]
+    for v in views:
+        names = [f"i{k}" for k in range(v.rank)]
+        ctx = LowerContext(literal=True)
+        lowered = v.lower([Var(s) for s in names], ctx)
+        for idx in itertools.product(*map(range, v.extent)):
+            env = dict(zip(names, idx), **ctx.globals)
+            got = tuple(eval(e.render(), {}, env) for e in lowered)
+            assert got == tuple(v.transform(idx)), (v, idx)
+
+
+# -- lowering -----------------------------------------------------------------------------
+def index_function(low, use_numba=False):
+    """def g(i0, .., params): return (root index expressions); optionally njit-compiled."""
+    names = [f"i{k}" for k in range(low.rank)]
+    body = ", ".join(low.index_source(names))
+    src = f"def g({', '.join(names + list(low.param_names))}):\n    return ({body},)\n"
+    namespace = {k: numba.njit(f) if use_numba else f for k, f in low.globals.items()}
+    exec(src, namespace)
+    return numba.njit(namespace["g"]) if use_numba else namespace["g"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(chains())
+def test_lowered_source_selects_the_numpy_oracle_indices(chain):
+    root, view, ids, names = chain
+    low = lowering(view, "v3_")
+    assert low.root is root and low.rank == view.rank
+    assert all(s.startswith("v3_") for s in list(low.param_names) + list(low.globals))
+    g = index_function(low)
+    for idx in np.ndindex(*ids.shape):
+        got = g(*idx, *low.params)
+        assert np.ravel_multi_index(got, root.shape) == ids[idx], (names, idx)
+
+
+def test_same_structure_shares_key_and_source():
+    def stencil(u, delta):
+        return interior(transpose(cshift(u, 0, -1), 0, 1), delta)
+    small = lowering(stencil(np.zeros((6, 6)), 1), "a_")
+    big = lowering(stencil(np.zeros((9, 7)), 2), "a_")
+    assert small.key == big.key and small.params != big.params
+    names = ("i", "j")
+    assert small.index_source(names) == big.index_source(names)
+    assert "%" not in "".join(small.index_source(names)) and " if " not in "".join(
+        small.index_source(names))
+
+
+def test_guards_enter_the_key():
+    u = np.zeros(10)
+    narrow = lowering(section(cshift(u, 0, 3), (0,), (2,)), "p")  # i + 3 in [3, 5): no wrap
+    wide = lowering(section(cshift(u, 0, 3), (0,), (8,)), "p")  # i + 3 reaches 10: one wrap
+    assert narrow.key != wide.key
+    assert narrow.index_source(("i",)) == ("((i + pp0) + pp1)",)
+    assert " if " in wide.index_source(("i",))[0]
+    f = lambda i: (i[0],)  # noqa: E731
+    g = lambda i: (i[0],)  # noqa: E731
+    assert lowering(co_map(u, f, (3,)), "p").key != lowering(co_map(u, g, (3,)), "p").key
+    assert lowering(co_map(u, f, (3,)), "p").key == lowering(co_map(u, f, (5,)), "p").key
+
+
+def test_arrays_lower_to_themselves_and_tiles_to_block_indices():
+    a = np.zeros((4, 6))
+    low = lowering(a, "x")
+    assert low.index_source(("i", "j")) == ("i", "j") and low.params == ()
+    t = transpose(tile(a, (2, 3)), 0, 1)
+    low = lowering(t, "t_")
+    assert low.rank == 4  # two tile indices, two indices inside the tile
+    g = index_function(low)
+    for idx in np.ndindex(3, 2, 2, 3):
+        ti, tj, k, m = idx
+        assert g(*idx, *low.params) == (tj * 2 + k, ti * 3 + m)
+
+
+def test_lowering_errors():
+    with pytest.raises(ViewError, match=r"lowering: prefix '3x' does not start valid identifiers"):
+        lowering(np.zeros(3), "3x")
+    with pytest.raises(ViewError, match=r"index_source: 1 index names \('i',\) for a view "
+                       r"lowered with 2 index variables"):
+        lowering(np.zeros((2, 2)), "v").index_source(("i",))
+
+
+# -- Numba -----------------------------------------------------------------------------------
+@numba.njit
+def _reflect(i):
+    return (4 - i[0], i[1])
+
+
+def _kernel_cases():
+    u = np.arange(30.0).reshape(5, 6)
+    return [
+        interior(cshift(u, 0, -1), 1),                       # exact: no wrap code
+        cshift(transpose(section(u, (1, 0), (4, 6)), 0, 1), 1, 1),    # high
+        cshift(u, 1, -2),                                     # low
+        co_map(cshift(u, 0, 2), _reflect.py_func, (5, 6)),   # mod, through a co-map call
+        project(tile(u, (5, 2)), 0, 0),                       # a row of tiles
+    ]
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_lowered_source_compiles_with_numba(case):
+    view = _kernel_cases()[case]
+    low = lowering(view, "k_")
+    names = [f"i{k}" for k in range(low.rank)]
+    src = (f"def read(root, {', '.join(names + list(low.param_names))}):\n"
+           f"    return root[{', '.join(low.index_source(names))}]\n")
+    namespace = {k: numba.njit(f) for k, f in low.globals.items()}
+    exec(src, namespace)
+    read = numba.njit(namespace["read"])
+    expect = view.numpy()
+    for idx in np.ndindex(*expect.shape):
+        assert read(low.root, *idx, *low.params) == expect[idx]
+    modes = {entry[3] for entry in low.key[2] if entry[0] == "cshift"}
+    assert modes == [{"exact"}, {"high"}, {"low"}, {"mod"}, set()][case]

@@ -176,19 +176,19 @@ def cyclic(i, shift, n, ctx):
     for a representative s of the shift), ``"high"``/``"low"`` (one wrap at most) or
     ``"mod"`` (bounds unknown or too wide). ``n`` is a concrete extent.
     """
-    s = shift % n if n else 0
-    near = s - n if n - s < s else s  # the representative closest to zero
-    b = ctx.bounds(i)
     if n == 0:  # an empty dimension: the expression is never evaluated
         return i, "exact"
+    s = shift % n
+    b = ctx.bounds(i)
     if b is not None:
         lo, hi = b
-        for rep in (near, s if near != s else s - n):
+        for rep in (s, s - n):
             if 0 <= lo + rep and hi + rep < n:
                 return i + ctx.number(rep), "exact"
         if 0 <= lo + s and hi + s < 2 * n:
-            mode = "low" if near < 0 else "high"
-            return Wrap(i + ctx.number(near), ctx.number(n), mode), mode
+            # One wrap at most: write the shift as the representative nearer zero.
+            mode, rep = ("low", s - n) if n - s < s else ("high", s)
+            return Wrap(i + ctx.number(rep), ctx.number(n), mode), mode
     return Wrap(i + ctx.number(s), ctx.number(n), "mod"), "mod"
 
 
@@ -210,6 +210,7 @@ class LowerContext:
         self.key = []
 
     def number(self, value):
+        """An expression standing for the integer ``value``."""
         if self.literal:
             return Const(int(value))
         name = f"{self.prefix}p{len(self.params)}"
@@ -219,12 +220,15 @@ class LowerContext:
         return Param(name)
 
     def function(self, f):
+        """The name under which expressions call the co-map function ``f``."""
         name = f"{self.prefix}f{len(self.globals)}"
         self.globals[name] = f
         return name
 
     def bounds(self, e):
+        """Range of ``e`` over the index variables' ranges, or None when unknown."""
         return e.bounds(self.env)
 
     def note(self, entry):
+        """Record one operator's structural entry for the key."""
         self.key.append(entry)

@@ -11,6 +11,7 @@ import functools
 import os
 import platform as _platform
 import threading
+from pathlib import Path
 
 import psutil
 
@@ -93,12 +94,25 @@ def _simd_lanes(features) -> int:
 
 @functools.lru_cache(maxsize=1)
 def _cpu_brand() -> tuple[str, str, int]:
-    """(vendor, brand name, L1 data cache bytes) from py-cpuinfo, which is slow: once."""
-    import cpuinfo
+    """(vendor, brand name, L1 data cache bytes).
 
-    info = cpuinfo.get_cpu_info()
-    l1d = info.get("l1_data_cache_size") or 0
-    return info.get("vendor_id_raw", "unknown"), info.get("brand_raw", _platform.processor()), int(l1d)
+    Read from /proc and /sys where they exist (instant); py-cpuinfo elsewhere, which
+    runs CPUID in a subprocess and takes about a second.
+    """
+    try:
+        fields = {}
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+        l1d = Path("/sys/devices/system/cpu/cpu0/cache/index0/size").read_text().strip()
+        l1d_bytes = int(l1d[:-1]) * 1024 if l1d.endswith("K") else int(l1d)
+        return fields["vendor_id"], fields["model name"], l1d_bytes
+    except (OSError, KeyError, ValueError):
+        import cpuinfo
+
+        info = cpuinfo.get_cpu_info()
+        l1d = info.get("l1_data_cache_size") or 0
+        return info.get("vendor_id_raw", "unknown"), info.get("brand_raw", _platform.processor()), int(l1d)
 
 
 def _cpu_device() -> Device:

@@ -60,6 +60,7 @@ class CodeRepository:
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root) if root is not None else default_root()
         self._memo: dict[tuple, Executable] = {}
+        self.plans: dict[tuple, object] = {}   # launch plans (runtime.launch) built on these executables
         self._device_fns: dict[tuple, object] = {}
         self._lock = threading.RLock()
         self.compiled = 0      # executables compiled from source in this process
@@ -85,6 +86,7 @@ class CodeRepository:
             for key, value in list(self._memo.items()):
                 if value is exe:
                     del self._memo[key]
+            self.plans = {k: p for k, p in self.plans.items() if p.executable is not exe}
             warnings.warn(f"hetflow: corrupt code repository entry {exe.path} removed; recompiling",
                           RuntimeWarning, stacklevel=3)
             shutil.rmtree(exe.path, ignore_errors=True)
@@ -202,10 +204,16 @@ _default: CodeRepository | None = None
 _default_lock = threading.Lock()
 
 
+_default_env: str | None = None
+
+
 def repository() -> CodeRepository:
-    """The process-wide code repository (rooted at HETFLOW_CACHE_DIR when first used)."""
-    global _default
+    """The process-wide code repository; a new one when HETFLOW_CACHE_DIR changes."""
+    global _default, _default_env
+    env = os.environ.get("HETFLOW_CACHE_DIR")
+    if _default is not None and env == _default_env:  # the launch hot path: no lock
+        return _default
     with _default_lock:
-        if _default is None or _default.root != default_root():
-            _default = CodeRepository()
+        if _default is None or env != _default_env:
+            _default, _default_env = CodeRepository(), env
         return _default

@@ -21,6 +21,8 @@ INLINE_LIMIT = 1 << 15
 
 def compile_launch(launch: Launch) -> None:
     """Compile (or load from the repository) the entry for this launch's argument types."""
+    if launch.plan.compiled:
+        return
     exe = launch.executable
     sig = tuple(numba.typeof(a) for a in (0, 0, *launch.inner, *launch.entry_args))
     try:
@@ -34,11 +36,12 @@ def compile_launch(launch: Launch) -> None:
         repository().forget(exe)
         fresh = repository().executable(launch.kernel, launch.device, len(launch.extent),
                                         _lowerings(launch))
-        launch.executable = fresh
+        launch.plan.executable = fresh
         try:
             fresh.entry.compile(sig)
         except NumbaError as exc2:
             raise fresh.compile_error(exc2, launch.device) from None
+    launch.plan.compiled = True
 
 
 def _lowerings(launch: Launch) -> dict:

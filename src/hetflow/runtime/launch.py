@@ -43,20 +43,48 @@ def normalize_extent(extent) -> tuple[int, ...]:
 
 
 @dataclasses.dataclass
+class Plan:
+    """What does not change between launches with the same kernel, device and argument
+    types: the checked parameter names, access modes and the executable."""
+
+    data: list
+    access: object
+    executable: object
+    written: tuple
+    compiled: bool = False   # the entry is compiled for these argument types
+
+
+@dataclasses.dataclass
 class Launch:
     """One kernel launch bound to one device."""
 
     kernel: Kernel
     extent: tuple
     device: object
-    executable: object
+    plan: Plan
     args: tuple            # the kernel's data arguments as given (arrays, views, scalars)
     entry_args: tuple      # what the entry point takes after lo, hi and the inner extents
-    written: tuple         # indices into ``args`` of arrays/views the kernel writes
+
+    @property
+    def executable(self):
+        return self.plan.executable
+
+    @property
+    def written(self) -> tuple:
+        """Indices into ``args`` of arrays/views the kernel writes."""
+        return self.plan.written
 
     @property
     def inner(self) -> tuple:
         return self.extent[1:]
+
+
+def _arg_key(a):
+    """What an argument contributes to the compiled signature (cheap to compute)."""
+    if type(a) is np.ndarray:
+        f = a.flags
+        return (a.dtype, a.ndim, "C" if f.c_contiguous else "F" if f.f_contiguous else "A", f.writeable)
+    return type(a)
 
 
 def _check_arguments(kernel: Kernel, ndim: int, args: tuple) -> list[str]:
@@ -93,15 +121,25 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         raise KernelArgumentError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
     extent = normalize_extent(extent)
     ndim = len(extent)
-    data = _check_arguments(kernel, ndim, args)
-    access = kernel.access(ndim)
-    _check_extent(kernel, extent, data, args, access)
+    names = kernel.params[ndim:]
     lowerings = {name: lowering(arg, f"{name}__p")
-                 for name, arg in zip(data, args) if _views.is_view(arg)}
-    exe = repository().executable(kernel, device, ndim, lowerings)
+                 for name, arg in zip(names, args) if _views.is_view(arg)}
+    repo = repository()
+    key = (kernel, device.id, ndim, tuple(map(_arg_key, args)),
+           tuple(_arg_key(low.root) for low in lowerings.values()),
+           tuple(low.key for low in lowerings.values()))
+    plan = repo.plans.get(key)
+    if plan is None:
+        data = _check_arguments(kernel, ndim, args)
+        access = kernel.access(ndim)
+        exe = repo.executable(kernel, device, ndim, lowerings)
+        written = tuple(k for k, name in enumerate(data) if access.writes(name))
+        plan = repo.plans[key] = Plan(data, access, exe, written)
+    _check_extent(kernel, extent, plan.data, args, plan.access)
+    if not lowerings:
+        return Launch(kernel, extent, device, plan, args, args)
     entry_args = []
-    for name, arg in zip(data, args):
+    for name, arg in zip(names, args):
         low = lowerings.get(name)
         entry_args.extend([low.root, *low.params] if low is not None else [arg])
-    written = tuple(k for k, name in enumerate(data) if access.writes(name))
-    return Launch(kernel, extent, device, exe, args, tuple(entry_args), written)
+    return Launch(kernel, extent, device, plan, args, tuple(entry_args))

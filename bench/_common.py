@@ -1,0 +1,48 @@
+"""Shared helpers for benchmarks: timing, tables, JSON output."""
+from __future__ import annotations
+
+import json
+import time
+
+
+def best_time(fn, repeat=5, warmup=1, sync=None) -> float:
+    """Best wall time of ``fn()`` over ``repeat`` runs after ``warmup`` runs (seconds)."""
+    for _ in range(warmup):
+        fn()
+        if sync:
+            sync()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def per_call(fn, calls) -> float:
+    """Mean seconds per call over ``calls`` calls."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls
+
+
+def report(rows, as_json: bool, title: str) -> None:
+    """Print ``rows`` (dicts with name, baseline, hetflow, unit, ratio, target) as a table or JSON."""
+    if as_json:
+        print(json.dumps({"benchmark": title, "rows": rows}, indent=1))
+        return
+    print(title)
+    print(f"{'case':44s} {'baseline':>14s} {'hetflow':>14s} {'ratio':>8s}  target")
+    for r in rows:
+        print(f"{r['name']:44s} {r['baseline']:>14s} {r['hetflow']:>14s} {r['ratio']:>8.2f}x  {r.get('target', '')}")
+
+
+def fmt_s(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.3f} s"

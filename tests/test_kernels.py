@@ -178,3 +178,10 @@ def test_real_gpu_uses_cupy_arrays_in_place(gpu_device):
     out = cupy.zeros(1000)
     hetflow.forall(1000, axpy, 3.0, x, x, out)  # default device follows the CuPy data
     np.testing.assert_array_equal(out.get(), 4.0 * np.arange(1000.0))
+
+
+def test_access_modes_follow_fields_and_calls():
+    acc = particle_step.access(1)
+    assert acc.modes == {"p": "rw", "dt": ""}
+    assert axpy.access(1).modes == {"a": "", "x": "r", "y": "r", "out": "w"}
+    assert sum_of_squares.access(1).modes == {"x": "r", "y": "r", "out": "w"}

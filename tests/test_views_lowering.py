@@ -12,6 +12,7 @@ from hetflow.errors import ViewError
 from hetflow.index import (co_map, cshift, interior, lowering, project, section, tile,
                            transpose)
 from hetflow.index.expr import Add, Call, Const, LowerContext, Mul, Param, Var, Wrap, cyclic
+from hetflow.platform.cuda_compat import cuda_module
 
 
 def evaluate(expr, env):
@@ -189,18 +190,64 @@ def _kernel_cases():
     ]
 
 
-@pytest.mark.parametrize("case", range(5))
-def test_lowered_source_compiles_with_numba(case):
-    view = _kernel_cases()[case]
-    low = lowering(view, "k_")
+def _compile_read(low, compile_fn, cast):
     names = [f"i{k}" for k in range(low.rank)]
     src = (f"def read(root, {', '.join(names + list(low.param_names))}):\n"
-           f"    return root[{', '.join(low.index_source(names))}]\n")
-    namespace = {k: numba.njit(f) for k, f in low.globals.items()}
+           f"    return root[{', '.join(low.index_source(names, cast))}]\n")
+    namespace = {"np": np, **{k: numba.njit(f) for k, f in low.globals.items()}}
     exec(src, namespace)
-    read = numba.njit(namespace["read"])
+    return compile_fn(namespace["read"])
+
+
+@pytest.mark.parametrize("cast", [None, "np.uint64"])
+@pytest.mark.parametrize("case", range(5))
+def test_lowered_source_compiles_with_numba(case, cast):
+    view = _kernel_cases()[case]
+    low = lowering(view, "k_")
+    read = _compile_read(low, numba.njit, cast)
     expect = view.numpy()
     for idx in np.ndindex(*expect.shape):
         assert read(low.root, *idx, *low.params) == expect[idx]
     modes = {entry[3] for entry in low.key[2] if entry[0] == "cshift"}
     assert modes == [{"exact"}, {"high"}, {"low"}, {"mod"}, set()][case]
+
+
+def test_cast_wraps_each_root_index():
+    low = lowering(section(np.zeros((4, 4)), (1, 2), (2, 2)), "s")
+    assert low.index_source(("i", "j"), "u64") == ("u64((i + sp0))", "u64((j + sp1))")
+
+
+def _cuda_reads(view, cast):
+    """Every element of ``view`` read by a CUDA kernel built from the lowered source."""
+    cuda = cuda_module()
+    low = lowering(view, "k_")
+    shape = tuple(view.extent) + tuple(view.element_extent)
+    names = [f"i{k}" for k in range(low.rank)]
+    strides = [int(np.prod(shape[k + 1:])) for k in range(len(shape))]
+    unravel = "".join(f"        {v} = t // {s} % {n}\n" for v, s, n in zip(names, strides, shape))
+    src = (f"def kern(root, out, {', '.join(low.param_names)}):\n"
+           "    t = cuda.grid(1)\n"
+           "    if t < out.size:\n" + unravel +
+           f"        out[t] = root[{', '.join(low.index_source(names, cast))}]\n")
+    namespace = {"np": np, "cuda": cuda,
+                 **{k: cuda.jit(device=True)(f) for k, f in low.globals.items()}}
+    exec(src, namespace)
+    kern = cuda.jit(namespace["kern"])
+    out = cuda.device_array(int(np.prod(shape)), dtype=view.dtype)
+    kern[(out.size + 31) // 32, 32](cuda.to_device(low.root), out, *low.params)
+    return out.copy_to_host().reshape(shape)
+
+
+@pytest.mark.simgpu
+@pytest.mark.parametrize("case", [0, 3, 4])
+def test_lowered_source_runs_in_simulated_cuda_kernels(case):
+    view = _kernel_cases()[case]
+    assert np.array_equal(_cuda_reads(view, "np.uint64"), view.numpy())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cast", [None, "np.uint64"])
+@pytest.mark.parametrize("case", range(5))
+def test_lowered_source_compiles_for_cuda(case, cast):
+    view = _kernel_cases()[case]
+    assert np.array_equal(_cuda_reads(view, cast), view.numpy())

@@ -36,16 +36,19 @@ def analyze(fdef: ast.FunctionDef, ndim: int, callee_modes) -> Access:
     identity = {}
 
     for node in ast.walk(fdef):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                base = _base_name(target)
+                if base in data:  # x[i] = ..., p[i].x = ..., p[i]['f'] += ...
+                    modes[base].update("rw" if isinstance(node, ast.AugAssign) else "w")
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in data:
             name = node.value.id
-            modes[name].add("w" if isinstance(node.ctx, ast.Store) else "r")
+            if not isinstance(node.ctx, ast.Store):
+                modes[name].add("r")
             k = _identity_rank(node.slice, index)
             if k:
                 identity[name] = max(k, identity.get(name, 0))
-        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Subscript):
-            target = node.target.value
-            if isinstance(target, ast.Name) and target.id in data:
-                modes[target.id].update("rw")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             callee = callee_modes(node.func.id)
             for k, arg in enumerate(node.args):
@@ -54,6 +57,13 @@ def analyze(fdef: ast.FunctionDef, ndim: int, callee_modes) -> Access:
                     modes[arg.id].update(callee[k] if callee and k < len(callee) else "rw")
     ordered = {p: "".join(m for m in "rw" if m in modes[p]) for p in modes}
     return Access(ordered, identity)
+
+
+def _base_name(target):
+    """The parameter an assignment target stores into (through subscripts and fields)."""
+    while isinstance(target, (ast.Subscript, ast.Attribute)):
+        target = target.value
+    return target.id if isinstance(target, ast.Name) else None
 
 
 def _identity_rank(slice_node, index) -> int:

@@ -84,7 +84,10 @@ def _lower_subscript(editor, node, lowering, replace) -> str:
         raise KernelError(f"line {node.lineno}: view {node.value.id!r} has rank {rank} but is "
                           f"subscripted with {len(texts)} indices")
     root = f"{node.value.id}__root"
-    return f"{root}[{', '.join(lowering.index_source(tuple(f'({t})' for t in texts)))}]"
+    # Root indices of a valid view are never negative; saying so (unsigned) lets Numba
+    # drop its negative-index wraparound check, which otherwise costs 2x on stencils.
+    index = lowering.index_source(tuple(f"({t})" for t in texts), cast="__hf_np.uint64")
+    return f"{root}[{', '.join(index)}]"
 
 
 def _index_names(ndim):

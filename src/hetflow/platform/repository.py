@@ -25,6 +25,8 @@ import threading
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import KernelError, NoExecutableError
 from ..kernels.codegen import ENTRY, expanded, generate
 from .cuda_compat import cuda_module
@@ -158,6 +160,7 @@ class CodeRepository:
             ns.update(kernel.namespace())
         for name, sub in kernel.subkernels.items() if kernel.has_source else ():
             ns[name] = self.device_function(sub, device)
+        ns["__hf_np"] = np
         if device.kind == "gpu":
             ns["__hf_cuda"] = cuda_module()
         try:

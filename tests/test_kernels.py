@@ -185,3 +185,14 @@ def test_access_modes_follow_fields_and_calls():
     assert acc.modes == {"p": "rw", "dt": ""}
     assert axpy.access(1).modes == {"a": "", "x": "r", "y": "r", "out": "w"}
     assert sum_of_squares.access(1).modes == {"x": "r", "y": "r", "out": "w"}
+
+
+def test_type_error_names_the_line():
+    @hetflow.kernel
+    def mistyped(i, x):
+        x[i] = (1, 2) * x  # tuple times array: no such operation
+
+    with pytest.raises(KernelCompileError) as err:
+        hetflow.forall(4, mistyped, np.zeros(4))
+    line = int(str(err.value).split("test_kernels.py:")[1].split(")")[0])
+    assert "(1, 2) * x" in open(__file__).read().splitlines()[line - 1]

@@ -80,15 +80,28 @@ class Executable:
         stats = getattr(self.entry, "stats", None)
         return sum(stats.cache_hits.values()) if stats is not None else 0
 
-    def compile_error(self, exc: Exception, device) -> KernelCompileError:
+    def compile_error(self, exc: Exception, device, kernel=None) -> KernelCompileError:
         """Turn a compiler exception into KernelCompileError naming file and line."""
         text = str(exc).replace(self.module_file, self.user_file)
         lines = [int(m) for m in re.findall(r'File "[^"]*", line (\d+)', str(exc))]
+        lines = lines or _name_error_lines(text, kernel)
         where = f"{self.user_file}:{lines[-1]}" if lines else self.user_file
         first = _compiler_message(text)
         return KernelCompileError(
             f"kernel {self.description.kernel!r} ({where}) failed to compile for {device.id} "
             f"({device.kind}, {device.arch}): {first}")
+
+
+def _name_error_lines(text: str, kernel) -> list[int]:
+    """Numba reports undefined names without a location: find them in the source."""
+    names = re.findall(r"name '(\w+)' is not defined", text)
+    if not names or kernel is None or not kernel.has_source:
+        return []
+    import ast
+
+    offset = kernel.source.firstlineno - 1
+    return [n.lineno + offset for n in ast.walk(kernel.definition)
+            if isinstance(n, ast.Name) and n.id == names[0]][:1]
 
 
 def _compiler_message(text: str) -> str:

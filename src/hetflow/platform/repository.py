@@ -198,7 +198,9 @@ def _wrappers(device):
     if device.kind == "cpu":
         import numba
 
-        return (numba.njit(nogil=True, cache=True), numba.njit(nogil=True, cache=True))
+        # inline="always": Numba inlines the body into the chunk loop at the IR level, so
+        # LLVM can vectorise the loop (a call per index would cost ~5x on axpy).
+        return (numba.njit(nogil=True, cache=True, inline="always"), numba.njit(nogil=True, cache=True))
     cuda = cuda_module()
     return (cuda.jit(device=True), cuda.jit(cache=not device.simulated))
 

@@ -28,7 +28,7 @@ def compile_launch(launch: Launch) -> None:
     try:
         exe.entry.compile(sig)
     except NumbaError as exc:
-        raise exe.compile_error(exc, launch.device) from None
+        raise exe.compile_error(exc, launch.device, launch.kernel) from None
     except Exception:  # noqa: BLE001
         # Anything but a compiler error here comes from reading stored machine code (a
         # truncated or foreign cache file: pickle, EOF, OS errors): drop the entry and
@@ -40,7 +40,7 @@ def compile_launch(launch: Launch) -> None:
         try:
             fresh.entry.compile(sig)
         except NumbaError as exc2:
-            raise fresh.compile_error(exc2, launch.device) from None
+            raise fresh.compile_error(exc2, launch.device, launch.kernel) from None
     launch.plan.compiled = True
 
 

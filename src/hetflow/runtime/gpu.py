@@ -61,7 +61,7 @@ class GpuLaunch:
             try:
                 entry(lo, hi, *self.launch.inner, *self.dev_args)
             except NumbaError as exc:
-                raise exe.compile_error(exc, self.device) from None
+                raise exe.compile_error(exc, self.device, self.launch.kernel) from None
 
     def sync(self) -> None:
         with self._context():

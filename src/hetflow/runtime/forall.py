@@ -6,6 +6,8 @@ with work stealing (see :mod:`hetflow.runtime.coexec`).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import KernelArgumentError
 from ..platform.context import Context
 from ..platform.devices import Device, devices, get_device
@@ -14,14 +16,21 @@ from . import cpu, gpu
 from .launch import bind, is_device_array
 
 
+def _default_devices(args) -> tuple[Device, ...]:
+    """Data on a GPU runs on that GPU's kind of device; anything else on the CPU."""
+    table = devices()
+    for a in args:
+        if type(a) is not np.ndarray and (is_device_array(a) or is_device_array(getattr(a, "root", None))):
+            gpus = [d for d in table if d.kind == "gpu"]
+            if gpus:
+                return (gpus[0],)
+    return (table[0],)  # the CPU package is always first
+
+
 def resolve_devices(device, args=()) -> tuple[Device, ...]:
     """The physical devices a call site runs on."""
     if device is None:
-        if any(is_device_array(a) or is_device_array(getattr(a, "root", None)) for a in args):
-            gpus = [d for d in devices() if d.kind == "gpu"]
-            if gpus:
-                return (gpus[0],)
-        return (get_device("cpu0"),)
+        return _default_devices(args)
     if isinstance(device, Context):
         return device.devices
     if isinstance(device, LogicalDevice):

@@ -26,6 +26,8 @@ def is_device_array(x) -> bool:
 
 def normalize_extent(extent) -> tuple[int, ...]:
     """An int, a tuple of ints, an array or a view, as a launch extent."""
+    if type(extent) is int and extent >= 0:  # the common case, kept cheap
+        return (extent,)
     if _views.is_view(extent) or hasattr(extent, "shape"):
         extent = tuple(extent.shape)
     elif isinstance(extent, numbers.Integral):
@@ -49,6 +51,7 @@ class Plan:
 
     data: list
     access: object
+    checks: tuple          # see _extent_checks
     executable: object
     written: tuple
     compiled: bool = False   # the entry is compiled for these argument types
@@ -83,8 +86,11 @@ def _arg_key(a):
     """What an argument contributes to the compiled signature (cheap to compute)."""
     if type(a) is np.ndarray:
         f = a.flags
-        return (a.dtype, a.ndim, "C" if f.c_contiguous else "F" if f.f_contiguous else "A", f.writeable)
+        return (a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable)
     return type(a)
+
+
+_PLAIN = (np.ndarray, float, int, bool, complex)
 
 
 def _check_arguments(kernel: Kernel, ndim: int, args: tuple) -> list[str]:
@@ -101,13 +107,17 @@ def _check_arguments(kernel: Kernel, ndim: int, args: tuple) -> list[str]:
     return data
 
 
-def _check_extent(kernel: Kernel, extent: tuple, data: list[str], args: tuple, access) -> None:
-    for name, arg in zip(data, args):
-        k = access.identity.get(name, 0)
-        if not k or isinstance(arg, SCALARS):
-            continue
-        shape = tuple(arg.shape)
-        view = _views.is_view(arg)
+def _extent_checks(data: list[str], args: tuple, access) -> tuple:
+    """(position, name, k, is_view) for every array or view indexed by the first k
+    launch indices: those must cover the launch extent (views: match it exactly)."""
+    return tuple((pos, name, access.identity[name], _views.is_view(arg))
+                 for pos, (name, arg) in enumerate(zip(data, args))
+                 if access.identity.get(name) and not isinstance(arg, SCALARS))
+
+
+def _check_extent(kernel: Kernel, extent: tuple, args: tuple, checks: tuple) -> None:
+    for pos, name, k, view in checks:
+        shape = tuple(args[pos].shape)
         if len(shape) < k or any((s != e) if view else (s < e) for s, e in zip(shape[:k], extent[:k])):
             what = "view" if view else "array"
             raise ShapeError(
@@ -122,8 +132,9 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     extent = normalize_extent(extent)
     ndim = len(extent)
     names = kernel.params[ndim:]
-    lowerings = {name: lowering(arg, f"{name}__p")
-                 for name, arg in zip(names, args) if _views.is_view(arg)}
+    plain = all(type(a) in _PLAIN for a in args)
+    lowerings = {} if plain else {name: lowering(arg, f"{name}__p")
+                                  for name, arg in zip(names, args) if _views.is_view(arg)}
     repo = repository()
     key = (kernel, device.id, ndim, tuple(map(_arg_key, args)),
            tuple(_arg_key(low.root) for low in lowerings.values()),
@@ -134,8 +145,9 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         access = kernel.access(ndim)
         exe = repo.executable(kernel, device, ndim, lowerings)
         written = tuple(k for k, name in enumerate(data) if access.writes(name))
-        plan = repo.plans[key] = Plan(data, access, exe, written)
-    _check_extent(kernel, extent, plan.data, args, plan.access)
+        plan = repo.plans[key] = Plan(data, access, _extent_checks(data, args, access), exe, written)
+    if plan.checks:
+        _check_extent(kernel, extent, args, plan.checks)
     if not lowerings:
         return Launch(kernel, extent, device, plan, args, args)
     entry_args = []

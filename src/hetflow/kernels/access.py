@@ -16,6 +16,7 @@ class Access:
 
     modes: dict
     identity: dict  # parameter -> k: subscripted by the first k launch indices (i, j, ...)
+    only_identity: frozenset = frozenset()  # parameters never subscripted any other way
 
     def reads(self, name) -> bool:
         return "r" in self.modes.get(name, "")
@@ -34,6 +35,7 @@ def analyze(fdef: ast.FunctionDef, ndim: int, callee_modes) -> Access:
     index, data = params[:ndim], set(params[ndim:])
     modes = {p: set() for p in params[ndim:]}
     identity = {}
+    other = set()  # parameters subscripted by something else than the launch index
 
     for node in ast.walk(fdef):
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
@@ -49,14 +51,17 @@ def analyze(fdef: ast.FunctionDef, ndim: int, callee_modes) -> Access:
             k = _identity_rank(node.slice, index)
             if k:
                 identity[name] = max(k, identity.get(name, 0))
+            else:
+                other.add(name)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             callee = callee_modes(node.func.id)
             for k, arg in enumerate(node.args):
                 if isinstance(arg, ast.Name) and arg.id in data:
                     # An unknown callee may do anything with an array it is handed.
                     modes[arg.id].update(callee[k] if callee and k < len(callee) else "rw")
+                    other.add(arg.id)
     ordered = {p: "".join(m for m in "rw" if m in modes[p]) for p in modes}
-    return Access(ordered, identity)
+    return Access(ordered, identity, frozenset(identity) - other)
 
 
 def _base_name(target):

@@ -44,16 +44,29 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
                                   f"Context; got {type(device).__name__}") from None
 
 
-def forall(extent, kernel, *args, device=None):
-    """Run ``kernel`` at every index of ``extent`` (an int, a tuple, an array or a view)."""
-    targets = resolve_devices(device, args)
-    if len(targets) > 1:
-        from .coexec import co_forall
-
-        return co_forall(extent, kernel, args, targets)
-    target = targets[0]
-    launch = bind(kernel, extent, args, target)
-    if target.kind == "cpu":
-        cpu.run(launch, target.compute_units)
+def run_on(launch) -> None:
+    """Run a bound launch whole on its one device."""
+    if launch.device.kind == "cpu":
+        cpu.run(launch, launch.device.compute_units)
     else:
         gpu.run(launch)
+
+
+def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
+    """Run ``kernel`` at every index of ``extent`` (an int, a tuple, an array or a view).
+
+    With several devices the loop is co-executed by all their workers (CPU cores, GPU
+    streams); ``schedule`` is 'steal' (the default there: work stealing from predicted
+    shares) or 'static' (split once by ``shares`` or the prediction), and the run report
+    is returned (also kept for ``hetflow.last_report()``). On one CPU device the rows are
+    split evenly over its cores unless a ``schedule`` is named, which runs the same
+    worker machinery on the cores alone.
+    """
+    if schedule not in (None, "steal", "static"):
+        raise KernelArgumentError(f"schedule must be 'steal' or 'static', got {schedule!r}")
+    targets = resolve_devices(device, args)
+    if len(targets) > 1 or schedule is not None:
+        from .coexec import co_forall
+
+        return co_forall(extent, kernel, args, targets, schedule=schedule or "steal", shares=shares)
+    run_on(bind(kernel, extent, args, targets[0]))

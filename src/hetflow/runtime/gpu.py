@@ -16,6 +16,17 @@ THREADS = 256
 SIM_THREADS = 16   # the simulator runs one OS thread per GPU thread: keep it small
 
 
+def launch_config(device, rows: int, inner: tuple) -> tuple[int, int]:
+    """(blocks, threads) for ``rows`` rows: enough blocks to fill the SMs, no more."""
+    if device.simulated:
+        return 1, SIM_THREADS
+    work = rows
+    for e in inner:
+        work *= e
+    blocks = max(1, min((work + THREADS - 1) // THREADS, device.compute_units * 32))
+    return blocks, THREADS
+
+
 class GpuLaunch:
     """A launch's device-side arguments on one GPU, and how to run chunks of it."""
 
@@ -42,19 +53,9 @@ class GpuLaunch:
             self._host_to_dev[id(arg)] = known
         return known[1]
 
-    def config(self, rows: int) -> tuple[int, int]:
-        """(blocks, threads) for ``rows`` rows: enough blocks to fill the SMs, no more."""
-        work = rows
-        for e in self.launch.inner:
-            work *= e
-        if self.device.simulated:
-            return 1, SIM_THREADS
-        blocks = max(1, min((work + THREADS - 1) // THREADS, self.device.compute_units * 32))
-        return blocks, THREADS
-
     def run_chunk(self, lo: int, hi: int) -> None:
         """Launch rows ``[lo, hi)`` (asynchronous on a real GPU)."""
-        blocks, threads = self.config(hi - lo)
+        blocks, threads = launch_config(self.device, hi - lo, self.launch.inner)
         exe = self.launch.executable
         entry = exe.entry[blocks, threads, self.stream] if self.stream else exe.entry[blocks, threads]
         with self._context():

@@ -1,0 +1,148 @@
+"""History-based performance model: measured throughput per (kernel, device), StarPU style.
+
+After each loop the throughput every worker achieved (indices per second of busy time)
+refines an exponential moving average stored per ``(kernel key, device key)``; before
+the next loop :meth:`PerfModel.shares` turns those figures into the fractions of the
+range each worker starts with, so stealing only has to fix the residual error.
+
+The history is one JSON file, ``perfmodel.json`` in the code repository directory
+(``$HETFLOW_CACHE_DIR``, else ``~/.cache/hetflow``). It is written atomically (a temporary
+file then ``os.replace``), and merged with what other processes wrote meanwhile.
+Keys are opaque strings; device keys should name the kind of unit, not its slot (e.g.
+one key for every core of a CPU model, one per GPU model), so that history carries over
+between machines of the same build.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pathlib
+import tempfile
+import threading
+import time
+
+from ..errors import ScheduleError
+from ..platform.repository import default_root
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "perfmodel.json"
+_VERSION = 1
+
+
+class PerfModel:
+    """Throughput history for ``(kernel_key, device_key)`` pairs, backed by a JSON file.
+
+    ``alpha`` is the weight of a new measurement in the moving average (1: keep only the
+    latest run). The file is read lazily on first use.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, alpha: float = 0.5):
+        if not 0 < alpha <= 1:
+            raise ScheduleError(f"alpha must lie in (0, 1], got {alpha!r}")
+        self.path = pathlib.Path(path) if path is not None else default_root() / FILE_NAME
+        self.alpha = alpha
+        self._entries: dict[str, dict[str, dict]] | None = None
+        self._dirty: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    # reading -------------------------------------------------------------------------
+    def _read_file(self) -> dict[str, dict[str, dict]]:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring unreadable performance history %s: %s", self.path, exc)
+            return {}
+        if not isinstance(data, dict) or data.get("version") != _VERSION \
+                or not isinstance(data.get("entries"), dict):
+            log.warning("ignoring performance history %s: unknown format", self.path)
+            return {}
+        return data["entries"]
+
+    def _table(self):
+        if self._entries is None:
+            self._entries = self._read_file()
+        return self._entries
+
+    def throughput(self, kernel_key: str, device_key: str) -> float | None:
+        """The averaged throughput (indices/s) of a kernel on a device, None if never measured."""
+        with self._lock:
+            entry = self._table().get(kernel_key, {}).get(device_key)
+        return None if entry is None else entry["throughput"]
+
+    def shares(self, kernel_key: str, device_keys) -> list[float]:
+        """Predicted fractions of a loop for workers on ``device_keys`` (one key per worker).
+
+        Proportional to the known throughputs; a device never measured is predicted at
+        the mean of the known ones; with no history at all the shares are equal.
+        """
+        keys = list(device_keys)
+        if not keys:
+            raise ScheduleError("shares needs at least one device key")
+        rates = [self.throughput(kernel_key, k) for k in keys]
+        known = [r for r in rates if r]
+        if not known:
+            return [1.0 / len(keys)] * len(keys)
+        guess = sum(known) / len(known)
+        rates = [r if r else guess for r in rates]
+        total = sum(rates)
+        return [r / total for r in rates]
+
+    # learning --------------------------------------------------------------------------
+    def observe(self, kernel_key: str, device_key: str, throughput: float) -> None:
+        """Fold one measured throughput into the moving average (not yet saved)."""
+        if not throughput > 0 or throughput == float("inf"):
+            raise ScheduleError(f"throughput must be positive and finite, got {throughput!r}")
+        with self._lock:
+            per_kernel = self._table().setdefault(kernel_key, {})
+            old = per_kernel.get(device_key)
+            if old is None:
+                value, samples = throughput, 1
+            else:
+                value = self.alpha * throughput + (1 - self.alpha) * old["throughput"]
+                samples = old["samples"] + 1
+            per_kernel[device_key] = {"throughput": value, "samples": samples,
+                                      "updated": time.time()}
+            self._dirty.add((kernel_key, device_key))
+
+    def update(self, kernel_key: str, report, device_key=None, save: bool = True) -> None:
+        """Refine the model from a :class:`~hetflow.runtime.report.RunReport`.
+
+        Each device key gets the mean throughput of the workers that map to it (failed
+        workers and workers that ran nothing are left out). ``device_key(stats)`` maps a
+        worker's stats to its key; the default is the worker's ``device_id``.
+        """
+        key_of = device_key or (lambda stats: stats.device_id)
+        rates: dict[str, list[float]] = {}
+        for stats in report.workers:
+            if not stats.failed and stats.indices > 0 and stats.busy_s > 0:
+                rates.setdefault(key_of(stats), []).append(stats.throughput)
+        for key, values in rates.items():
+            self.observe(kernel_key, key, sum(values) / len(values))
+        if save and rates:
+            self.save()
+
+    # writing ---------------------------------------------------------------------------
+    def save(self) -> None:
+        """Write the history: our new measurements over what the file holds now."""
+        with self._lock:
+            merged = self._read_file()
+            for kernel_key, device_key in self._dirty:
+                merged.setdefault(kernel_key, {})[device_key] = \
+                    self._entries[kernel_key][device_key]
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".perfmodel-", suffix=".json",
+                                       dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    json.dump({"version": _VERSION, "entries": merged}, fh, indent=1,
+                              sort_keys=True)
+                os.replace(tmp, self.path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+            self._entries = merged
+            self._dirty.clear()

@@ -1,0 +1,471 @@
+"""One data-parallel loop run by CPU cores and GPUs together, balanced by work stealing (SPEC §3).
+
+:func:`run_loop` cuts ``[0, n)`` into chunks ``(min, max)`` — GPU chunks sized to the
+GPU, CPU chunks smaller, each worker's own ``chunk_size`` — and spreads them over one
+Chase–Lev deque per worker (:mod:`hetflow.runtime.deque`), evenly or by predicted speed
+shares (:mod:`hetflow.runtime.perfmodel`). One Python thread per worker then pops from
+its own deque and, when that is empty (or at most ``steal_threshold`` long), steals the
+top entry of the other deques, visited in a fixed order: GPU queues first, then CPU
+queues. Stealing is bidirectional. The chunk functions release the GIL (CPU: Numba
+``nogil`` functions; GPU: asynchronous launches), so the workers really run at once.
+
+Two refinements keep mixed chunk sizes efficient without giving up exactly-once:
+a worker that obtains a range larger than twice its own chunk size (a CPU that stole a
+GPU chunk) runs one chunk of it and pushes the rest onto its own deque, where it can be
+stolen back; a thief whose chunk size is larger than what it stole (a GPU stealing CPU
+chunks) keeps taking the victim's top entry while that entry is adjacent, and runs the
+merged range as one launch.
+
+Termination (SPEC §3.5) and why it is correct
+---------------------------------------------
+A worker that finds every queue empty in one traversal writes the EMPTY token into all
+queues, and every worker stops when it sees the token in its own queue. Without faults
+that rule alone is safe, because after the initial distribution nothing is ever added
+to a queue: a queue seen empty stays empty, so a traversal that sees them all empty
+proves every chunk has been taken, and the worker holding each one will run it.
+
+Two things do add ranges later: the split remainder above, and the ranges a failed
+worker held, which it pushes back onto its own deque so that the others run them. Both
+are pushed by a worker that *holds* a range at that moment, so three shared counters
+make the rule safe again:
+
+* ``HELD`` counts ranges taken and not yet completed. A worker increments it *before*
+  it tries to take, and decrements it after completing (or after pushing back) — so a
+  range is at every instant in a queue or counted in ``HELD``.
+* ``EPOCH`` is incremented after every push made after the start, before the pusher
+  releases its hold.
+* A terminating worker reads ``EPOCH``, traverses all queues, then reads ``HELD == 0``
+  and ``EPOCH`` unchanged. At the moment it reads ``HELD == 0`` every unfinished range
+  sits in a queue; none was pushed since the first ``EPOCH`` read (its pusher would have
+  bumped ``EPOCH`` before dropping its hold, i.e. before ``HELD`` reached 0), so it sat
+  in its queue during the whole traversal and would have been seen. Hence when the
+  token is written all work is done, and every index ran exactly once (each range
+  leaves a deque exactly once, see the CAS argument in :mod:`~hetflow.runtime.deque`).
+
+Faults: when ``run_chunk`` or ``sync`` raises, the worker pushes every range it holds
+(the running one and, for a GPU, the launched but unsynchronised ones) back onto its own
+deque, bumps ``EPOCH``, marks itself dead, drops its hold, and leaves; the others steal
+its remaining chunks (even under ``schedule='static'``, where only dead workers' queues
+may be stolen from). Re-running a range that had partly run is harmless for the loops
+this serves (``forall`` kernels write ``out[i] = f(...)``), so the result is that of a
+single-device run. If every worker fails, :class:`~hetflow.errors.DeviceFailure` is raised.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import threading
+import time
+from typing import Callable
+
+import numpy as np
+from numba import njit
+
+from ..errors import DeviceFailure, RuntimeFailure, ScheduleError
+from .deque import (ABORT, EMPTY, OK, DequeSet, aligned_zeros, atomic_load, atomic_store,
+                    fetch_add, has_empty_token, pop_bottom, push_bottom, size, steal_top,
+                    steal_top_adjacent, write_empty_token)
+from .report import ChunkEvent, FailureRecord, RunReport, WorkerStats
+
+log = logging.getLogger(__name__)
+
+STOP = 3            # acquire status: the EMPTY token is in this worker's queue
+HELD = 0            # ctl word: ranges taken and not completed
+EPOCH = 8           # ctl word: pushes made after the initial distribution
+_MIN_BACKOFF = 2e-5
+_MAX_BACKOFF = 1e-3
+
+
+@dataclasses.dataclass
+class Worker:
+    """One executor of chunks: a CPU core or a GPU (or one stream of a GPU).
+
+    ``run_chunk(lo, hi)`` executes indices ``[lo, hi)``; a CPU worker's should release
+    the GIL (a Numba ``nogil`` function). A GPU worker's may return before the work is
+    done: give it ``sync`` (waits for everything launched) and ``inflight`` > 1, and up
+    to ``inflight`` chunks are launched before ``sync`` is called.
+    """
+
+    name: str
+    kind: str
+    run_chunk: Callable[[int, int], object]
+    chunk_size: int
+    device_id: str
+    inflight: int = 1
+    sync: Callable[[], object] | None = None
+
+    def __post_init__(self):
+        if self.kind not in ("cpu", "gpu"):
+            raise ScheduleError(f"worker {self.name!r}: kind must be 'cpu' or 'gpu', "
+                                f"got {self.kind!r}")
+        if not callable(self.run_chunk):
+            raise ScheduleError(f"worker {self.name!r}: run_chunk must be callable")
+        if not isinstance(self.chunk_size, (int, np.integer)) or self.chunk_size < 1:
+            raise ScheduleError(f"worker {self.name!r}: chunk_size must be a positive "
+                                f"integer, got {self.chunk_size!r}")
+        if not isinstance(self.inflight, (int, np.integer)) or self.inflight < 1:
+            raise ScheduleError(f"worker {self.name!r}: inflight must be a positive "
+                                f"integer, got {self.inflight!r}")
+        if self.inflight > 1 and self.sync is None:
+            raise ScheduleError(f"worker {self.name!r}: inflight={self.inflight} needs a "
+                                f"sync callable to complete the chunks in flight")
+
+
+def gpu_chunk_size(sm_count: int, warp_size: int, warps_per_sm: int, waves: int = 1) -> int:
+    """A GPU chunk: ``waves`` full loads of the GPU's hardware threads (SMs x warp size x
+    resident warps per SM), so every launch fills the device."""
+    return max(1, sm_count * warp_size * warps_per_sm * waves)
+
+
+def cpu_chunk_size(n: int, cpu_workers: int, per_worker: int = 16, minimum: int = 1) -> int:
+    """A CPU chunk: about ``per_worker`` chunks per CPU worker's even share of ``n``,
+    enough for stealing to even out irregular costs; never below ``minimum`` (which
+    bounds the scheduling overhead per index)."""
+    return max(minimum, 1, math.ceil(n / max(1, cpu_workers * per_worker)))
+
+
+# -- the lock-free parts, run without the GIL ----------------------------------------------
+@njit(nogil=True, cache=True)
+def _acquire(state, buf, capacity, ctl, dead, steals, order, me, steal_live, want, low_water):
+    """Take a range for worker ``me``: ``(status, lo, hi, victim)``, status OK/EMPTY/STOP.
+
+    Pops its own deque when it holds more than ``low_water`` chunks, else steals from
+    the others in ``order`` (from live ones only when ``steal_live``; a dead worker's
+    queue is always open), else pops what is left of its own. ``victim`` is -1 for an
+    own chunk. ``steals[2 * (me * nw + v)]`` counts CAS attempts on ``v``, ``+ 1`` wins.
+    """
+    if has_empty_token(state, me):
+        return STOP, 0, 0, -1
+    fetch_add(ctl, HELD, 1)            # before taking anything: see the module docstring
+    lo = 0
+    hi = 0
+    if size(state, me) > low_water:
+        st, lo, hi = pop_bottom(state, buf, capacity, me)
+        if st == OK:
+            return OK, lo, hi, -1
+    nw = order.size
+    for k in range(nw):
+        v = order[k]
+        if v == me or (not steal_live and atomic_load(dead, v) == 0):
+            continue
+        row = 2 * (me * nw + v)
+        st = ABORT
+        while st == ABORT:             # another taker won the CAS on this entry: retry
+            st, lo, hi = steal_top(state, buf, capacity, v)
+            if st != EMPTY:
+                steals[row] += 1
+        if st == OK:
+            steals[row + 1] += 1
+            while hi - lo < want:      # gather adjacent chunks up to our own chunk size
+                st, lo, hi = steal_top_adjacent(state, buf, capacity, v, lo, hi)
+                if st == EMPTY:
+                    break
+                steals[row] += 1
+                if st == OK:
+                    steals[row + 1] += 1
+            return OK, lo, hi, v
+    if low_water > 0:
+        st, lo, hi = pop_bottom(state, buf, capacity, me)
+        if st == OK:
+            return OK, lo, hi, -1
+    fetch_add(ctl, HELD, -1)
+    return EMPTY, 0, 0, -1
+
+
+@njit(nogil=True, cache=True)
+def _try_terminate(state, ctl, order):
+    """Write the EMPTY token into all queues if the loop is provably over (module docstring)."""
+    epoch = atomic_load(ctl, EPOCH)
+    for k in range(order.size):        # GPU queues first, then CPU queues
+        if size(state, order[k]) > 0:
+            return False
+    if atomic_load(ctl, HELD) != 0 or atomic_load(ctl, EPOCH) != epoch:
+        return False
+    write_empty_token(state, order.size)
+    return True
+
+
+@njit(nogil=True, cache=True)
+def _push_back(state, buf, capacity, ctl, me, ranges):
+    """Push ``ranges`` (k x 2) onto ``me``'s deque, then bump EPOCH; False if it is full."""
+    for i in range(ranges.shape[0]):
+        if not push_bottom(state, buf, capacity, me, ranges[i, 0], ranges[i, 1]):
+            return False
+    fetch_add(ctl, EPOCH, 1)
+    return True
+
+
+@njit(nogil=True, cache=True)
+def _release(ctl, count):
+    fetch_add(ctl, HELD, -count)
+
+
+@njit(nogil=True, cache=True)
+def _mark_dead(dead, me):
+    atomic_store(dead, me, 1)
+
+
+# -- the initial distribution ------------------------------------------------------------
+def _check_shares(shares, count):
+    if shares is None:
+        return np.full(count, 1.0 / count)
+    arr = np.asarray(shares, dtype=float)
+    if arr.shape != (count,):
+        raise ScheduleError(f"shares must have one entry per worker ({count}), "
+                            f"got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0) or arr.sum() <= 0:
+        raise ScheduleError(f"shares must be finite, non-negative and not all zero, got "
+                            f"{arr.tolist()}")
+    return arr / arr.sum()
+
+
+def split_range(n: int, shares) -> list[tuple[int, int]]:
+    """Contiguous ranges of ``[0, n)``, one per share: boundaries ``round(cumsum(shares) * n)``."""
+    bounds = np.rint(np.cumsum(shares) * n).astype(np.int64)
+    bounds[-1] = n
+    starts = np.concatenate(([0], bounds[:-1]))
+    return [(int(a), int(b)) for a, b in zip(starts, bounds)]
+
+
+def _chunk_count(lo, hi, chunk_size):
+    return -(-(hi - lo) // chunk_size)
+
+
+@njit(nogil=True, cache=True)
+def _distribute(state, buf, capacity, q, lo, hi, chunk_size):
+    """Cut ``[lo, hi)`` into chunks of ``chunk_size`` onto deque ``q``, the last one on
+    top so that the owner pops in ascending order and thieves take from the far end."""
+    for k in range((hi - lo + chunk_size - 1) // chunk_size - 1, -1, -1):
+        a = lo + k * chunk_size
+        push_bottom(state, buf, capacity, q, a, min(a + chunk_size, hi))
+
+
+# -- one loop ------------------------------------------------------------------------------
+class _WorkerLog:
+    """What one worker thread records; only that thread writes it while the loop runs."""
+
+    def __init__(self):
+        self.events: list[ChunkEvent] = []
+        self.chunks = 0
+        self.indices = 0
+        self.busy = 0.0
+        self.lifetime = 0.0
+        self.failed = False
+
+
+class _Loop:
+    def __init__(self, n, workers, schedule, shares, faults, record_events, steal_threshold):
+        self.workers = workers
+        self.faults = faults
+        self.record_events = record_events
+        self.steal_live = schedule == "steal"
+        self.low_water = steal_threshold if self.steal_live else 0
+        nw = len(workers)
+        # Fixed traversal order: GPU queues first, then CPU queues.
+        self.order = np.array([i for i, w in enumerate(workers) if w.kind == "gpu"]
+                              + [i for i, w in enumerate(workers) if w.kind == "cpu"],
+                              dtype=np.int64)
+        ranges = split_range(n, shares)
+        # A deque holds at most its initial chunks (or low_water of them before its
+        # owner steals), one split remainder, and the ranges its owner held when it failed.
+        capacity = (max(_chunk_count(lo, hi, w.chunk_size) for (lo, hi), w in zip(ranges, workers))
+                    + self.low_water + max(w.inflight for w in workers) + 2)
+        d = self.deques = DequeSet(nw, capacity)
+        for q, ((lo, hi), w) in enumerate(zip(ranges, workers)):
+            _distribute(d.state, d.buf, d.capacity, q, lo, hi, w.chunk_size)
+        self.ctl = aligned_zeros(16)
+        self.dead = aligned_zeros(nw)
+        self.steals = np.zeros(2 * nw * nw, dtype=np.int64)
+        self.logs = [_WorkerLog() for _ in workers]
+        self.failures: list[tuple[float, int, BaseException, list]] = []
+        self.crash: BaseException | None = None
+        self.lock = threading.Lock()
+        self.t0 = 0.0
+
+    # The worker thread ---------------------------------------------------------------
+    def work(self, me):
+        log_ = self.logs[me]
+        start = time.perf_counter()
+        try:
+            self._work(me, log_)
+        except BaseException as exc:    # a bug, not a device failure: stop everyone
+            with self.lock:
+                self.crash = self.crash or exc
+            self.deques.write_empty_token()
+        finally:
+            log_.lifetime = time.perf_counter() - start
+
+    def _work(self, me, log_):
+        w = self.workers[me]
+        d = self.deques
+        held = []                        # (lo, hi, victim, t_start) of ranges taken
+        group_start = 0.0
+        backoff = _MIN_BACKOFF
+        while True:
+            st, lo, hi, victim = _acquire(d.state, d.buf, d.capacity, self.ctl, self.dead,
+                                          self.steals, self.order, me, self.steal_live,
+                                          w.chunk_size, self.low_water)
+            if st == OK:
+                backoff = _MIN_BACKOFF
+                if hi - lo > 2 * w.chunk_size:
+                    self._push_back(me, [(lo + w.chunk_size, hi)])
+                    hi = lo + w.chunk_size
+                t = time.perf_counter()
+                if not held:
+                    group_start = t
+                held.append((lo, hi, victim, t))
+                try:
+                    w.run_chunk(lo, hi)
+                    if w.sync is not None and len(held) >= w.inflight:
+                        w.sync()
+                except Exception as exc:
+                    return self._fail(me, held, exc)
+                if w.sync is None or len(held) >= w.inflight:
+                    group_start = self._complete(me, log_, held, group_start)
+            elif st == EMPTY:
+                if held:                 # nothing to launch: finish what is in flight
+                    try:
+                        w.sync()
+                    except Exception as exc:
+                        return self._fail(me, held, exc)
+                    group_start = self._complete(me, log_, held, group_start)
+                elif _try_terminate(d.state, self.ctl, self.order):
+                    return
+                else:
+                    time.sleep(backoff)
+                    backoff = min(2 * backoff, _MAX_BACKOFF)
+            else:                        # STOP: the EMPTY token is in our queue
+                if held:                 # only after faults='raise' stopped the loop
+                    try:
+                        w.sync()
+                    except Exception as exc:
+                        return self._fail(me, held, exc)
+                    self._complete(me, log_, held, group_start)
+                return
+
+    def _complete(self, me, log_, held, group_start):
+        t_end = time.perf_counter()
+        log_.busy += t_end - group_start
+        for lo, hi, victim, t_start in held:
+            log_.chunks += 1
+            log_.indices += hi - lo
+            if self.record_events:
+                log_.events.append(ChunkEvent(
+                    self.workers[me].name, lo, hi, t_start - self.t0, t_end - self.t0,
+                    None if victim < 0 else self.workers[victim].name))
+        _release(self.ctl, len(held))
+        held.clear()
+        return t_end
+
+    def _push_back(self, me, ranges):
+        d = self.deques
+        if not _push_back(d.state, d.buf, d.capacity, self.ctl, me,
+                          np.array(ranges, dtype=np.int64).reshape(-1, 2)):
+            raise RuntimeFailure(f"worker {self.workers[me].name!r}: deque of capacity "
+                                 f"{d.capacity} overflowed")
+
+    def _fail(self, me, held, exc):
+        """Give the held ranges back, leave the loop, and let the others finish them."""
+        w = self.workers[me]
+        ranges = [(lo, hi) for lo, hi, _, _ in held]
+        self._push_back(me, ranges)      # re-queue first, then die, then drop the hold
+        _mark_dead(self.dead, me)
+        self.logs[me].failed = True
+        with self.lock:
+            self.failures.append((time.perf_counter() - self.t0, me, exc, ranges))
+        log.warning("worker %s on %s failed: %r; %d range(s) re-queued for the others",
+                    w.name, w.device_id, exc, len(ranges))
+        if self.faults == "raise":
+            self.deques.write_empty_token()
+        _release(self.ctl, len(held))
+
+    # The calling thread --------------------------------------------------------------
+    def run(self):
+        threads = [threading.Thread(target=self.work, args=(i,), daemon=True,
+                                    name=f"hetflow-{w.name}")
+                   for i, w in enumerate(self.workers)]
+        self.t0 = time.perf_counter()
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        except BaseException:            # Ctrl-C: stop the workers after their chunk
+            self.deques.write_empty_token()
+            for t in threads:
+                t.join()
+            raise
+        return time.perf_counter() - self.t0
+
+    def report(self, n, schedule, wall):
+        names = [w.name for w in self.workers]
+        nw = len(self.workers)
+        stats = []
+        for i, (w, lg) in enumerate(zip(self.workers, self.logs)):
+            s = WorkerStats(w.name, w.kind, w.device_id, lg.chunks, lg.indices,
+                            busy_s=lg.busy, idle_s=max(0.0, lg.lifetime - lg.busy),
+                            failed=lg.failed)
+            for v, victim in enumerate(self.workers):
+                direction = f"{w.kind}->{victim.kind}"
+                s.steals_attempted[direction] += int(self.steals[2 * (i * nw + v)])
+                s.steals_succeeded[direction] += int(self.steals[2 * (i * nw + v) + 1])
+            stats.append(s)
+        events = sorted((e for lg in self.logs for e in lg.events), key=lambda e: e.t_start)
+        failures = [FailureRecord(names[me], self.workers[me].device_id, repr(exc), t,
+                                  tuple(ranges))
+                    for t, me, exc, ranges in sorted(self.failures, key=lambda f: f[0])]
+        return RunReport(n, schedule, wall, stats, events, failures)
+
+
+def run_loop(n: int, workers, *, schedule: str = "steal", shares=None,
+             faults: str = "recover", report: bool = True,
+             steal_threshold: int = 0) -> RunReport:
+    """Run indices ``[0, n)`` over ``workers``, every index exactly once; return a report.
+
+    ``schedule='steal'`` balances by work stealing; ``'static'`` runs each worker's own
+    chunks only (stealing only from failed workers). ``shares`` are the fractions of the
+    range each worker starts with (equal when None; see
+    :meth:`hetflow.runtime.perfmodel.PerfModel.shares`). A worker steals when its own
+    deque holds at most ``steal_threshold`` chunks. ``faults='recover'`` moves a failed
+    worker's chunks to the others (raising :class:`DeviceFailure` only if all fail);
+    ``'raise'`` stops the loop at the first failure and raises; the exception carries
+    the partial report as ``.report``. ``report=False`` skips
+    the per-chunk events (counters are always kept).
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ScheduleError(f"the loop length must be a non-negative integer, got {n!r}")
+    workers = list(workers)
+    if not workers:
+        raise ScheduleError("run_loop needs at least one worker")
+    if not all(isinstance(w, Worker) for w in workers):
+        raise ScheduleError("workers must be hetflow.runtime.steal.Worker instances")
+    if len({w.name for w in workers}) != len(workers):
+        raise ScheduleError(f"worker names must be unique, got {[w.name for w in workers]}")
+    if schedule not in ("steal", "static"):
+        raise ScheduleError(f"schedule must be 'steal' or 'static', got {schedule!r}")
+    if faults not in ("recover", "raise"):
+        raise ScheduleError(f"faults must be 'recover' or 'raise', got {faults!r}")
+    if not isinstance(steal_threshold, (int, np.integer)) or steal_threshold < 0:
+        raise ScheduleError(f"steal_threshold must be a non-negative integer, "
+                            f"got {steal_threshold!r}")
+    loop = _Loop(int(n), workers, schedule, _check_shares(shares, len(workers)), faults,
+                 report, int(steal_threshold))
+    wall = loop.run()
+    if loop.crash is not None:
+        raise loop.crash
+    result = loop.report(int(n), schedule, wall)
+    if loop.failures:
+        t, me, exc, _ = min(loop.failures, key=lambda f: f[0])
+        failed = [f"{w.name} ({w.device_id})" for w, lg in zip(workers, loop.logs) if lg.failed]
+        err = None
+        if faults == "raise":
+            err = DeviceFailure(f"worker {workers[me].name} on {workers[me].device_id} "
+                                f"failed: {exc!r}")
+        elif len(failed) == len(workers):
+            err = DeviceFailure(f"every worker failed: {', '.join(failed)}; first error: "
+                                f"{exc!r}")
+        if err is not None:
+            err.report = result          # what ran before the loop gave up
+            raise err from exc
+    return result

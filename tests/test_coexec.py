@@ -1,0 +1,121 @@
+"""One forall co-executed by CPU cores and the (simulated) GPU; oracle: NumPy."""
+import logging
+
+import numpy as np
+import pytest
+
+import hetflow
+from hetflow import cshift, interior
+from hetflow.runtime import coexec
+
+
+@hetflow.kernel
+def axpy(i, a, x, y, out):
+    out[i] = a * x[i] + y[i]
+
+
+@hetflow.kernel
+def jacobi(i, j, new, n, s, w, e):
+    new[i, j] = 0.25 * (n[i, j] + s[i, j] + w[i, j] + e[i, j])
+
+
+@hetflow.kernel
+def shift_write(i, x, out):
+    out[i + 1] = x[i]
+
+
+def _jacobi_numpy(u):
+    out = u.copy()
+    out[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
+    return out
+
+
+def test_cpu_only_steal_schedule_matches_numpy():
+    x, y = np.arange(5000.0), np.ones(5000)
+    out = np.zeros(5000)
+    report = hetflow.forall(5000, axpy, 2.0, x, y, out, schedule="steal")
+    np.testing.assert_array_equal(out, 2 * x + 1)
+    assert sum(w.indices for w in report.workers) == 5000
+    assert coexec.last_report() is report
+
+
+def test_shares_are_per_device():
+    with pytest.raises(hetflow.errors.ScheduleError, match=r"shares must be 1 non-negative numbers, one per device \(cpu0\)"):
+        hetflow.forall(4, axpy, 1.0, np.zeros(4), np.zeros(4), np.zeros(4), schedule="static", shares=[0.5, 0.5])
+
+
+def test_bad_schedule():
+    with pytest.raises(hetflow.KernelArgumentError, match="schedule must be 'steal' or 'static'"):
+        hetflow.forall(4, axpy, 1.0, np.zeros(4), np.zeros(4), np.zeros(4), schedule="random")
+
+
+@pytest.mark.simgpu
+@pytest.mark.parametrize("schedule", ["steal", "static"])
+def test_cpu_and_simulated_gpu_together(gpu_device, schedule):
+    n = 600
+    rng = np.random.default_rng(3)
+    x, y = rng.random(n), rng.random(n)
+    out = np.zeros(n)
+    report = hetflow.forall(n, axpy, 3.0, x, y, out, device=["cpu0", gpu_device.id], schedule=schedule)
+    np.testing.assert_array_equal(out, 3.0 * x + y)
+    kinds = {w.kind for w in report.workers if w.indices}
+    assert sum(w.indices for w in report.workers) == n
+    assert "cpu" in kinds or "gpu" in kinds
+
+
+@pytest.mark.simgpu
+def test_views_co_executed_merge_rows_back(gpu_device):
+    u = np.random.default_rng(4).random((40, 12))
+    v = u.copy()
+    args = (interior(v, 1), interior(cshift(u, 0, -1), 1), interior(cshift(u, 0, 1), 1),
+            interior(cshift(u, 1, -1), 1), interior(cshift(u, 1, 1), 1))
+    hetflow.forall(args[0].shape, jacobi, *args, device=["cpu0", gpu_device.id], shares=[0.5, 0.5])
+    np.testing.assert_array_equal(v, _jacobi_numpy(u))
+
+
+@pytest.mark.simgpu
+def test_gpu_failing_mid_loop_loses_nothing(gpu_device, monkeypatch):
+    calls = {"n": 0}
+    original = coexec.GpuChunks.run_chunk
+
+    def flaky(self, lo, hi):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("GPU fell off the bus")
+        return original(self, lo, hi)
+
+    monkeypatch.setattr(coexec.GpuChunks, "run_chunk", flaky)
+    n = 700
+    x = np.arange(n, dtype=np.float64)
+    out = np.zeros(n)
+    report = hetflow.forall(n, axpy, 1.0, x, x, out, device=["cpu0", gpu_device.id],
+                            schedule="static", shares=[0.2, 0.8])
+    np.testing.assert_array_equal(out, 2 * x)
+    assert report.failures and "fell off the bus" in report.failures[0].error
+
+
+@pytest.mark.simgpu
+def test_kernel_writing_elsewhere_runs_on_one_device(gpu_device, caplog):
+    x = np.arange(10.0)
+    out = np.zeros(11)
+    with caplog.at_level(logging.WARNING):
+        hetflow.forall(10, shift_write, x, out, device=["cpu0", gpu_device.id])
+    np.testing.assert_array_equal(out[1:], x)
+    assert "running it on" in caplog.text
+
+
+@pytest.mark.gpu
+def test_cpu_and_real_gpu_together(gpu_device):
+    n = 20_000_000
+    rng = np.random.default_rng(5)
+    x, y = rng.random(n), rng.random(n)
+    out = np.zeros(n)
+    report = hetflow.forall(n, axpy, 3.0, x, y, out, device=["cpu0", gpu_device.id])
+    np.testing.assert_allclose(out, 3.0 * x + y, rtol=1e-15)
+    assert {w.kind for w in report.workers if w.indices} == {"cpu", "gpu"}
+    u = rng.random((2000, 1000))
+    v = u.copy()
+    args = (interior(v, 1), interior(cshift(u, 0, -1), 1), interior(cshift(u, 0, 1), 1),
+            interior(cshift(u, 1, -1), 1), interior(cshift(u, 1, 1), 1))
+    hetflow.forall(args[0].shape, jacobi, *args, device=["cpu0", gpu_device.id])
+    np.testing.assert_allclose(v, _jacobi_numpy(u), rtol=1e-15)

@@ -1,0 +1,531 @@
+"""Work stealing over CPU and GPU workers (SPEC §3), the run report and the perf model.
+
+The oracle is a sequential run: every index must be executed exactly once, which the
+chunk functions check by counting executions with atomic adds in a ``nogil`` Numba
+function (so worker threads really race), or ``out[i] = f(i)`` against NumPy. Workers
+that fail raise *before* touching their range, and "GPU-like" workers only execute
+launched ranges at ``sync``, so the oracle stays exact under faults too.
+"""
+import json
+import logging
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import njit
+
+from hetflow.errors import DeviceFailure, ScheduleError
+from hetflow.runtime.deque import fetch_add
+from hetflow.platform.repository import default_root
+from hetflow.runtime.perfmodel import FILE_NAME, PerfModel
+from hetflow.runtime.steal import Worker, cpu_chunk_size, gpu_chunk_size, run_loop, split_range
+
+
+@njit(nogil=True)
+def count(lo, hi, counts):
+    for i in range(lo, hi):
+        fetch_add(counts, i, 1)
+
+
+@njit(nogil=True)
+def square_plus_one(lo, hi, out):
+    for i in range(lo, hi):
+        out[i] = i * i + 1
+
+
+class ChunkFailed(Exception):
+    """The failure injected into a worker."""
+
+
+class Device:
+    """Executes ranges into ``counts``: synchronously ('cpu') or, like a GPU stream,
+    only when ``sync`` is called ('gpu'). ``fail_at=k`` makes the k-th launch raise
+    (a GPU then also loses what it had launched); ``fail_at_sync`` makes sync raise.
+    ``wait_for``: an event every launch waits for; ``failed``: an event set on failure
+    (together they make "this worker fails before that one runs anything" certain)."""
+
+    def __init__(self, name, kind, counts, chunk_size, inflight=1, delay=0.0,
+                 fail_at=None, fail_at_sync=False, wait_for=None, failed=None):
+        self.kind, self.counts, self.delay = kind, counts, delay
+        self.fail_at, self.fail_at_sync = fail_at, fail_at_sync
+        self.wait_for, self.failed = wait_for, failed
+        self.launches = 0
+        self.pending = []
+        self.worker = Worker(name, kind, self.run_chunk, chunk_size, f"{kind}-{name}",
+                             inflight=inflight if kind == "gpu" else 1,
+                             sync=self.sync if kind == "gpu" else None)
+
+    def run_chunk(self, lo, hi):
+        self.launches += 1
+        if self.wait_for is not None:
+            assert self.wait_for.wait(timeout=30)
+        if self.delay:
+            time.sleep(self.delay)
+        if self.launches == self.fail_at:
+            self.pending.clear()
+            self._signal()
+            raise ChunkFailed(f"{self.worker.name} failed on launch {self.launches}")
+        if self.kind == "cpu":
+            count(lo, hi, self.counts)
+        else:
+            self.pending.append((lo, hi))
+
+    def sync(self):
+        if self.fail_at_sync:
+            self.pending.clear()
+            self._signal()
+            raise ChunkFailed(f"{self.worker.name} failed at sync")
+        for lo, hi in self.pending:
+            count(lo, hi, self.counts)
+        self.pending.clear()
+
+    def _signal(self):
+        if self.failed is not None:
+            self.failed.set()
+
+
+def assert_events_partition(report, n):
+    """The completed ranges in the report tile [0, n) with no gap and no overlap."""
+    spans = sorted((e.lo, e.hi) for e in report.events)
+    covered = 0
+    for lo, hi in spans:
+        assert lo == covered and hi > lo
+        covered = hi
+    assert covered == n
+    assert sum(s.indices for s in report.workers) == n
+
+
+# -- exactly once --------------------------------------------------------------------------
+
+device_spec = st.tuples(st.sampled_from(["cpu", "gpu"]), st.integers(1, 40),
+                        st.integers(1, 3), st.sampled_from([0.0, 0.0, 0.0, 2e-5, 2e-4]),
+                        st.sampled_from([None] * 4 + [1, 2, 5]), st.booleans())
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(0, 300), specs=st.lists(device_spec, min_size=1, max_size=6),
+       data=st.data(), schedule=st.sampled_from(["steal", "steal", "static"]),
+       threshold=st.integers(0, 2))
+def test_every_index_runs_exactly_once(n, specs, data, schedule, threshold):
+    counts = np.zeros(n, dtype=np.int64)
+    devices = [Device(f"w{i}", kind, counts, chunk, inflight, delay, fail_at,
+                      fail_at_sync=kind == "gpu" and fail_at is not None and at_sync)
+               for i, (kind, chunk, inflight, delay, fail_at, at_sync) in enumerate(specs)]
+    weights = data.draw(st.lists(st.integers(0, 3), min_size=len(specs), max_size=len(specs)))
+    shares = weights if sum(weights) else None
+    try:
+        report = run_loop(n, [d.worker for d in devices], schedule=schedule, shares=shares,
+                          steal_threshold=threshold)
+    except DeviceFailure as exc:
+        assert all(d.fail_at is not None for d in devices)
+        assert len(exc.report.failures) == len(devices)
+        assert counts.max(initial=0) <= 1           # nothing ever ran twice
+        return
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    assert_events_partition(report, n)
+    failed = {f.worker for f in report.failures}
+    assert failed == {s.name for s in report.workers if s.failed}
+    assert failed <= {d.worker.name for d in devices if d.fail_at is not None}
+
+
+@pytest.mark.parametrize("n", [0, 1])
+@pytest.mark.parametrize("schedule", ["steal", "static"])
+def test_empty_and_one_element_ranges_terminate(n, schedule):
+    counts = np.zeros(n, dtype=np.int64)
+    devices = [Device(f"w{i}", kind, counts, 4, inflight=2)
+               for i, kind in enumerate(["gpu", "cpu", "cpu", "cpu"])]
+    report = run_loop(n, [d.worker for d in devices], schedule=schedule)
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    assert report.n == n and sum(s.indices for s in report.workers) == n
+
+
+def test_result_matches_numpy_with_many_small_chunks():
+    n = 10_007
+    out = np.zeros(n, dtype=np.int64)
+    workers = [Worker(f"cpu{i}", "cpu", lambda lo, hi: square_plus_one(lo, hi, out), 13 + i,
+                      "cpu0") for i in range(4)]
+    run_loop(n, workers, shares=[5, 1, 0, 2])
+    i = np.arange(n, dtype=np.int64)
+    assert np.array_equal(out, i * i + 1)
+
+
+# -- stealing ---------------------------------------------------------------------------------
+
+def test_idle_workers_steal_from_a_worker_that_holds_everything():
+    n = 400
+    counts = np.zeros(n, dtype=np.int64)
+    thieves_ran = threading.Event()
+    slow = Device("slow", "cpu", counts, 4)
+
+    def slow_chunk(lo, hi):
+        # Block the owner until a thief has run a chunk: the thieves start with nothing,
+        # so this only ends if stealing works (the timeout turns a hang into a failure).
+        assert thieves_ran.wait(timeout=30)
+        slow.run_chunk(lo, hi)
+
+    def thief_chunk(lo, hi):
+        count(lo, hi, counts)
+        thieves_ran.set()
+
+    workers = [Worker("slow", "cpu", slow_chunk, 4, "cpu0"),
+               Worker("t1", "cpu", thief_chunk, 4, "cpu0"),
+               Worker("t2", "cpu", thief_chunk, 4, "cpu0")]
+    report = run_loop(n, workers, shares=[1, 0, 0])
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    stats = report.by_name
+    assert stats["t1"].steals + stats["t2"].steals > 0
+    assert stats["slow"].steals == 0
+    assert report.steals_by_direction()["cpu->cpu"] == report.steals
+    stolen = [e for e in report.events if e.stolen_from is not None]
+    assert stolen and all(e.stolen_from == "slow" and e.worker != "slow" for e in stolen)
+
+
+def _blocking_pair(owner_kind, owner_chunk, thief_kind, thief_chunk, n):
+    """An owner holding the whole range that waits, in its first chunk, for the thief."""
+    counts = np.zeros(n, dtype=np.int64)
+    thief_ran = threading.Event()
+    owner = Device("owner", owner_kind, counts, owner_chunk)
+    thief = Device("thief", thief_kind, counts, thief_chunk)
+
+    def owner_chunk_fn(lo, hi):
+        assert thief_ran.wait(timeout=30)
+        owner.run_chunk(lo, hi)
+
+    def thief_chunk_fn(lo, hi):
+        thief.run_chunk(lo, hi)
+        thief_ran.set()
+
+    workers = [Worker("owner", owner_kind, owner_chunk_fn, owner_chunk, "dev-owner",
+                      sync=owner.sync if owner_kind == "gpu" else None),
+               Worker("thief", thief_kind, thief_chunk_fn, thief_chunk, "dev-thief",
+                      sync=thief.sync if thief_kind == "gpu" else None)]
+    return counts, workers
+
+
+def test_gpu_steals_cpu_chunks_and_merges_neighbours():
+    counts, workers = _blocking_pair("cpu", 4, "gpu", 16, n=200)
+    report = run_loop(200, workers, shares=[1, 0])
+    assert np.array_equal(counts, np.ones(200, dtype=np.int64))
+    assert report.by_name["thief"].steals_succeeded["gpu->cpu"] >= 4
+    gpu_ranges = [e.hi - e.lo for e in report.events if e.worker == "thief"]
+    assert max(gpu_ranges) == 16          # four adjacent CPU chunks in one launch
+    assert_events_partition(report, 200)
+
+
+def test_cpu_steals_from_gpu_and_splits_the_large_chunk():
+    counts, workers = _blocking_pair("gpu", 64, "cpu", 4, n=640)
+    report = run_loop(640, workers, shares=[1, 0])
+    assert np.array_equal(counts, np.ones(640, dtype=np.int64))
+    assert report.by_name["thief"].steals_succeeded["cpu->gpu"] >= 1
+    mine = [e for e in report.events if e.worker == "thief"]
+    # it stole a 64-index chunk, ran 4 of it and pushed the rest onto its own deque
+    # (a remainder of at most twice its chunk size is run whole)
+    assert mine[0].stolen_from == "owner" and mine[0].hi - mine[0].lo == 4
+    assert max(e.hi - e.lo for e in mine) <= 8
+    assert_events_partition(report, 640)
+
+
+def test_static_schedule_runs_only_own_chunks():
+    n, shares = 1000, [3, 1, 0, 2]
+    counts = np.zeros(n, dtype=np.int64)
+    devices = [Device(f"w{i}", "cpu", counts, 7) for i in range(4)]
+    report = run_loop(n, [d.worker for d in devices], schedule="static", shares=shares)
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    bounds = np.rint(np.cumsum(shares) / sum(shares) * n).astype(int)
+    expected = np.diff(np.concatenate(([0], bounds)))
+    assert [s.indices for s in report.workers] == expected.tolist()
+    assert report.steals == 0 and all(e.stolen_from is None for e in report.events)
+    for w, lo, hi in zip(report.workers, np.concatenate(([0], bounds[:-1])), bounds):
+        mine = [e for e in report.events if e.worker == w.name]
+        assert all(lo <= e.lo and e.hi <= hi for e in mine)
+
+
+# -- faults -----------------------------------------------------------------------------------
+
+def test_cpu_worker_failing_on_kth_chunk_loses_and_duplicates_nothing(caplog):
+    n = 500
+    out = np.zeros(n, dtype=np.int64)
+    calls = {"bad": 0}
+    bad_failed = threading.Event()
+
+    def bad_chunk(lo, hi):
+        calls["bad"] += 1
+        if calls["bad"] == 3:
+            bad_failed.set()
+            raise ChunkFailed("core went away")
+        square_plus_one(lo, hi, out)
+
+    def good_chunk(lo, hi):
+        assert bad_failed.wait(timeout=30)
+        square_plus_one(lo, hi, out)
+
+    workers = [Worker("bad", "cpu", bad_chunk, 5, "cpu0"),
+               Worker("good", "cpu", good_chunk, 5, "cpu0")]
+    with caplog.at_level(logging.WARNING, logger="hetflow.runtime.steal"):
+        report = run_loop(n, workers, shares=[1, 0])
+    i = np.arange(n)
+    assert np.array_equal(out, i * i + 1)
+    assert_events_partition(report, n)
+    (failure,) = report.failures
+    assert failure.worker == "bad" and "core went away" in failure.error
+    assert len(failure.requeued) == 1 and failure.requeued[0][1] - failure.requeued[0][0] == 5
+    assert report.by_name["bad"].failed and report.by_name["bad"].chunks == 2
+    assert "worker bad on cpu0 failed" in caplog.text
+
+
+def test_gpu_failing_at_sync_gives_back_its_chunks_in_flight():
+    n = 300
+    counts = np.zeros(n, dtype=np.int64)
+    gpu_failed = threading.Event()
+    gpu = Device("gpu", "gpu", counts, 20, inflight=3, fail_at_sync=True, failed=gpu_failed)
+    cpu = Device("cpu", "cpu", counts, 5, wait_for=gpu_failed)
+    report = run_loop(n, [gpu.worker, cpu.worker], shares=[1, 0])
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    (failure,) = report.failures
+    assert failure.worker == "gpu" and "failed at sync" in failure.error
+    assert len(failure.requeued) == 3     # all three launched, none synchronised
+    assert report.by_name["gpu"].chunks == 0
+    assert report.by_name["cpu"].indices == n
+    assert_events_partition(report, n)
+
+
+def test_failed_worker_chunks_are_recovered_under_static_schedule():
+    n = 120
+    counts = np.zeros(n, dtype=np.int64)
+    devices = [Device("a", "cpu", counts, 4, fail_at=2), Device("b", "cpu", counts, 4)]
+    report = run_loop(n, [d.worker for d in devices], schedule="static")
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    assert report.by_name["a"].failed and report.by_name["b"].indices == n - 4
+
+
+def test_all_workers_failing_raises_device_failure_naming_them():
+    counts = np.zeros(50, dtype=np.int64)
+    devices = [Device("a", "cpu", counts, 5, fail_at=1),
+               Device("g", "gpu", counts, 10, inflight=2, fail_at_sync=True)]
+    with pytest.raises(DeviceFailure, match=r"every worker failed: .*a \(cpu-a\).*g \(gpu-g\)"
+                                            r".*first error: ChunkFailed") as info:
+        run_loop(50, [d.worker for d in devices])
+    assert isinstance(info.value.__cause__, ChunkFailed)
+    assert len(info.value.report.failures) == 2
+    assert counts.max() == 0
+
+
+def test_faults_raise_stops_at_the_first_failure():
+    counts = np.zeros(200, dtype=np.int64)
+    a_failed = threading.Event()
+    devices = [Device("a", "cpu", counts, 5, fail_at=2, failed=a_failed),
+               Device("b", "cpu", counts, 5, wait_for=a_failed)]
+    with pytest.raises(DeviceFailure, match=r"worker a on cpu-a failed: ChunkFailed"):
+        run_loop(200, [d.worker for d in devices], faults="raise", shares=[1, 0])
+    assert counts.max() <= 1
+
+
+class Abort(BaseException):
+    """Not an Exception: models Ctrl-C inside a chunk function."""
+
+
+def test_base_exception_in_a_chunk_stops_the_loop_and_propagates():
+    counts = np.zeros(400, dtype=np.int64)
+
+    def chunk(lo, hi):
+        if lo >= 200:
+            raise Abort()
+        count(lo, hi, counts)
+
+    workers = [Worker(f"w{i}", "cpu", chunk, 4, "cpu0") for i in range(3)]
+    with pytest.raises(Abort):
+        run_loop(400, workers)
+    assert counts.max() <= 1
+
+
+# -- bad input ----------------------------------------------------------------------------
+
+def _ok_worker(name="w"):
+    return Worker(name, "cpu", lambda lo, hi: None, 4, "cpu0")
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(kind="fpga"), "kind must be 'cpu' or 'gpu', got 'fpga'"),
+    (dict(run_chunk=3), "run_chunk must be callable"),
+    (dict(chunk_size=0), "chunk_size must be a positive integer, got 0"),
+    (dict(chunk_size=2.5), "chunk_size must be a positive integer, got 2.5"),
+    (dict(inflight=0), "inflight must be a positive integer, got 0"),
+    (dict(inflight=2), "inflight=2 needs a sync callable"),
+])
+def test_worker_rejects_bad_fields(kwargs, message):
+    fields = dict(name="w", kind="cpu", run_chunk=lambda lo, hi: None, chunk_size=4,
+                  device_id="cpu0")
+    fields.update(kwargs)
+    with pytest.raises(ScheduleError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Worker(**fields)
+
+
+@pytest.mark.parametrize("args,kwargs,message", [
+    ((-1, None), {}, "non-negative integer, got -1"),
+    ((2.0, None), {}, "non-negative integer, got 2.0"),
+    ((True, None), {}, "non-negative integer, got True"),
+    ((5, []), {}, "at least one worker"),
+    ((5, ["w"]), {}, "must be hetflow.runtime.steal.Worker instances"),
+    ((5, "dup"), {}, "names must be unique"),
+    ((5, None), dict(schedule="guided"), "schedule must be 'steal' or 'static', got 'guided'"),
+    ((5, None), dict(faults="ignore"), "faults must be 'recover' or 'raise', got 'ignore'"),
+    ((5, None), dict(shares=[1]), r"one entry per worker \(2\), got shape \(1,\)"),
+    ((5, None), dict(shares=[1, -1]), "non-negative and not all zero"),
+    ((5, None), dict(shares=[0, 0]), "non-negative and not all zero"),
+    ((5, None), dict(shares=[1, float("nan")]), "must be finite"),
+    ((5, None), dict(steal_threshold=-1), "steal_threshold must be a non-negative integer"),
+])
+def test_run_loop_rejects_bad_input(args, kwargs, message):
+    n, workers = args
+    if workers is None:
+        workers = [_ok_worker("a"), _ok_worker("b")]
+    elif workers == "dup":
+        workers = [_ok_worker("a"), _ok_worker("a")]
+    with pytest.raises(ScheduleError, match=message):
+        run_loop(n, workers, **kwargs)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def test_split_range_rounds_cumulative_shares():
+    assert split_range(10, np.array([0.5, 0.5])) == [(0, 5), (5, 10)]
+    assert split_range(10, np.array([0.0, 1.0])) == [(0, 0), (0, 10)]
+    assert split_range(7, np.array([1 / 3, 1 / 3, 1 / 3])) == [(0, 2), (2, 5), (5, 7)]
+
+
+def test_chunk_size_helpers():
+    assert gpu_chunk_size(132, 32, 64) == 132 * 32 * 64
+    assert gpu_chunk_size(132, 32, 64, waves=2) == 2 * 132 * 32 * 64
+    assert cpu_chunk_size(1000, 2) == 32            # ceil(1000 / (2 * 16))
+    assert cpu_chunk_size(10, 4, minimum=8) == 8
+    assert cpu_chunk_size(0, 4) == 1
+
+
+# -- report ----------------------------------------------------------------------------------
+
+def test_report_summary_and_dict():
+    counts = np.zeros(100, dtype=np.int64)
+    c_failed = threading.Event()
+    devices = [Device("g", "gpu", counts, 20, inflight=2, wait_for=c_failed),
+               Device("c", "cpu", counts, 5, fail_at=2, failed=c_failed)]
+    report = run_loop(100, [d.worker for d in devices], shares=[1, 3])
+    text = report.summary()
+    assert "FAILED" in text and "failure: c (cpu-c)" in text and "n=100" in text
+    data = json.loads(json.dumps(report.to_dict()))
+    assert [w["name"] for w in data["workers"]] == ["g", "c"]
+    assert sum(w["indices"] for w in data["workers"]) == 100
+    assert sum(e["hi"] - e["lo"] for e in data["events"]) == 100
+    assert data["failures"][0]["worker"] == "c"
+    assert all(w["busy_s"] >= 0 and w["idle_s"] >= 0 for w in data["workers"])
+
+
+def test_report_false_keeps_counters_but_no_events():
+    counts = np.zeros(64, dtype=np.int64)
+    devices = [Device(f"w{i}", "cpu", counts, 4) for i in range(2)]
+    report = run_loop(64, [d.worker for d in devices], report=False)
+    assert report.events == [] and sum(s.chunks for s in report.workers) == 16
+
+
+# -- performance model ------------------------------------------------------------------------
+
+def test_perfmodel_shares_are_equal_without_history(tmp_path):
+    model = PerfModel(tmp_path / FILE_NAME)
+    assert model.shares("k", ["cpu", "cpu", "gpu"]) == [1 / 3] * 3
+
+
+def test_perfmodel_moving_average_and_shares(tmp_path):
+    model = PerfModel(tmp_path / FILE_NAME, alpha=0.5)
+    model.observe("k", "cpu", 100.0)
+    model.observe("k", "cpu", 300.0)
+    model.observe("k", "gpu", 1600.0)
+    assert model.throughput("k", "cpu") == pytest.approx(200.0)
+    assert model.shares("k", ["cpu", "cpu", "gpu"]) == pytest.approx([0.1, 0.1, 0.8])
+    # a device never measured is predicted at the mean of the known ones
+    assert model.shares("k", ["cpu", "gpu", "npu"]) == pytest.approx([2 / 27, 16 / 27, 9 / 27])
+    assert model.throughput("other", "cpu") is None
+
+
+def test_perfmodel_learns_from_a_report_and_persists(tmp_path, monkeypatch):
+    monkeypatch.setenv("HETFLOW_CACHE_DIR", str(tmp_path))
+    assert default_root() == tmp_path
+    counts = np.zeros(2000, dtype=np.int64)
+    devices = [Device("fast", "cpu", counts, 50), Device("slow", "cpu", counts, 50,
+                                                         delay=2e-3)]
+    report = run_loop(2000, [d.worker for d in devices], schedule="static")
+    model = PerfModel()
+    model.update("count", report)
+    on_disk = json.loads((tmp_path / FILE_NAME).read_text())
+    assert set(on_disk["entries"]["count"]) == {"cpu-fast", "cpu-slow"}
+    assert [p.name for p in tmp_path.iterdir()] == [FILE_NAME]     # no temporary left
+    fresh = PerfModel()
+    fast, slow = fresh.shares("count", ["cpu-fast", "cpu-slow"])
+    expected = report.by_name["fast"].throughput / (report.by_name["fast"].throughput
+                                                   + report.by_name["slow"].throughput)
+    assert fast == pytest.approx(expected) and fast > slow
+
+
+def test_perfmodel_save_merges_with_other_writers(tmp_path):
+    path = tmp_path / FILE_NAME
+    one, two = PerfModel(path), PerfModel(path)
+    one.observe("k", "cpu", 10.0)
+    two.observe("k", "gpu", 90.0)
+    one.save()
+    two.save()
+    assert PerfModel(path).shares("k", ["cpu", "gpu"]) == pytest.approx([0.1, 0.9])
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"version": 99, "entries": {}}),
+                                     json.dumps([1, 2])])
+def test_perfmodel_ignores_an_unreadable_history(tmp_path, caplog, content):
+    path = tmp_path / FILE_NAME
+    path.write_text(content)
+    with caplog.at_level(logging.WARNING, logger="hetflow.runtime.perfmodel"):
+        assert PerfModel(path).shares("k", ["a", "b"]) == [0.5, 0.5]
+    assert "ignoring" in caplog.text and str(path) in caplog.text
+
+
+def test_perfmodel_rejects_bad_input(tmp_path):
+    with pytest.raises(ScheduleError, match=r"alpha must lie in \(0, 1\], got 0"):
+        PerfModel(tmp_path / FILE_NAME, alpha=0)
+    model = PerfModel(tmp_path / FILE_NAME)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ScheduleError, match="throughput must be positive and finite"):
+            model.observe("k", "cpu", bad)
+    with pytest.raises(ScheduleError, match="at least one device key"):
+        model.shares("k", [])
+
+
+# -- a real (simulated) GPU kernel as a worker ---------------------------------------------
+
+@pytest.mark.simgpu
+def test_simulated_gpu_kernel_and_cpu_cores_share_one_loop():
+    from hetflow.platform.cuda_compat import cuda_module
+
+    cuda = cuda_module()
+    n = 256
+    out = np.zeros(n, dtype=np.int64)
+    d_out = cuda.to_device(out)
+    stream = cuda.stream()
+
+    @cuda.jit
+    def fill(lo, hi, arr):
+        i = lo + cuda.grid(1)
+        while i < hi:
+            arr[i] = i * i + 1
+            i += cuda.gridsize(1)
+
+    gpu = Worker("gpu0", "gpu", lambda lo, hi: fill[1, 32, stream](lo, hi, d_out), 64,
+                 "gpu0", inflight=2, sync=stream.synchronize)
+    cpus = [Worker(f"core{i}", "cpu", lambda lo, hi: square_plus_one(lo, hi, out), 8, "cpu0")
+            for i in range(2)]
+    report = run_loop(n, [gpu] + cpus)
+    on_gpu = d_out.copy_to_host()
+    for e in report.events:
+        if e.worker == "gpu0":
+            out[e.lo:e.hi] = on_gpu[e.lo:e.hi]
+    i = np.arange(n)
+    assert np.array_equal(out, i * i + 1)
+    assert_events_partition(report, n)

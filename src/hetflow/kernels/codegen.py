@@ -20,6 +20,7 @@ from ..errors import KernelError
 from .source import KernelSource, SpanEditor
 
 ENTRY = "__hf_entry"
+PARALLEL = "__hf_parallel"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +130,13 @@ def _cpu_wrapper(body: str, ndim: int, params: list[str]) -> str:
         lines.append(f"{indent}for {idx[d]} in {bound}:")
         indent += "    "
     lines.append(f"{indent}{body}({', '.join(idx + params)})")
+    # The whole launch over all cores at once, through Numba's threading layer: the
+    # rows cut into ``__parts`` even pieces, each run by the chunk entry above.
+    tail = ", ".join(["__rows", *extents, *params])
+    lines += ["", "", f"def {PARALLEL}(__parts, {tail}):",
+              "    for __p in __hf_prange(__parts):",
+              f"        {ENTRY}(__rows * __p // __parts, __rows * (__p + 1) // __parts, "
+              f"{', '.join([*extents, *params])})"]
     return "\n".join(lines) + "\n"
 
 

@@ -58,14 +58,23 @@ def devices(refresh: bool = False) -> tuple[Device, ...]:
         if _table is None or refresh:
             if refresh:
                 cuda_available.cache_clear()
-            _table = (_cpu_device(),) + _gpu_devices()
+                cpu_device.cache_clear()
+            _table = (cpu_device(),) + _gpu_devices()
         return _table
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_device() -> Device:
+    """The CPU package's record, without enumerating GPUs (which starts CUDA)."""
+    return _cpu_device()
 
 
 def get_device(device_id: str) -> Device:
     """Look a device up by id ('cpu0', 'gpu0', ...)."""
     from ..errors import NoDeviceError
 
+    if device_id == "cpu0":
+        return cpu_device()
     for dev in devices():
         if dev.id == device_id:
             return dev

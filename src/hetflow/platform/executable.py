@@ -19,9 +19,16 @@ from ..errors import KernelCompileError
 @functools.lru_cache(maxsize=2)
 def compiler_versions(kind: str) -> dict:
     """Versions of the compilers that build executables for ``kind``."""
+    import hashlib
+    import inspect
+
     import llvmlite
 
-    versions = {"numba": numba.__version__, "llvmlite": llvmlite.__version__}
+    from ..kernels import codegen
+
+    # hetflow's own code generator counts as a compiler: entries it wrote differently are stale.
+    generator = hashlib.sha1(inspect.getsource(codegen).encode()).hexdigest()[:12]
+    versions = {"numba": numba.__version__, "llvmlite": llvmlite.__version__, "hetflow-codegen": generator}
     if kind == "gpu":
         from importlib.metadata import PackageNotFoundError, version
 
@@ -74,6 +81,7 @@ class Executable:
     path: str                  # the repository entry's folder
     module_file: str
     user_file: str
+    parallel: object = None    # CPU: the whole launch over all cores (Numba parallel)
 
     @property
     def cache_hits(self) -> int:

@@ -25,10 +25,11 @@ import threading
 import warnings
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from ..errors import KernelError, NoExecutableError
-from ..kernels.codegen import ENTRY, expanded, generate
+from ..kernels.codegen import ENTRY, PARALLEL, expanded, generate
 from .cuda_compat import cuda_module
 from .executable import Description, Executable
 
@@ -161,6 +162,7 @@ class CodeRepository:
         for name, sub in kernel.subkernels.items() if kernel.has_source else ():
             ns[name] = self.device_function(sub, device)
         ns["__hf_np"] = np
+        ns["__hf_prange"] = numba.prange
         if device.kind == "gpu":
             ns["__hf_cuda"] = cuda_module()
         try:
@@ -173,10 +175,12 @@ class CodeRepository:
                 ns[name] = wrap_device(fn)
         body = kernel.definition.name
         ns[body] = wrap_device(ns[body])
-        entry_fn = wrap_entry(ns[ENTRY])
+        entry_fn = ns[ENTRY] = wrap_entry(ns[ENTRY])
+        parallel = (numba.njit(parallel=True, nogil=True, cache=True)(ns[PARALLEL])
+                    if device.kind == "cpu" else None)  # compiled on its first large launch
         user_file = kernel.source.filename if kernel.has_source else str(entry)
         params = tuple(p for d in kernel.params[ndim:] for p in expanded(d, views.get(d)))
-        return Executable(desc, entry_fn, params, str(entry), module_file, user_file)
+        return Executable(desc, entry_fn, params, str(entry), module_file, user_file, parallel)
 
     def device_function(self, kernel, device):
         """``kernel``'s body compiled as a device function (for kernels calling kernels)."""
@@ -196,8 +200,6 @@ class CodeRepository:
 def _wrappers(device):
     """(device-function wrapper, entry wrapper) for the device's kind."""
     if device.kind == "cpu":
-        import numba
-
         # inline="always": Numba inlines the body into the chunk loop at the IR level, so
         # LLVM can vectorise the loop (a call per index would cost ~5x on axpy).
         return (numba.njit(nogil=True, cache=True, inline="always"), numba.njit(nogil=True, cache=True))

@@ -1,13 +1,12 @@
-"""Running bound launches on the CPU: compile once per signature, then chunks.
+"""Running bound launches on the CPU: compile once per signature, then run.
 
-The entry point is a Numba ``nogil`` function, so chunks run truly in parallel on the
-runtime's threads.
+The chunk entry is a Numba ``nogil`` function, so chunks run truly in parallel on the
+work-stealing runtime's threads; a whole launch on one CPU goes through the parallel
+entry instead (Numba's threading layer, as fast as a hand-written ``prange``).
 """
 from __future__ import annotations
 
-import functools
-import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
 
 import numba
 from numba.core.errors import NumbaError
@@ -19,14 +18,15 @@ from .launch import Launch
 INLINE_LIMIT = 1 << 15
 
 
-def compile_launch(launch: Launch) -> None:
-    """Compile (or load from the repository) the entry for this launch's argument types."""
-    if launch.plan.compiled:
-        return
+def _signature(launch: Launch, head: tuple) -> tuple:
+    return tuple(numba.typeof(a) for a in (*head, *launch.inner, *launch.entry_args))
+
+
+def _compile(launch: Launch, which: str, sig: tuple) -> None:
+    """Compile the executable's ``which`` ('entry' or 'parallel') for ``sig``."""
     exe = launch.executable
-    sig = tuple(numba.typeof(a) for a in (0, 0, *launch.inner, *launch.entry_args))
     try:
-        exe.entry.compile(sig)
+        getattr(exe, which).compile(sig)
     except NumbaError as exc:
         raise exe.compile_error(exc, launch.device, launch.kernel) from None
     except Exception:  # noqa: BLE001
@@ -37,11 +37,18 @@ def compile_launch(launch: Launch) -> None:
         fresh = repository().executable(launch.kernel, launch.device, len(launch.extent),
                                         _lowerings(launch))
         launch.plan.executable = fresh
+        launch.plan.compiled = launch.plan.parallel_compiled = False
         try:
-            fresh.entry.compile(sig)
+            getattr(fresh, which).compile(sig)
         except NumbaError as exc2:
             raise fresh.compile_error(exc2, launch.device, launch.kernel) from None
-    launch.plan.compiled = True
+
+
+def compile_launch(launch: Launch) -> None:
+    """Compile (or load from the repository) the chunk entry for this launch's types."""
+    if not launch.plan.compiled:
+        _compile(launch, "entry", _signature(launch, (0, 0)))
+        launch.plan.compiled = True
 
 
 def _lowerings(launch: Launch) -> dict:
@@ -59,26 +66,25 @@ def chunk_runner(launch: Launch):
     return lambda lo, hi: entry(lo, hi, *tail)
 
 
-@functools.lru_cache(maxsize=1)
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="hetflow-cpu")
+# Numba's workqueue threading layer must not be entered by two threads at once.
+_parallel_lock = threading.Lock()
 
 
 def run(launch: Launch, workers: int) -> None:
-    """Run the whole launch on ``workers`` CPU threads, rows split evenly."""
+    """Run the whole launch: inline when small, else over all cores with Numba's
+    threading layer (one even piece of rows per thread, as a hand-written prange)."""
     compile_launch(launch)
     rows = launch.extent[0]
-    run_chunk = chunk_runner(launch)
     total = rows
     for e in launch.inner:
         total *= e
     if total <= INLINE_LIMIT or workers <= 1 or rows <= 1:
-        run_chunk(0, rows)
+        launch.executable.entry(0, rows, *launch.inner, *launch.entry_args)
         return
-    parts = min(workers, rows)
-    bounds = [rows * k // parts for k in range(parts + 1)]
-    futures = [_pool().submit(run_chunk, bounds[k], bounds[k + 1]) for k in range(1, parts)]
-    run_chunk(bounds[0], bounds[1])
-    for f in futures:
-        f.result()
-
+    parts = min(numba.get_num_threads(), rows)
+    if not launch.plan.parallel_compiled:
+        compile_launch(launch)
+        _compile(launch, "parallel", _signature(launch, (parts, rows)))
+        launch.plan.parallel_compiled = True
+    with _parallel_lock:
+        launch.executable.parallel(parts, rows, *launch.inner, *launch.entry_args)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import KernelArgumentError
 from ..platform.context import Context
-from ..platform.devices import Device, devices, get_device
+from ..platform.devices import Device, cpu_device, devices, get_device
 from ..platform.matching import LogicalDevice
 from . import cpu, gpu
 from .launch import bind, is_device_array
@@ -18,13 +18,12 @@ from .launch import bind, is_device_array
 
 def _default_devices(args) -> tuple[Device, ...]:
     """Data on a GPU runs on that GPU's kind of device; anything else on the CPU."""
-    table = devices()
     for a in args:
         if type(a) is not np.ndarray and (is_device_array(a) or is_device_array(getattr(a, "root", None))):
-            gpus = [d for d in table if d.kind == "gpu"]
+            gpus = [d for d in devices() if d.kind == "gpu"]
             if gpus:
                 return (gpus[0],)
-    return (table[0],)  # the CPU package is always first
+    return (cpu_device(),)
 
 
 def resolve_devices(device, args=()) -> tuple[Device, ...]:

@@ -54,7 +54,8 @@ class Plan:
     checks: tuple          # see _extent_checks
     executable: object
     written: tuple
-    compiled: bool = False   # the entry is compiled for these argument types
+    compiled: bool = False   # the chunk entry is compiled for these argument types
+    parallel_compiled: bool = False  # the CPU parallel entry too
 
 
 @dataclasses.dataclass

@@ -109,3 +109,42 @@ def test_no_source_but_a_stored_executable_runs(tmp_path, monkeypatch):
     hetflow.forall(5, negate.without_source(), x, out)
     np.testing.assert_array_equal(out, -x)
     assert repository().loaded == 1 and repository().compiled == 0
+
+
+GENERATED = textwrap.dedent("""
+    import json, warnings
+    import numpy as np
+    import hetflow
+    from hetflow.platform.repository import repository
+
+    warnings.simplefilter("error")  # a 'corrupt entry' warning would fail the run
+    k = hetflow.Kernel.from_source("gen_double", "def gen_double(i, x, out):\\n    out[i] = 2 * x[i]\\n", {})
+    x = np.arange(6.0); out = np.zeros(6)
+    hetflow.forall(6, k, x, out)
+    assert (out == 2 * x).all()
+    print(json.dumps({"compiled": repository().compiled, "loaded": repository().loaded}))
+""")
+
+
+def test_generated_kernels_are_reused_by_the_next_process(tmp_path):
+    script = tmp_path / "gen.py"
+    script.write_text(GENERATED)
+    env = dict(os.environ, HETFLOW_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+            for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr
+    assert [json.loads(r.stdout.splitlines()[-1]) for r in runs] == [
+        {"compiled": 1, "loaded": 0}, {"compiled": 0, "loaded": 1}]
+
+
+def test_globals_are_part_of_the_executable_key():
+    ns_a, ns_b = {"K": 2.0}, {"K": 3.0}
+    src = "def scale_k(i, x, out):\n    out[i] = K * x[i]\n"
+    a = hetflow.Kernel.from_source("scale_k", src, ns_a)
+    b = hetflow.Kernel.from_source("scale_k", src, ns_b)
+    assert a.source_hash != b.source_hash
+    x, out = np.ones(3), np.zeros(3)
+    hetflow.forall(3, a, x, out)
+    assert (out == 2.0).all()
+    hetflow.forall(3, b, x, out)
+    assert (out == 3.0).all()

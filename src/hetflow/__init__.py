@@ -10,6 +10,7 @@ from .index import (Grid, asarray, co_map, cshift, empty, extent, index, interio
                     section, tile, transpose, zeros)
 from .kernels import Kernel, kernel
 from .platform import Context, Device, LogicalDevice, devices, get_device, select
+from .ir import Monitor, Rule, RuleSet, graph
 from .runtime.coexec import last_report
 from .runtime.forall import forall
 from . import library  # noqa: E402  (needs kernel and forall)

@@ -81,8 +81,16 @@ class DependencyCycleError(RuntimeFailure, ValueError):
     """Explicit dependencies form a cycle."""
 
 
+class QueueError(HetflowError, ValueError):
+    """A queue, event or buffer was used wrongly (closed queue, bad wait list, set twice)."""
+
+
 class ScheduleError(HetflowError, ValueError):
     """A loop was given invalid workers, shares, chunk sizes or schedule."""
+
+
+class UnknownOpError(HetflowError, ValueError):
+    """A call site (reduce, scan) was given an operation name it does not know."""
 
 
 class HetflowTimeoutError(HetflowError, TimeoutError):

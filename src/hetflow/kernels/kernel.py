@@ -73,10 +73,13 @@ class Kernel:
 
     @functools.cached_property
     def source_hash(self) -> str:
-        """Digest of this kernel's source and, transitively, of the kernels it calls."""
+        """Digest of this kernel's source and of the globals it reads (kernels it calls
+        by their own digest): compiled code freezes global values, so two kernels with
+        the same text but other constants must not share an executable."""
         h = hashlib.sha256(self._source.text.encode())
-        for name, sub in sorted(self.subkernels.items()):
-            h.update(f"{name}={sub.source_hash}".encode())
+        names = {n.id for n in ast.walk(self.definition) if isinstance(n, ast.Name)}
+        for name in sorted(names & self._globals.keys()):
+            h.update(f"{name}={stable_value(self._globals[name])};".encode())
         return h.hexdigest()
 
     @functools.lru_cache(maxsize=8)
@@ -102,6 +105,21 @@ class Kernel:
 
     def __hash__(self):
         return id(self)
+
+
+def stable_value(value) -> str:
+    """A description of a global's value that is the same in every process."""
+    import numpy as np
+
+    if isinstance(value, Kernel):
+        return f"kernel:{value.source_hash}"
+    if isinstance(value, (int, float, complex, str, bool, type(None), np.generic, tuple)):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, np.ndarray):
+        return f"ndarray:{value.dtype}:{value.shape}:{hashlib.sha1(value.tobytes()).hexdigest()}"
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+    module = getattr(value, "__module__", None) or ""
+    return f"{type(value).__name__}:{module}.{name}" if name else type(value).__qualname__
 
 
 def _function_namespace(fn) -> dict:

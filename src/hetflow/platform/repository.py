@@ -21,6 +21,8 @@ import logging
 import os
 import re
 import shutil
+import sys
+import types
 import threading
 import warnings
 from pathlib import Path
@@ -156,9 +158,17 @@ class CodeRepository:
     # -- turning module text into compiled functions ----------------------------------------
     def _instantiate(self, kernel, device, desc, entry: Path, text: str, ndim, views) -> Executable:
         module_file = str(entry / "module.py")
-        ns = {"__builtins__": builtins, "__name__": f"hetflow_{kernel.name}"}
+        ns = {"__builtins__": builtins}
         if kernel.has_source:
             ns.update(kernel.namespace())
+        if ns.get("__name__") not in sys.modules:
+            # Numba's cached code re-imports the module its functions belong to: give a
+            # generated kernel a module of its own that the import finds.
+            module = types.ModuleType(f"hetflow_generated_{kernel.name}_{kernel.source_hash[:12]}")
+            ns.pop("__name__", None)
+            module.__dict__.update(ns)
+            ns = module.__dict__
+            sys.modules[module.__name__] = module
         for name, sub in kernel.subkernels.items() if kernel.has_source else ():
             ns[name] = self.device_function(sub, device)
         ns["__hf_np"] = np

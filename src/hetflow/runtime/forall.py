@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import KernelArgumentError
+from ..ir.capture import current_graph
 from ..platform.context import Context
 from ..platform.devices import Device, cpu_device, devices, get_device
 from ..platform.matching import LogicalDevice
@@ -61,6 +62,10 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
     split evenly over its cores unless a ``schedule`` is named, which runs the same
     worker machinery on the cores alone.
     """
+    g = current_graph()
+    if g is not None:  # capturing a DIR: record, run later (hetflow.graph)
+        return g.record("forall", extent=extent, kernel=kernel, args=args, device=device, shares=shares,
+                        schedule=schedule)
     if schedule not in (None, "steal", "static"):
         raise KernelArgumentError(f"schedule must be 'steal' or 'static', got {schedule!r}")
     targets = resolve_devices(device, args)

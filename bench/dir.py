@@ -1,0 +1,125 @@
+"""DIR benchmark: a chain of four elementwise launches, fused by the rules vs as captured.
+
+The program (10^7 float64 by default) is captured once per contender with
+``hetflow.graph()``:
+
+    t0 = 2 x;  t1 = t0 + 1;  t2 = t1 * t1;  y = t2 - x
+
+* ``unfused``: the captured version run with no rules (``RuleSet()``): four launches,
+  three intermediate arrays written and read back.
+* ``fused``: the default rules fuse the chain into one generated kernel; the
+  intermediates become local scalars and are never allocated.
+
+Baselines in the same process: the unfused graph (the figure the target is about),
+NumPy with preallocated outputs, and a hand-fused Numba ``prange`` loop. Ratios are
+speed-ups of the fused graph (baseline time / fused time). Each section is a function
+returning table rows; further sections (GPU, adaptive Jacobi) go in ``SECTIONS``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numba
+import numpy as np
+
+import hetflow
+from hetflow.ir import RuleSet
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import best_time, fmt_s, report  # noqa: E402
+
+
+@hetflow.kernel
+def dir_scale(i, a, x, out):
+    out[i] = a * x[i]
+
+
+@hetflow.kernel
+def dir_shift(i, x, b, out):
+    out[i] = x[i] + b
+
+
+@hetflow.kernel
+def dir_square(i, x, out):
+    out[i] = x[i] * x[i]
+
+
+@hetflow.kernel
+def dir_sub(i, x, y, out):
+    out[i] = x[i] - y[i]
+
+
+@numba.njit(parallel=True, nogil=True)
+def numba_chain(x, y):
+    for i in numba.prange(x.shape[0]):
+        t = 2.0 * x[i] + 1.0
+        y[i] = t * t - x[i]
+
+
+def chain_graph(n, x, y, name):
+    """The four-launch program, captured (nothing runs here)."""
+    with hetflow.graph(name) as g:
+        t0, t1, t2 = hetflow.empty(n), hetflow.empty(n), hetflow.empty(n)
+        hetflow.forall(n, dir_scale, 2.0, x, t0)
+        hetflow.forall(n, dir_shift, t0, 1.0, t1)
+        hetflow.forall(n, dir_square, t1, t2)
+        hetflow.forall(n, dir_sub, t2, x, y)
+    return g, (t0, t1, t2)
+
+
+def cpu_rows(n, repeat):
+    x = np.random.default_rng(0).random(n)
+    expected = (2.0 * x + 1.0) ** 2 - x
+    y_plain, y_fused, y_np, y_nb = (np.empty(n) for _ in range(4))
+    plain, _ = chain_graph(n, x, y_plain, "unfused")
+    fused, temps = chain_graph(n, x, y_fused, "fused")
+    no_rules = RuleSet()
+
+    def numpy_chain():
+        np.multiply(2.0, x, out=y_np)
+        np.add(y_np, 1.0, out=y_np)
+        np.multiply(y_np, y_np, out=y_np)
+        np.subtract(y_np, x, out=y_np)
+
+    t_plain = best_time(lambda: plain.run(rules=no_rules), repeat)
+    t_fused = best_time(lambda: fused.run(), repeat)
+    t_numpy = best_time(numpy_chain, repeat)
+    t_numba = best_time(lambda: numba_chain(x, y_nb), repeat)
+    for y in (y_plain, y_fused, y_np, y_nb):
+        np.testing.assert_allclose(y, expected, rtol=1e-12)
+    launches = sum(1 for node in fused.current.nodes if node.op == "forall")
+    if launches != 1 or any(t.materialized for t in temps):
+        raise RuntimeError(f"the chain was not fused as expected:\n{fused.describe()}")
+    return [
+        dict(name=f"4 ops n={n:.0e} vs unfused graph", baseline=fmt_s(t_plain), hetflow=fmt_s(t_fused),
+             ratio=t_plain / t_fused, target=">= 2.5x"),
+        dict(name=f"4 ops n={n:.0e} vs numpy (out=)", baseline=fmt_s(t_numpy), hetflow=fmt_s(t_fused),
+             ratio=t_numpy / t_fused, target=""),
+        dict(name=f"4 ops n={n:.0e} vs numba, fused by hand", baseline=fmt_s(t_numba),
+             hetflow=fmt_s(t_fused), ratio=t_numba / t_fused, target=""),
+    ]
+
+
+SECTIONS = [cpu_rows]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="hetflow bench dir", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    p.add_argument("-n", type=int, default=None, help="elements (default 10^7; --quick: 10^5)")
+    args = p.parse_args(argv)
+    n = args.n or (10**5 if args.quick else 10**7)
+    repeat = 2 if args.quick else 7
+    rows = [row for section in SECTIONS for row in section(n, repeat)]
+    cpu = hetflow.get_device("cpu0")
+    report(rows, args.json, f"hetflow bench dir ({cpu.name}, {cpu.compute_units} cores); "
+                            f"ratio = baseline time / fused graph time")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

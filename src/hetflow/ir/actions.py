@@ -1,0 +1,359 @@
+"""Right-hand sides of rules: what a rule does to the DIR when its predicate holds.
+
+Every action has ``apply(ctx, match)``; it rewrites ``ctx`` (the working version, the
+variables, the rule set) and raises on error, in which case the interpreter undoes the
+firing and disables the rule. Values written as strings are expressions in hetflow's
+language, evaluated when the action runs (``Partition(shares={"gpu": "1 -
+gpu.utilization", "cpu": "gpu.utilization"})``).
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+import logging
+from typing import Callable, Mapping
+
+from ..errors import RuleError
+from . import codegen, fusion, lang
+from .graph import Node
+from .patterns import Match
+from .topology import description
+
+log = logging.getLogger("hetflow.ir")
+
+
+def _expr(value):
+    """Strings become parsed expressions; other values stay constants."""
+    return lang.parse(value) if isinstance(value, str) else value
+
+
+def _names(*values) -> set:
+    return set().union(*(v.names() for v in values if isinstance(v, lang.Expr)))
+
+
+class Action(abc.ABC):
+    """Base of the actions; subclasses are frozen dataclasses."""
+
+    @abc.abstractmethod
+    def apply(self, ctx, match: Match) -> None:
+        """Change ``ctx`` for one binding of the rule's pattern."""
+
+    def names(self) -> set:
+        """Variables the action's expressions read."""
+        return set()
+
+
+def _nodes(ctx, match: Match, op: str | None = None) -> list[Node]:
+    """The matched nodes as they are now (earlier actions of the rule may have swapped them)."""
+    now = [ctx.current(n) for n in match.nodes]
+    return [n for n in now if n is not None and (op is None or n.op == op)]
+
+
+# -- graph rewrites ----------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Fuse(Action):
+    """Fuse the matched producer-consumer chain into one generated kernel."""
+
+    def apply(self, ctx, match):
+        if len(match.nodes) < 2:
+            raise RuleError("fuse needs a chain of two nodes or more (match a Chain pattern)")
+        chain = _nodes(ctx, match)
+        if len(chain) == len(match.nodes):
+            fusion.fuse(ctx, chain)
+
+
+@dataclasses.dataclass(frozen=True)
+class Split(Action):
+    """Cut each matched launch into ``pieces`` along its outermost dimension.
+
+    ``pieces`` is a number or an expression (default: one piece per node,
+    ``count('node')``); with ``place`` piece k gets ``place=k`` (the process that
+    runs it). Splitting a split launch again re-cuts the original; a local interpreter
+    (one with a place) leaves pieces cut by the level above alone.
+    """
+
+    pieces: object = "count('node')"
+    place: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "pieces", _expr(self.pieces))
+
+    def names(self):
+        return _names(self.pieces)
+
+    def apply(self, ctx, match):
+        count = ctx.evaluate(self.pieces, match)
+        if isinstance(count, bool) or not isinstance(count, (int, float)) or count < 1 or count != int(count):
+            raise RuleError(f"split needs a whole number of pieces >= 1; {self.pieces} gave {count!r}")
+        for node in _nodes(ctx, match, "forall"):
+            self._split(ctx, node, int(count))
+
+    def _split(self, ctx, node: Node, count: int) -> None:
+        if ctx.scope is not None and "whole" in node.attrs:
+            # A local interpreter refines its own piece; cutting pieces is the level above's.
+            log.debug("split: node #%d is a piece placed by the level above; left as it is", node.id)
+            return
+        whole = node.attrs.get("whole", node)
+        group = [n for n in ctx.nodes if n is whole or n.attrs.get("whole") is whole]
+        current = node.attrs.get("piece", (0, 1))[1]
+        placed = all(("place" in n.attrs) == self.place for n in group) if current > 1 else True
+        if current == count and placed:
+            return
+        if count == 1:
+            ctx.replace(group, [whole])
+            return
+        ndim = len(whole.extent)
+        if not whole.kernel.has_source:
+            log.debug("split: kernel %s has no source; left whole", whole.name)
+            return
+        offset_kernel = ctx.cache.get_or_build(
+            ("offset", whole.kernel.name, whole.kernel.source_hash), (), (("ndim", ndim),),
+            lambda: _offset_kernel(whole.kernel, ndim))
+        n0 = whole.extent[0]
+        pieces = []
+        for k in range(count):
+            lo, hi = k * n0 // count, (k + 1) * n0 // count
+            attrs = dict(whole.attrs, whole=whole, piece=(k, count))
+            if self.place:
+                attrs["place"] = k
+            pieces.append(Node(id=ctx.new_id(), op="forall", args=whole.args + (lo,),
+                               modes=whole.modes + ("",), kernel=offset_kernel,
+                               extent=(hi - lo,) + tuple(whole.extent[1:]), attrs=attrs,
+                               rules=whole.rules, origin=whole.origin or (whole.id,)))
+        ctx.replace(group, pieces)
+
+
+def _offset_kernel(kernel, ndim):
+    from ..kernels.kernel import Kernel
+
+    src, namespace = codegen.offset_source(kernel, ndim)
+    return Kernel.from_source(f"{kernel.name}_at", src, namespace)
+
+
+@dataclasses.dataclass(frozen=True)
+class Substitute(Action):
+    """Replace operations by name: a kernel (or op) name -> a replacement.
+
+    For ``forall`` nodes the key is the kernel's name and the replacement a kernel with
+    the same parameters; for other operations the key is the operation and the
+    replacement the function to call. A string names an entry of ``hetflow.library``
+    (or of the ``kernels`` given when a rule file is loaded).
+    """
+
+    mapping: tuple = ()
+    kernels: tuple = ()
+
+    def __init__(self, mapping: Mapping, kernels: Mapping | None = None):
+        object.__setattr__(self, "mapping", tuple(dict(mapping).items()))
+        object.__setattr__(self, "kernels", tuple((kernels or {}).items()))
+
+    def _resolve(self, value):
+        if not isinstance(value, str):
+            return value
+        named = dict(self.kernels)
+        if value in named:
+            return named[value]
+        from .. import library
+
+        return library.get(value)
+
+    def apply(self, ctx, match):
+        mapping = dict(self.mapping)
+        for node in _nodes(ctx, match):
+            key = node.name if node.op == "forall" else node.op
+            if key not in mapping:
+                continue
+            new = self._resolve(mapping[key])
+            ctx.put(node, _substituted(node, new, key))
+
+
+def _substituted(node: Node, new, key: str) -> Node:
+    from ..kernels.kernel import Kernel
+
+    if node.op != "forall":
+        if not callable(new):
+            raise RuleError(f"substitute: replacement for {key!r} is not callable")
+        return node.with_attrs(fn=new, substituted=key)
+    if not isinstance(new, Kernel):
+        raise RuleError(f"substitute: replacement for kernel {key!r} is {type(new).__name__}, not a kernel")
+    ndim = len(node.extent)
+    if len(new.params) != len(node.kernel.params):
+        raise RuleError(f"substitute: kernel {new.name!r} takes {len(new.params) - ndim} data "
+                        f"arguments, {key!r} takes {len(node.kernel.params) - ndim}")
+    access = new.access(ndim)
+    modes = tuple(access.modes.get(p, "") for p in new.params[ndim:])
+    return node.evolve(kernel=new, modes=modes).with_attrs(substituted=key)
+
+
+# -- placement and compilation ------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Partition(Action):
+    """Spread each matched launch over devices with shares.
+
+    ``shares`` maps device ids or kinds to numbers or expressions (a kind's share is
+    divided evenly among its devices); shares are normalised to sum to 1 and devices
+    missing from the topology are left out. Without ``shares``: evenly over the devices
+    (of ``kinds``, if given).
+    """
+
+    shares: tuple = ()
+    kinds: tuple | None = None
+
+    def __init__(self, shares: Mapping | None = None, kinds=None):
+        object.__setattr__(self, "shares", tuple((k, _expr(v)) for k, v in (shares or {}).items()))
+        object.__setattr__(self, "kinds", tuple(kinds) if kinds is not None else None)
+
+    def names(self):
+        return _names(*(v for _, v in self.shares))
+
+    def plan(self, ctx, match) -> dict[str, float]:
+        topo = ctx.topology
+        devices = [d for d in topo.devices if self.kinds is None or d.kind in self.kinds]
+        if not self.shares:
+            weights = {d.id: 1.0 for d in devices}
+        else:
+            weights = {}
+            for key, value in self.shares:
+                share = ctx.evaluate(value, match)
+                if isinstance(share, bool) or not isinstance(share, (int, float)) or share < 0:
+                    raise RuleError(f"partition: share of {key!r} must be a number >= 0; got {share!r}")
+                targets = [d for d in devices if d.id == key] or [d for d in devices if d.kind == key]
+                for dev in targets:
+                    weights[dev.id] = weights.get(dev.id, 0.0) + share / len(targets)
+        total = sum(weights.values())
+        return {k: round(w / total, 6) for k, w in weights.items() if w > 0} if total > 0 else {}
+
+    def apply(self, ctx, match):
+        shares = self.plan(ctx, match)
+        if not shares:
+            log.debug("partition: no device with a positive share; placement unchanged")
+            return
+        for node in _nodes(ctx, match, "forall"):
+            ctx.put(node, node.with_attrs(devices=tuple(shares), shares=shares))
+
+
+def compile_guard(kernel, device, ndim: int) -> tuple:
+    """The VariantCache key of ``kernel`` compiled for ``device`` and a rank-``ndim`` launch."""
+    return (("compile", kernel.name, kernel.source_hash), description(device), (("ndim", ndim),))
+
+
+def compile_variant(cache, kernel, device, ndim: int):
+    """The executable of ``kernel`` for ``device``, from the cache or the code repository."""
+    from ..platform.repository import repository
+
+    operation, device_key, conditions = compile_guard(kernel, device, ndim)
+    return cache.get_or_build(operation, device_key, conditions,
+                              lambda: repository().executable(kernel, device, ndim))
+
+
+@dataclasses.dataclass(frozen=True)
+class Compile(Action):
+    """Compile each matched kernel for the devices (of ``kinds``) it lacks an executable for.
+
+    The executable comes from the code repository (compiled from the kernel's source
+    when none is stored) and is kept in the interpreter's variant cache; the node
+    records the devices it is compiled for in its ``compiled`` attribute.
+    """
+
+    kinds: tuple | None = None
+
+    def __init__(self, kinds=None):
+        object.__setattr__(self, "kinds", tuple(kinds) if kinds is not None else None)
+
+    def apply(self, ctx, match):
+        targets = [d for d in ctx.topology.devices if self.kinds is None or d.kind in self.kinds]
+        for node in _nodes(ctx, match):
+            if node.kernel is None:
+                continue
+            ndim = len(node.extent)
+            for dev in targets:
+                compile_variant(ctx.cache, node.kernel, dev, ndim)
+            done = tuple(sorted(set(node.attrs.get("compiled", ())) | {d.id for d in targets}))
+            ctx.put(node, node.with_attrs(compiled=done))
+
+
+# -- variables and rules ------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Set(Action):
+    """Set a variable to a value or an expression's value (rules reading it re-run)."""
+
+    var: str
+    value: object = None
+
+    def __post_init__(self):
+        if not isinstance(self.var, str) or not self.var:
+            raise RuleError(f"set needs a variable name; got {self.var!r}")
+        object.__setattr__(self, "value", _expr(self.value))
+
+    def names(self):
+        return _names(self.value)
+
+    def apply(self, ctx, match):
+        ctx.variables[self.var] = ctx.evaluate(self.value, match)
+
+
+@dataclasses.dataclass(frozen=True)
+class AddRule(Action):
+    """Add a rule to the active rule set (nothing when one of that name is there)."""
+
+    rule: object
+
+    def apply(self, ctx, match):
+        if self.rule.name not in ctx.rules:
+            ctx.rules.add(self.rule)
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoveRule(Action):
+    """Remove a rule from the active rule set (nothing when it is not there)."""
+
+    name: str
+
+    def apply(self, ctx, match):
+        if self.name in ctx.rules:
+            ctx.rules.remove(self.name)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangeRule(Action):
+    """Change a rule of the active rule set: its priority, enabled flag, predicate or actions."""
+
+    name: str
+    changes: tuple = ()
+
+    def __init__(self, name: str, **changes):
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "changes", tuple(changes.items()))
+
+    def apply(self, ctx, match):
+        rule = ctx.rules.get(self.name)
+        if rule is None:
+            raise RuleError(f"change_rule: no rule named {self.name!r}")
+        new = rule.replace(**dict(self.changes))
+        if new != rule:
+            ctx.rules.replace(new)
+
+
+@dataclasses.dataclass(frozen=True)
+class Replace(Action):
+    """A Python callback ``(ctx, match) -> None | Node | [Node]``: None means no rewrite.
+
+    Callbacks run when the interpreter evaluates (graph, topology, rule set or events
+    changed, or a variable the rule's expressions read); a callback that depends on
+    other variables should read them in a condition (an expression or a callable).
+    """
+
+    fn: Callable
+
+    def apply(self, ctx, match):
+        result = self.fn(ctx, match)
+        if result is None:
+            return
+        new = [result] if isinstance(result, Node) else list(result) if isinstance(result, (list, tuple)) else None
+        if new is None or not all(isinstance(n, Node) for n in new):
+            raise RuleError(f"rule callback {getattr(self.fn, '__name__', self.fn)!r} returned "
+                            f"{result!r}; expected None, a Node or a list of Nodes")
+        ctx.replace(_nodes(ctx, match), new)

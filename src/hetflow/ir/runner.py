@@ -1,0 +1,89 @@
+"""Running one DIR version: each node goes to hetflow's runtime, in order.
+
+``forall`` nodes call :func:`hetflow.forall` with the node's placement (``devices``
+and ``shares`` set by rules). The DIR may plan for devices this process cannot use
+(simulated ones, another node's): those are left out here and the shares of the others
+renormalised; with none left, the runtime picks the device as for an unplaced launch.
+Other operations call the function recorded for them. Lazy arrays are materialised on
+first use. Timings go to the monitor as throughput per device.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from ..platform.devices import devices as platform_devices
+from .graph import Node, Version
+from .values import resolve
+
+log = logging.getLogger("hetflow.ir")
+
+
+def run_version(version: Version, monitor) -> None:
+    """Execute every node of ``version``; lazy arrays are (re)initialised first."""
+    for node in version.nodes:
+        if node.op == "alloc":
+            node.result.reset()
+        elif node.op == "forall":
+            _forall(node, monitor)
+        else:
+            _call(node)
+
+
+def placement(node: Node) -> tuple[dict, dict]:
+    """(keyword arguments for forall, shares of the devices used) for ``node``."""
+    wanted = node.attrs.get("devices")
+    if not wanted:
+        return {}, {}
+    known = {d.id for d in platform_devices()}
+    usable = [d for d in wanted if d in known]
+    if len(usable) < len(wanted):
+        log.debug("node #%d: devices %s are not on this host; running on %s", node.id,
+                  [d for d in wanted if d not in known], usable or "the default device")
+    if not usable:
+        return {}, {}
+    planned = node.attrs.get("shares") or {d: 1.0 for d in usable}
+    total = sum(planned.get(d, 0.0) for d in usable)
+    shares = {d: planned.get(d, 0.0) / total for d in usable} if total > 0 else {d: 1 / len(usable) for d in usable}
+    if len(usable) == 1:
+        return {"device": usable[0]}, shares
+    return {"device": usable, "shares": [shares[d] for d in usable]}, shares
+
+
+def _forall(node: Node, monitor) -> None:
+    from ..runtime.forall import forall
+
+    args = [resolve(a) for a in node.args]
+    kwargs, shares = placement(node)
+    if "schedule" in node.attrs:
+        kwargs["schedule"] = node.attrs["schedule"]
+    start = time.perf_counter()
+    report = forall(node.extent, node.kernel, *args, **kwargs)
+    seconds = time.perf_counter() - start
+    workers = getattr(report, "workers", None)
+    if workers:
+        _report_workers(monitor, workers)
+    elif shares:
+        monitor.record_run(shares, node.size, seconds)
+
+
+def _report_workers(monitor, workers) -> None:
+    """Throughput per device from a work-stealing run report (indices over busy time)."""
+    per_device: dict[str, list] = {}
+    for stats in workers:
+        done = per_device.setdefault(stats.device_id, [0, 0.0])
+        done[0] += stats.indices
+        done[1] = max(done[1], stats.busy_s)
+    for device_id, (indices, busy) in per_device.items():
+        if busy > 0:
+            monitor.set(f"throughput.{device_id}", indices / busy)
+
+
+def _call(node: Node) -> None:
+    # Keyword arguments ride at the end of ``args`` (so their memory has dependencies too).
+    names = node.attrs.get("keywords", ())
+    values = [resolve(a) for a in node.args]
+    split = len(values) - len(names)
+    value = node.attrs["fn"](*values[:split], **dict(zip(names, values[split:])))
+    if node.result is not None:
+        node.result.set(value)

@@ -1,21 +1,35 @@
-"""Work stealing on CPU cores against a static split and Numba's ``prange``.
+"""Work stealing (SPEC §3): hetflow's forall on CPU cores and GPUs against static splits
+and Numba's ``prange``.
 
-Two loops, each run by one hetflow CPU worker per core (a Numba ``nogil`` chunk
-function per worker thread) and by the baselines, in one process, alternating the
-contenders round by round and keeping each one's best round:
+CPU section: one ``@hetflow.kernel`` computing a Mandelbrot escape count per pixel,
+launched over the image's (rows, columns) with ``hetflow.forall``; chunks are row ranges.
 
-* ``irregular``: the rows of a Mandelbrot image over an off-centre window
-  (x in [-2, 0.5], y in [0, 1.25]), so rows near the real axis cost far more than the
-  rest and an equal split of the rows is unbalanced.
-* ``uniform``: the same arithmetic for every element of a long vector.
+* ``irregular``: an off-centre window (x in [-2, 0.5], y in [0, 1.25]); rows near the
+  real axis cost far more than the rest, so an equal split of the rows is unbalanced.
+* ``uniform``: the same kernel over a window inside the main cardioid, where every pixel
+  runs all ``max_iter`` iterations: equal cost everywhere.
 
-Contenders: ``steal`` (``run_loop``, schedule='steal'), ``static`` (``run_loop``,
-schedule='static': each worker runs its equal share), ``prange`` (a hand-written
-``@njit(parallel=True)`` loop: Numba's default static division of the iterations) and
-``prange/cs`` (the same after ``numba.set_parallel_chunksize`` with hetflow's chunk
-size, shown for reference; what it changes depends on Numba's threading layer, printed
-below the table). Ratios are speed ratios: baseline time / steal time,
-above 1 means stealing is faster.
+Contenders: ``steal`` (``forall(..., device='cpu0', schedule='steal')``: one worker per
+core, each with its own Chase-Lev deque, stealing), ``static`` (``schedule='static',
+shares=[1.0]``: the rows split equally over the cores once, no stealing) and ``prange``
+(the baseline: a hand-written ``@njit(parallel=True)`` loop with the same arithmetic).
+
+GPU section (only with CuPy and a real, not simulated, GPU): a kernel with a chain of
+``--work`` multiply-adds per element on host-resident float64 data, so the GPU's time
+includes the host<->device transfers and the CPU's and GPU's speeds are comparable
+(``--work auto`` picks the chain length from a short ladder of single-device runs).
+Contenders: ``cpu0`` alone, ``gpu0`` alone, both co-executed with ``schedule='steal'``
+(shares predicted by the performance model), and with ``schedule='static'`` and shares
+proportional to the measured single-device speeds. T_co is compared with the ideal
+combined time 1 / (1/T_cpu + 1/T_gpu) and with the best single device. Then the GPU is
+loaded partway: a second process starts repeated large matmuls and host-to-device
+copies on the GPU shortly after the loop starts, and steal and static (both from the
+unloaded speed shares) are timed again.
+
+Contenders alternate round by round; each one's best round counts (the loaded case:
+the median, since the load's timing varies). Ratios are baseline time / hetflow time:
+above 1 means hetflow is faster. Every result is checked against NumPy on sampled rows
+or elements before timing.
 """
 from __future__ import annotations
 
@@ -23,193 +37,461 @@ import argparse
 import json
 import math
 import os
+import statistics
+import subprocess
+import sys
+import threading
 import time
 
 import numba
 import numpy as np
 from numba import njit, prange
 
+import hetflow
 from hetflow.errors import RuntimeFailure
-from hetflow.runtime.steal import Worker, cpu_chunk_size, run_loop
+from hetflow.platform.cuda_compat import cupy_module
 
-TARGETS = {("irregular", "static"): 1.3, ("irregular", "prange"): 1.0,
-           ("uniform", "prange"): 0.9}
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import fmt_s, report  # noqa: E402
+
+IRREGULAR = (-2.0, 0.5, 0.0, 1.25)   # x_min, x_max, y_min, y_max
+UNIFORM = (-0.5, 0.0, 0.0, 0.3)      # inside the main cardioid: no pixel escapes
+SAMPLE_ROWS = 8
+SAMPLE_ELEMS = 4096
 
 
-# -- kernels ------------------------------------------------------------------------------
-@njit(inline="always")
-def _mandel_row(r, out, x0, y0, dx, dy, max_iter):
+# -- kernels -------------------------------------------------------------------------------
+@hetflow.kernel
+def mandel(r, c, out, x0, y0, dx, dy, max_iter):
+    cr = x0 + c * dx
     ci = y0 + r * dy
-    for c in range(out.shape[1]):
-        cr = x0 + c * dx
-        zr = 0.0
-        zi = 0.0
-        k = 0
-        while k < max_iter and zr * zr + zi * zi <= 4.0:
-            zr, zi = zr * zr - zi * zi + cr, 2.0 * zr * zi + ci
-            k += 1
-        out[r, c] = k
+    zr = 0.0
+    zi = 0.0
+    k = 0
+    while k < max_iter and zr * zr + zi * zi <= 4.0:
+        zr, zi = zr * zr - zi * zi + cr, 2.0 * zr * zi + ci
+        k += 1
+    out[r, c] = k
 
 
-@njit(nogil=True)
-def mandel_rows(lo, hi, out, x0, y0, dx, dy, max_iter):
-    for r in range(lo, hi):
-        _mandel_row(r, out, x0, y0, dx, dy, max_iter)
+@hetflow.kernel
+def madd_chain(i, x, out, work):
+    v = x[i]
+    acc = v
+    k = 0
+    while k < work:
+        acc = acc * 0.999 + v
+        k += 1
+    out[i] = math.sin(acc)
 
 
+# -- the baseline: hand-written Numba ----------------------------------------------------
 @njit(parallel=True)
 def mandel_prange(out, x0, y0, dx, dy, max_iter):
     for r in prange(out.shape[0]):
-        _mandel_row(r, out, x0, y0, dx, dy, max_iter)
+        ci = y0 + r * dy
+        for c in range(out.shape[1]):
+            cr = x0 + c * dx
+            zr = 0.0
+            zi = 0.0
+            k = 0
+            while k < max_iter and zr * zr + zi * zi <= 4.0:
+                zr, zi = zr * zr - zi * zi + cr, 2.0 * zr * zi + ci
+                k += 1
+            out[r, c] = k
 
 
-@njit(inline="always")
-def _uniform_elem(i, x, out):
-    v = x[i]
-    out[i] = math.sqrt(v) * math.sin(v) + math.cos(2.0 * v) * math.exp(-v * 1e-3)
+# -- NumPy oracles ---------------------------------------------------------------------------
+def mandel_numpy(rows, cols, x0, y0, dx, dy, max_iter):
+    """Escape counts of the given rows, vectorised over the pixels that are still iterating."""
+    cr = x0 + np.arange(cols) * dx
+    ci = y0 + np.asarray(rows)[:, None] * dy
+    zr = np.zeros((len(rows), cols))
+    zi = np.zeros_like(zr)
+    k = np.zeros(zr.shape, dtype=np.int64)
+    for _ in range(max_iter):
+        live = zr * zr + zi * zi <= 4.0
+        if not live.any():
+            break
+        zr, zi = (np.where(live, zr * zr - zi * zi + cr, zr),
+                  np.where(live, 2.0 * zr * zi + ci, zi))
+        k += live
+    return k
 
 
-@njit(nogil=True)
-def uniform_chunk(lo, hi, x, out):
-    for i in range(lo, hi):
-        _uniform_elem(i, x, out)
+def madd_chain_numpy(x, work):
+    acc = x.copy()
+    for _ in range(work):
+        acc = acc * 0.999 + x
+    return np.sin(acc)
 
 
-@njit(parallel=True)
-def uniform_prange(x, out):
-    for i in prange(x.size):
-        _uniform_elem(i, x, out)
+def _check(label, got, want, exact):
+    ok = np.array_equal(got, want) if exact else np.allclose(got, want, rtol=1e-7, atol=1e-9)
+    if not ok:
+        raise RuntimeFailure(f"{label} computed a different result than NumPy")
 
 
-# -- contenders ---------------------------------------------------------------------------
-def _cpu_workers(count, chunk, run):
-    return [Worker(f"core{i}", "cpu", run, chunk, "cpu0") for i in range(count)]
+def _target(ratio, op, bound):
+    met = ratio >= bound if op == ">=" else ratio > bound
+    return f"{op} {bound}x: {'met' if met else 'MISSED'}"
 
 
-def _prange_chunked(fn, chunk):
-    def run():
-        old = numba.set_parallel_chunksize(chunk)
-        try:
-            fn()
-        finally:
-            numba.set_parallel_chunksize(old)
-    return run
+def _row(name, baseline, hetflow_s, target="", **extra):
+    ratio = baseline / hetflow_s
+    return dict(name=name, baseline=fmt_s(baseline), hetflow=fmt_s(hetflow_s), ratio=ratio,
+                target=_target(ratio, *target) if target else "", **extra)
 
 
-def irregular_case(args):
-    size = args.size
-    out = np.zeros((size, size), dtype=np.int32)
-    x0, y0, dx, dy = -2.0, 0.0, 2.5 / size, 1.25 / size
-    params = (x0, y0, dx, dy, args.max_iter)
-    chunk = cpu_chunk_size(size, args.workers)
-    workers = _cpu_workers(args.workers, chunk,
-                           lambda lo, hi: mandel_rows(lo, hi, out, *params))
-    contenders = {
-        "steal": lambda: run_loop(size, workers, schedule="steal", report=False),
-        "static": lambda: run_loop(size, workers, schedule="static", report=False),
-        "prange": lambda: mandel_prange(out, *params),
-        "prange/cs": _prange_chunked(lambda: mandel_prange(out, *params), chunk),
-    }
-    reference = np.zeros_like(out)
-    mandel_rows(0, size, reference, *params)
-    return "irregular", f"mandelbrot {size}x{size} rows, max_iter {args.max_iter}", \
-        contenders, out, reference, chunk
-
-
-def uniform_case(args):
-    n = args.length
-    x = np.random.default_rng(0).uniform(0.0, 100.0, n)
-    out = np.zeros(n)
-    chunk = cpu_chunk_size(n, args.workers)
-    workers = _cpu_workers(args.workers, chunk, lambda lo, hi: uniform_chunk(lo, hi, x, out))
-    contenders = {
-        "steal": lambda: run_loop(n, workers, schedule="steal", report=False),
-        "static": lambda: run_loop(n, workers, schedule="static", report=False),
-        "prange": lambda: uniform_prange(x, out),
-        "prange/cs": _prange_chunked(lambda: uniform_prange(x, out), chunk),
-    }
-    reference = np.zeros_like(out)
-    uniform_chunk(0, n, x, reference)
-    return "uniform", f"{n} elements", contenders, out, reference, chunk
-
-
-def measure(case, args):
-    """Best-of-rounds time per contender; every contender's result checked first."""
-    name, what, contenders, out, reference, chunk = case
-    for label, run in contenders.items():      # compile, warm up, check
-        out[...] = 0
-        run()
-        if not np.array_equal(out, reference):
-            raise RuntimeFailure(f"{name}: {label} computed a different result")
-    best = {label: math.inf for label in contenders}
-    for _ in range(args.rounds):
-        for label, run in contenders.items():
+def race(contenders, rounds):
+    """Alternate the contenders for ``rounds`` rounds: every round's time per contender,
+    and each one's last result (a RunReport for co-executed calls, else None)."""
+    times = {label: [] for label in contenders}
+    last = {}
+    for k in range(rounds):
+        labels = list(contenders)
+        for label in labels[k % len(labels):] + labels[:k % len(labels)]:
             t = time.perf_counter()
-            run()
-            best[label] = min(best[label], time.perf_counter() - t)
-    return {"case": name, "what": what, "workers": args.workers, "chunk": chunk,
-            "seconds": best,
-            "ratios": {b: best[b] / best["steal"] for b in contenders if b != "steal"}}
+            last[label] = contenders[label]()
+            times[label].append(time.perf_counter() - t)
+    return times, last
+
+
+# -- CPU section -----------------------------------------------------------------------------
+def mandel_case(name, window, args, cores):
+    """Time steal, static and prange on one Mandelbrot window; the table rows."""
+    size, max_iter = args.size, args.max_iter
+    x_min, x_max, y_min, y_max = window
+    params = (x_min, y_min, (x_max - x_min) / size, (y_max - y_min) / size, max_iter)
+    out = np.zeros((size, size), dtype=np.int32)
+    contenders = {
+        "steal": lambda: hetflow.forall(out.shape, mandel, out, *params, device="cpu0",
+                                        schedule="steal"),
+        "static": lambda: hetflow.forall(out.shape, mandel, out, *params, device="cpu0",
+                                         schedule="static", shares=[1.0]),
+        "prange": lambda: mandel_prange(out, *params),
+    }
+    rows = np.linspace(0, size - 1, SAMPLE_ROWS).astype(np.int64)
+    want = mandel_numpy(rows, size, *params)
+    for label, run in contenders.items():       # compile, warm up, check
+        out[...] = -1
+        run()
+        _check(f"{name} {label}", out[rows], want, exact=True)
+    times, last = race(contenders, args.rounds)
+    best = {label: min(ts) for label, ts in times.items()}
+    steals = last["steal"].steals
+    what = f"{name}: {size}x{size} Mandelbrot, max_iter {max_iter}, {cores} cores"
+    targets = {("irregular", "static"): (">=", 1.3), ("irregular", "prange"): (">=", 1.0),
+               ("uniform", "prange"): (">=", 0.9)}
+    return [_row(f"{name}: steal vs {b}", best[b], best["steal"], targets.get((name, b), ""),
+                 case=name, what=what, steals_last_round=steals, seconds=times)
+            for b in ("static", "prange")]
 
 
 def cpu_section(args):
-    numba.set_num_threads(args.workers)
-    rows = [measure(irregular_case(args), args), measure(uniform_case(args), args)]
-    for row in rows:
-        row["threading_layer"] = numba.threading_layer()
-    return rows
+    cores = hetflow.get_device("cpu0").compute_units
+    numba.set_num_threads(min(cores, numba.config.NUMBA_NUM_THREADS))
+    rows = mandel_case("irregular", IRREGULAR, args, cores) + mandel_case("uniform", UNIFORM, args, cores)
+    notes = [f"{r['what']}; steals in the last steal round: {r['steals_last_round']}"
+             for r in rows[::2]]
+    notes.append(f"prange: Numba threading layer {numba.threading_layer()}, "
+                 f"{numba.get_num_threads()} threads")
+    return rows, notes
 
 
-SECTIONS = {"cpu": cpu_section}
+# -- GPU section -----------------------------------------------------------------------------
+def real_gpu():
+    """The first real GPU when CuPy works and one exists; None otherwise (the simulator's
+    GPUs are never used here)."""
+    if cupy_module() is None:
+        return None
+    gpus = [d for d in hetflow.devices() if d.kind == "gpu" and not d.simulated]
+    return gpus[0] if gpus else None
 
 
-def _table(rows):
-    labels = list(rows[0]["seconds"])
-    head = ["case", "chunk"] + [f"{lb} ms" for lb in labels] + \
-        [f"steal vs {lb}" for lb in labels if lb != "steal"]
-    lines = [head]
-    for r in rows:
-        line = [r["case"], str(r["chunk"])] + [f"{r['seconds'][lb] * 1e3:.1f}" for lb in labels]
-        for lb, ratio in r["ratios"].items():
-            target = TARGETS.get((r["case"], lb))
-            mark = "" if target is None else (f" (>= {target}: "
-                                              f"{'met' if ratio >= target else 'MISSED'})")
-            line.append(f"{ratio:.2f}x{mark}")
-        lines.append(line)
-    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
-    text = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in lines]
-    text.insert(1, "  ".join("-" * w for w in widths))
-    text += [f"{r['case']}: {r['what']}, {r['workers']} workers, Numba threading layer "
-             f"{r['threading_layer']}" for r in rows]
-    return "\n".join(text)
+class Chain:
+    """Host-resident data of the multiply-add chain and hetflow calls over it."""
+
+    def __init__(self, n, gpu):
+        self.gpu = gpu.id
+        self.x = np.random.default_rng(0).uniform(0.0, 1.0, n)
+        self.out = np.zeros(n)
+        self.sample = np.sort(np.random.default_rng(1).choice(n, min(n, SAMPLE_ELEMS), replace=False))
+        self.work = 1
+
+    def call(self, device, **kw):
+        """A forall over the current data (``self.x`` may be narrowed while tuning)."""
+        return lambda: hetflow.forall(self.x.size, madd_chain, self.x, self.out, self.work,
+                                      device=device, **kw)
+
+    def singles(self):
+        """Single-device contenders, hetflow's default path and its scheduled one."""
+        return {"cpu0": self.call("cpu0"), "cpu0 steal": self.call("cpu0", schedule="steal"),
+                "gpu0": self.call(self.gpu), "gpu0 static": self.call(self.gpu, schedule="static")}
+
+    def check(self, label):
+        want = madd_chain_numpy(self.x[self.sample], self.work)
+        _check(f"{label} (work {self.work})", self.out[self.sample], want, exact=False)
+
+    def checked(self, contenders, warmup):
+        for label, run in contenders.items():
+            for _ in range(warmup):
+                self.out[...] = np.nan
+                run()
+                self.check(label)
+
+
+def single_times(chain, rounds):
+    times, _ = race(chain.singles(), rounds)
+    best = {label: min(ts) for label, ts in times.items()}
+    return min(best["cpu0"], best["cpu0 steal"]), min(best["gpu0"], best["gpu0 static"]), best
+
+
+def tune_work(chain, args):
+    """The chain length whose T_cpu / T_gpu lies nearest ``args.speed_ratio`` in a
+    ladder of powers of two, measured on the first eighth of the data."""
+    x, out = chain.x, chain.out
+    part = max(1, x.size // 8)
+    chain.x, chain.out = x[:part], out[:part]
+    ladder = []
+    try:
+        for work in (2 ** k for k in range(13)):
+            chain.work = work
+            t_cpu, t_gpu, _ = single_times(chain, 2)
+            ladder.append((work, t_cpu / t_gpu))
+            if t_cpu / t_gpu > 2 * args.speed_ratio:
+                break
+    finally:
+        chain.x, chain.out = x, out
+    work = min(ladder, key=lambda wr: abs(math.log(wr[1] / args.speed_ratio)))[0]
+    return work, ladder
+
+
+def gpu_section(args, gpu):
+    chain = Chain(args.n, gpu)
+    chain.checked(chain.singles(), 1)            # compile both devices' executables
+    notes = []
+    if args.work == "auto":
+        chain.work, ladder = tune_work(chain, args)
+        notes.append("work ladder (work: T_cpu/T_gpu on n/8): "
+                     + ", ".join(f"{w}: {r:.2f}" for w, r in ladder))
+    else:
+        chain.work = int(args.work)
+    chain.checked(chain.singles(), 1)
+    t_cpu, t_gpu, singles = single_times(chain, args.rounds)
+    speed_shares = [1 / t_cpu, 1 / t_gpu]
+    devs = ["cpu0", gpu.id]
+    co = {"steal": chain.call(devs, schedule="steal"),
+          "static": chain.call(devs, schedule="static", shares=speed_shares)}
+    chain.checked(co, args.warmup)               # also calibrates the performance model
+    times, last = race(co, args.rounds)
+    t_co, t_static = min(times["steal"]), min(times["static"])
+    ideal = 1 / (1 / t_cpu + 1 / t_gpu)
+    gpu_share = _share(last["steal"], gpu.id)
+    what = f"{args.n} float64, {chain.work} multiply-adds per element, host-resident"
+    rows = [
+        _row("co-exec steal vs ideal 1/(1/T_cpu+1/T_gpu)", ideal, t_co, (">=", 0.9),
+             what=what, seconds=times),
+        _row("co-exec steal vs best single device", min(t_cpu, t_gpu), t_co, (">=", 1.1)),
+        _row("co-exec steal vs cpu0 alone (T_cpu)", t_cpu, t_co),
+        _row("co-exec steal vs gpu0 alone (T_gpu)", t_gpu, t_co),
+        _row("co-exec steal vs static (speed shares)", t_static, t_co),
+    ]
+    notes += [f"GPU section ({gpu.name}): {what}",
+              f"T_cpu {fmt_s(t_cpu)}, T_gpu {fmt_s(t_gpu)} (T_cpu/T_gpu {t_cpu / t_gpu:.2f}); "
+              "single-device calls: " + ", ".join(f"{k} {fmt_s(v)}" for k, v in singles.items()),
+              f"co-exec steal: GPU ran {gpu_share:.0%} of the indices (speed shares give "
+              f"{speed_shares[1] / sum(speed_shares):.0%}); steals {_steals(last['steal'])}"]
+    loaded_rows, loaded_notes = loaded_case(chain, devs, speed_shares, t_static, args, gpu)
+    return rows + loaded_rows, notes + loaded_notes
+
+
+def _share(rep, device_id):
+    return sum(w.indices for w in rep.workers if w.device_id == device_id) / rep.n
+
+
+def _steals(rep):
+    return ", ".join(f"{d} {c}" for d, c in rep.steals_by_direction().items() if c) or "none"
+
+
+# -- the GPU loaded partway by another process ----------------------------------------------------
+HOG = r"""
+import os, select, sys
+import cupy as cp
+ordinal, size, copy_mb = (int(a) for a in sys.argv[1:4])
+cp.cuda.Device(ordinal).use()
+a = cp.random.random((size, size), dtype=cp.float32)
+b = cp.random.random((size, size), dtype=cp.float32)
+host = cp.asnumpy(cp.ones(copy_mb << 18, dtype=cp.float32))
+dev = cp.empty(host.shape, host.dtype)
+pending = []
+
+def step():
+    a @ b
+    dev.set(host)
+    cp.cuda.Device().synchronize()
+
+def command():
+    while not pending:
+        data = os.read(0, 64).decode()
+        if not data:
+            return "quit"
+        pending.extend(data.split())
+    return pending.pop(0)
+
+step()
+print("ready", flush=True)
+while command() == "go":
+    count = 0
+    while not pending and not select.select([0], [], [], 0)[0]:
+        step()
+        count += 1
+    command()                          # "stop" (or end of input)
+    print(f"idle {count}", flush=True)
+"""
+
+
+class GpuHog:
+    """Another process that, on demand, keeps the GPU busy with matmuls and copies."""
+
+    def __init__(self, ordinal, size, copy_mb):
+        self.proc = subprocess.Popen([sys.executable, "-c", HOG, str(ordinal), str(size), str(copy_mb)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, bufsize=1)
+        line = self.proc.stdout.readline().strip()
+        if line != "ready":
+            self.close()
+            raise RuntimeFailure(f"the GPU load process did not start: {self.proc.stderr.read()[-2000:]}")
+
+    def _send(self, command):
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+
+    def during(self, run, delay):
+        """Run ``run()`` with the load starting ``delay`` s after it; (result, load steps)."""
+        started = threading.Event()
+
+        def go():
+            self._send("go")
+            started.set()
+
+        timer = threading.Timer(delay, go)
+        timer.start()
+        try:
+            result = run()
+        finally:
+            timer.cancel()
+            timer.join()
+            steps = 0
+            if started.is_set():
+                self._send("stop")
+                steps = int(self.proc.stdout.readline().split()[1])
+        return result, steps
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def loaded_case(chain, devs, speed_shares, t_static, args, gpu):
+    """Steal and static, both from the unloaded speed shares, with the GPU loaded from
+    ``args.hog_delay`` x (the unloaded static time) on."""
+    contenders = {s: chain.call(devs, schedule=s, shares=speed_shares) for s in ("steal", "static")}
+    delay = args.hog_delay * t_static
+    hog = GpuHog(gpu.ordinal, args.hog_size, args.hog_copy_mb)
+    times = {s: [] for s in contenders}
+    shares = {s: [] for s in contenders}
+    steps = []
+    try:
+        for k in range(args.rounds):
+            for label in (("steal", "static") if k % 2 == 0 else ("static", "steal")):
+                chain.out[...] = np.nan
+                t = time.perf_counter()
+                rep, n_steps = hog.during(contenders[label], delay)
+                times[label].append(time.perf_counter() - t)
+                chain.check(f"loaded {label}")
+                shares[label].append(_share(rep, gpu.id))
+                steps.append(n_steps)
+    finally:
+        hog.close()
+    t_steal, t_stat = statistics.median(times["steal"]), statistics.median(times["static"])
+    row = _row("GPU loaded partway: steal vs static", t_stat, t_steal, (">", 1.0), seconds=times)
+    note = (f"GPU loaded partway: a second process runs {args.hog_size}^2 float32 matmuls and "
+            f"{args.hog_copy_mb} MiB host-to-device copies from {fmt_s(delay)} after the loop "
+            f"starts (load steps per run: {min(steps)}..{max(steps)}); GPU share of the indices: "
+            f"steal {statistics.median(shares['steal']):.0%}, static "
+            f"{statistics.median(shares['static']):.0%}; median of {args.rounds} round(s)")
+    return [row], [note]
+
+
+# -- entry point ---------------------------------------------------------------------------
+def _work(text):
+    if text == "auto":
+        return text
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a non-negative integer, got {text!r}")
+    return int(text)
 
 
 def _parse(argv):
     p = argparse.ArgumentParser(prog="hetflow bench steal", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                   help="CPU workers (and prange threads); default: one per core")
+    p.add_argument("--only", choices=("cpu", "gpu"), help="run one section")
     p.add_argument("--size", type=int, default=2000, help="Mandelbrot image side")
     p.add_argument("--max-iter", type=int, default=256)
-    p.add_argument("--length", type=int, default=1 << 23, help="uniform loop length")
-    p.add_argument("--rounds", type=int, default=5, help="timed rounds; the best counts")
-    p.add_argument("--quick", action="store_true", help="tiny sizes, one round")
+    p.add_argument("-n", type=int, default=1 << 27, help="GPU section: elements")
+    p.add_argument("--work", type=_work, default="auto",
+                   help="GPU section: multiply-adds per element, or 'auto' (default)")
+    p.add_argument("--speed-ratio", type=float, default=1.5,
+                   help="--work auto aims at this T_cpu / T_gpu")
+    p.add_argument("--hog-size", type=int, default=8192, help="GPU load: matmul side")
+    p.add_argument("--hog-copy-mb", type=int, default=256, help="GPU load: MiB copied per step")
+    p.add_argument("--hog-delay", type=float, default=0.25,
+                   help="GPU load starts this fraction of the unloaded static time into the loop")
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="checked co-executed calls per contender before timing")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    if not 1 <= args.workers <= numba.config.NUMBA_NUM_THREADS:
-        p.error(f"--workers must lie in 1..{numba.config.NUMBA_NUM_THREADS} "
-                f"(NUMBA_NUM_THREADS), got {args.workers}")
-    if args.quick:
-        args.size, args.max_iter, args.length, args.rounds = 96, 64, 1 << 14, 1
+    if args.quick:                      # tiny defaults; options given explicitly still win
+        p.set_defaults(size=96, max_iter=64, rounds=1, warmup=1, n=1 << 16, hog_size=512,
+                       hog_copy_mb=8)
+        args = p.parse_args(argv)
+    for name in ("size", "max_iter", "n", "rounds", "warmup", "hog_size", "hog_copy_mb"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not args.speed_ratio > 0:
+        p.error("--speed-ratio must be positive")
     return args
 
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    rows = [row for section in SECTIONS.values() for row in section(args)]
-    print(json.dumps(rows, indent=1) if args.json else _table(rows))
+    rows, notes = [], []
+    if args.only != "gpu":
+        cpu_rows, cpu_notes = cpu_section(args)
+        rows, notes = rows + cpu_rows, notes + cpu_notes
+    gpu = real_gpu()
+    if args.only != "cpu":
+        if gpu is None:
+            notes.append("GPU section skipped: no CuPy or no real GPU")
+        else:
+            gpu_rows, gpu_notes = gpu_section(args, gpu)
+            rows, notes = rows + gpu_rows, notes + gpu_notes
+    cpu = hetflow.get_device("cpu0")
+    title = f"hetflow bench steal ({cpu.name}, {cpu.compute_units} cores{', ' + gpu.name if gpu else ''})"
+    if args.json:
+        print(json.dumps({"benchmark": title, "rows": rows, "notes": notes}, indent=1))
+    else:
+        report(rows, False, title)
+        print("\n".join(notes))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

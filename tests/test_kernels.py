@@ -196,3 +196,18 @@ def test_type_error_names_the_line():
         hetflow.forall(4, mistyped, np.zeros(4))
     line = int(str(err.value).split("test_kernels.py:")[1].split(")")[0])
     assert "(1, 2) * x" in open(__file__).read().splitlines()[line - 1]
+
+
+@hetflow.kernel
+def row_sums(r, m, n, out):
+    acc = 0.0
+    for c in range(n):
+        acc += m[r, c]
+    out[r] = acc
+
+
+def test_row_ownership_and_scalars_in_calls():
+    acc = row_sums.access(1)
+    assert acc.rows == frozenset({"m", "out"}) and acc.modes["out"] == "w"
+    acc2 = outer.access(2)
+    assert acc2.rows == frozenset({"x", "out"})  # y is read at j, not at the row index

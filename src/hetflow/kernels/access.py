@@ -1,8 +1,10 @@
 """Which kernel parameters are read and which written, found from the kernel's code.
 
 The runtime infers dependencies from these (read-after-write, write-after-read,
-write-after-write), the launcher copies back from a GPU only what was written, and
-parameters subscripted by exactly the launch index are checked against the extent.
+write-after-write), the launcher copies back from a GPU only what was written,
+parameters subscripted by exactly the launch index are checked against the extent, and
+those touched only in the row of the launch's first index (``x[i, ...]``) can be split
+by rows over devices.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ class Access:
 
     modes: dict
     identity: dict  # parameter -> k: subscripted by the first k launch indices (i, j, ...)
-    only_identity: frozenset = frozenset()  # parameters never subscripted any other way
+    rows: frozenset = frozenset()  # parameters only ever subscripted as x[i, ...] (i: the row index)
 
     def reads(self, name) -> bool:
         return "r" in self.modes.get(name, "")
@@ -35,7 +37,10 @@ def analyze(fdef: ast.FunctionDef, ndim: int, callee_modes) -> Access:
     index, data = params[:ndim], set(params[ndim:])
     modes = {p: set() for p in params[ndim:]}
     identity = {}
-    other = set()  # parameters subscripted by something else than the launch index
+    other = set()  # parameters subscripted other than x[i, ...], or handed whole to a call
+    row = index[0] if index else None
+    if any(isinstance(n, ast.Name) and n.id == row and isinstance(n.ctx, ast.Store) for n in ast.walk(fdef)):
+        row = None  # a reassigned row index says nothing about which row is touched
 
     for node in ast.walk(fdef):
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
@@ -51,7 +56,8 @@ def analyze(fdef: ast.FunctionDef, ndim: int, callee_modes) -> Access:
             k = _identity_rank(node.slice, index)
             if k:
                 identity[name] = max(k, identity.get(name, 0))
-            else:
+            first = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) and node.slice.elts else node.slice
+            if row is None or not (isinstance(first, ast.Name) and first.id == row):
                 other.add(name)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             callee = callee_modes(node.func.id)
@@ -61,7 +67,8 @@ def analyze(fdef: ast.FunctionDef, ndim: int, callee_modes) -> Access:
                     modes[arg.id].update(callee[k] if callee and k < len(callee) else "rw")
                     other.add(arg.id)
     ordered = {p: "".join(m for m in "rw" if m in modes[p]) for p in modes}
-    return Access(ordered, identity, frozenset(identity) - other)
+    touched = {p for p, m in modes.items() if m}
+    return Access(ordered, identity, frozenset(touched - other))
 
 
 def _base_name(target):

@@ -24,7 +24,7 @@ from ..index.operators import section
 from ..platform.cuda_compat import cuda_module
 from . import cpu
 from .gpu import launch_config
-from .launch import Launch, bind, normalize_extent
+from .launch import SCALARS, Launch, bind, normalize_extent
 from .perfmodel import PerfModel
 from .report import RunReport
 from .steal import Worker, cpu_chunk_size, gpu_chunk_size, run_loop
@@ -71,7 +71,7 @@ class GpuChunks:
             self.streamed_in, self.streamed_out, self.merged = [], [], []
             dev_args, host_seen = [], {}
             for name, arg in zip(data, launch.args):
-                row_wise = (type(arg) is np.ndarray and name in plan.access.only_identity
+                row_wise = (type(arg) is np.ndarray and name in plan.access.rows
                             and arg.flags.c_contiguous)
                 if _views.is_view(arg):
                     root = arg.root
@@ -174,7 +174,7 @@ def co_executable(launch: Launch) -> bool:
     """May this launch be split over devices? Only if every written array is written at
     the launch index alone, so each device's rows are its own."""
     plan = launch.plan
-    return all(name in plan.access.only_identity for k, name in enumerate(plan.data)
+    return all(name in plan.access.rows for k, name in enumerate(plan.data)
                if plan.access.writes(name))
 
 
@@ -193,9 +193,11 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
         run_on(fastest)
         return None
     workers, gpu_parts = [], []
+    # Each GPU's worker thread stages copies and launches: leave it a core of its own.
+    n_gpus = sum(L.device.kind == "gpu" for L in launches)
     for launch in launches:
         if launch.device.kind == "cpu":
-            workers += _cpu_workers(launch, rows, launch.device.compute_units)
+            workers += _cpu_workers(launch, rows, max(1, launch.device.compute_units - n_gpus))
         else:
             worker, chunks = _gpu_worker(launch)
             workers.append(worker)

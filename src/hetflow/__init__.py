@@ -14,5 +14,7 @@ from .ir import Monitor, Rule, RuleSet, graph
 from .runtime.coexec import last_report
 from .runtime.forall import forall
 from . import library  # noqa: E402  (needs kernel and forall)
+from . import dist, trace  # noqa: E402
+from .dist import world  # noqa: E402
 
 __version__ = "0.1.0"

@@ -93,6 +93,10 @@ class UnknownOpError(HetflowError, ValueError):
     """A call site (reduce, scan) was given an operation name it does not know."""
 
 
+class TraceError(HetflowError, ValueError):
+    """A trace file, recording, timeline or progress bar was given bad input or used wrongly."""
+
+
 class HetflowTimeoutError(HetflowError, TimeoutError):
     """A wait, a device or a peer did not answer in time."""
 

@@ -89,6 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments passed to the benchmark")
     b.set_defaults(func=_cmd_bench)
 
+    from ..trace import add_trace_command
+
+    add_trace_command(sub)
+
     pc = sub.add_parser("precompile", help="build the API library's executables into the code repository")
     pc.add_argument("--device", default=None, help="device id (default cpu0)")
     pc.set_defaults(func=_cmd_precompile)

@@ -145,13 +145,20 @@ class CodeRepository:
         options = CPU_OPTIONS if device.kind == "cpu" else GPU_OPTIONS
         desc = Description.for_device(kernel, device, ndim, variant, options)
         gen = generate(kernel.source, ndim, views, device.kind)
-        entry.mkdir(parents=True, exist_ok=True)
-        (entry / "module.py").write_text(gen.text)
         meta = {"description": desc.to_json(), "module_sha256": hashlib.sha256(gen.text.encode()).hexdigest(),
                 "user_file": kernel.source.filename}
-        tmp = entry / "description.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=1))
-        os.replace(tmp, entry / "description.json")
+        # Several processes (MPI ranks) may build the same entry at once: each writes a
+        # private folder and renames it into place, which is atomic; a loser uses the winner's.
+        tmp = entry.parent / f".{entry.name}.{os.getpid()}.{threading.get_ident()}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        (tmp / "module.py").write_text(gen.text)
+        (tmp / "description.json").write_text(json.dumps(meta, indent=1))
+        try:
+            os.rename(tmp, entry)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            desc, text = self._read_entry(entry)
+            return self._instantiate(kernel, device, desc, entry, text, ndim, views)
         self.compiled += 1
         return self._instantiate(kernel, device, desc, entry, gen.text, ndim, views)
 

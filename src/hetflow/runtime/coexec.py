@@ -27,6 +27,7 @@ from .gpu import launch_config
 from .launch import SCALARS, Launch, bind, normalize_extent
 from .perfmodel import PerfModel
 from .report import RunReport
+from ..trace.recorder import notify as trace_notify
 from .steal import Worker, cpu_chunk_size, gpu_chunk_size, run_loop
 
 log = logging.getLogger(__name__)
@@ -210,6 +211,7 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
     else:
         shares = _worker_shares(shares, targets, workers)
     report = run_loop(rows, workers, schedule=schedule, shares=shares)
+    trace_notify(report, label=kernel.name)  # before merging back: the loop's end is now
     cpu_launch = next((L for L in launches if L.device.kind == "cpu"), None)
     for worker, chunks in gpu_parts:
         ranges = [(e.lo, e.hi) for e in report.events if e.worker == worker.name]

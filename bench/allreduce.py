@@ -1,0 +1,289 @@
+"""hetflow's pipelined allreduce/reduce against MPI's own (and NCCL's on GPUs).
+
+Run under an MPI launcher, e.g. ``mpiexec -n 4 python bench/allreduce.py``; run
+plainly (or as ``hetflow bench allreduce``) it starts itself under
+``mpiexec -n RANKS``. Only rank 0 prints.
+
+For each message size (8 B .. 256 MiB by powers of two) it times hetflow's allreduce
+and MPI_Allreduce, and hetflow's reduce and MPI_Reduce (root 0), on float64 sums,
+alternating the two in rounds and keeping each one's best round; a call's time is the
+slowest rank's. Columns: latency in microseconds, algbw = bytes / time, busbw = algbw *
+2(N-1)/N (the bytes each process must move, SPEC §5), the ratio hetflow/native in
+speed (above 1: hetflow faster), and busbw as a fraction of the bandwidth bound: the
+exchange bandwidth of one pair of processes, measured in the same run.
+
+``--gpu``: CuPy arrays, one GPU per rank, against NCCL's allReduce (float32 sums).
+``--overlap``: the transfer/reduction overlap experiment of docs/collectives.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from hetflow.dist import launched_by_mpi, world
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    if not launched_by_mpi():
+        return _relaunch(args, argv)
+    comm = world()
+    if args.overlap:
+        rows = overlap_experiment(comm, args)
+    elif args.gpu:
+        rows = gpu_sweep(comm, args)
+    else:
+        rows = host_sweep(comm, args)
+    if comm.rank == 0:
+        print(json.dumps(rows, indent=1) if args.json else _table(rows, comm.size, args))
+    return 0
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="hetflow bench allreduce", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ranks", type=int, default=2,
+                   help="processes to start when not run under an MPI launcher")
+    p.add_argument("--min-bytes", type=int, default=8)
+    p.add_argument("--max-bytes", type=int, default=256 << 20)
+    p.add_argument("--segments", type=int, default=2, help="hetflow's segments per half")
+    p.add_argument("--no-check", action="store_true",
+                   help="skip hetflow's argument agreement check (check=False)")
+    p.add_argument("--seconds", type=float, default=0.05,
+                   help="target time of one timed round per size and contender")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds; the best counts")
+    p.add_argument("--no-reduce", action="store_true", help="time allreduce only")
+    p.add_argument("--gpu", action="store_true", help="CuPy arrays, against NCCL")
+    p.add_argument("--overlap", action="store_true",
+                   help="measure how far transfers overlap reductions (2 ranks)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one short round")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.max_bytes = min(args.max_bytes, 64 << 10)
+        args.seconds, args.rounds = 0.005, 1
+    return args
+
+
+def _relaunch(args, argv) -> int:
+    """Start this benchmark under mpiexec with ``--ranks`` processes."""
+    cmd = ["mpiexec", "-n", str(args.ranks), sys.executable, os.path.abspath(__file__)]
+    cmd += list(sys.argv[1:] if argv is None else argv)
+    return subprocess.run(cmd, check=False).returncode
+
+
+# -- timing ---------------------------------------------------------------------------
+
+def _time_rounds(comm, contenders, seconds, rounds):
+    """Best per-call time of each contender (slowest rank), alternating in rounds."""
+    mpi_comm = comm.mpi_comm
+    from mpi4py import MPI
+
+    iters = {}
+    for name, fn in contenders.items():  # warm up, and size the rounds
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        once = mpi_comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        iters[name] = max(1, min(10000, int(seconds / max(once, 1e-7))))
+    best = {name: float("inf") for name in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            mpi_comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters[name]):
+                fn()
+            elapsed = (time.perf_counter() - t0) / iters[name]
+            best[name] = min(best[name], mpi_comm.allreduce(elapsed, op=MPI.MAX))
+    return best
+
+
+def _sizes(args):
+    size = max(8, args.min_bytes)
+    while size <= args.max_bytes:
+        yield size
+        size *= 2
+
+
+def _pair_bandwidth(comm, nbytes):
+    """Bytes per second one process sends while receiving as much (pairs r, r^1)."""
+    from mpi4py import MPI
+
+    partner = comm.rank ^ 1
+    a = np.ones(nbytes // 8)
+    b = np.empty_like(a)
+    mpi_comm = comm.mpi_comm
+
+    def exchange():
+        if partner < comm.size:
+            mpi_comm.Sendrecv(a, partner, 7, b, partner, 7)
+
+    t = _time_rounds(comm, {"x": exchange}, 0.05, 2)["x"]
+    return mpi_comm.allreduce(a.nbytes / t if partner < comm.size else np.inf, op=MPI.MIN)
+
+
+# -- host sweep -------------------------------------------------------------------------
+
+def host_sweep(comm, args):
+    from mpi4py import MPI
+
+    mpi_comm = comm.mpi_comm
+    check = not args.no_check
+    bound = _pair_bandwidth(comm, min(args.max_bytes, 16 << 20)) if comm.size > 1 else None
+    rows = []
+    for nbytes in _sizes(args):
+        x = np.random.default_rng(comm.rank).random(nbytes // 8)
+        y = np.empty_like(x)
+        contenders = {
+            "hetflow allreduce": lambda: comm.allreduce(x, out=y, segments=args.segments,
+                                                        check=check),
+            "MPI_Allreduce": lambda: mpi_comm.Allreduce(x, y, op=MPI.SUM),
+        }
+        if not args.no_reduce:
+            contenders["hetflow reduce"] = lambda: comm.reduce(
+                x, root=0, out=y, segments=args.segments, check=check)
+            contenders["MPI_Reduce"] = lambda: mpi_comm.Reduce(x, y, op=MPI.SUM, root=0)
+        best = _time_rounds(comm, contenders, args.seconds, args.rounds)
+        rows.append(_row(nbytes, comm.size, best, "allreduce", "MPI_Allreduce", bound))
+        if not args.no_reduce:
+            rows.append(_row(nbytes, comm.size, best, "reduce", "MPI_Reduce", None))
+    return rows
+
+
+def _row(nbytes, size, best, what, native, bound):
+    mine, theirs = best[f"hetflow {what}"], best[native]
+    factor = 2 * (size - 1) / size if what == "allreduce" else 1.0
+    row = {"collective": what, "bytes": nbytes, "ranks": size,
+           "hetflow_us": mine * 1e6, "native_us": theirs * 1e6, "speed_ratio": theirs / mine,
+           "hetflow_busbw_GBs": nbytes / mine * factor / 1e9,
+           "native_busbw_GBs": nbytes / theirs * factor / 1e9}
+    if bound:
+        row["bound_fraction"] = row["hetflow_busbw_GBs"] * 1e9 / bound
+        row["pair_bw_GBs"] = bound / 1e9
+    return row
+
+
+# -- GPU sweep ---------------------------------------------------------------------------
+
+def gpu_sweep(comm, args):
+    from hetflow.platform.cuda_compat import cupy_module
+
+    cp = cupy_module()
+    if cp is None:
+        raise SystemExit("--gpu needs CuPy and a GPU")
+    from cupy.cuda import nccl
+
+    local = int(os.environ.get("MPI_LOCALRANKID", os.environ.get(
+        "OMPI_COMM_WORLD_LOCAL_RANK", comm.rank)))
+    cp.cuda.Device(local % cp.cuda.runtime.getDeviceCount()).use()
+    uid = comm.bcast(nccl.get_unique_id() if comm.rank == 0 else None)
+    native = nccl.NcclCommunicator(comm.size, uid, comm.rank)
+    stream = cp.cuda.get_current_stream()
+    check = not args.no_check
+    rows = []
+    for nbytes in _sizes(args):
+        x = cp.random.default_rng(comm.rank).random(max(1, nbytes // 4), dtype=cp.float32)
+        y = cp.empty_like(x)
+
+        def nccl_allreduce():
+            native.allReduce(x.data.ptr, y.data.ptr, x.size, nccl.NCCL_FLOAT32,
+                             nccl.NCCL_SUM, stream.ptr)
+            stream.synchronize()
+
+        best = _time_rounds(comm, {
+            "hetflow allreduce": lambda: comm.allreduce(x, out=y, segments=args.segments,
+                                                        check=check),
+            "NCCL allReduce": nccl_allreduce}, args.seconds, args.rounds)
+        rows.append(_row(nbytes, comm.size, best, "allreduce", "NCCL allReduce", None))
+    return rows
+
+
+# -- overlap experiment -------------------------------------------------------------------
+
+def overlap_experiment(comm, args):
+    """Time one distribution step three ways: transfer alone, reduction alone, both.
+
+    With perfect overlap the step takes max(transfer, reduction); with none, their sum.
+    The step is run through hetflow's own pipeline, with and without MPI polls between
+    chunks of the reduction, for several segment counts.
+    """
+    from hetflow.dist import collectives, schedule
+
+    if comm.size != 2:
+        raise SystemExit("--overlap needs exactly 2 ranks")
+    n = max(2, min(args.max_bytes, 64 << 20) // 8)
+    x = np.random.default_rng(comm.rank).random(n)
+    work = np.empty_like(x)
+    scratch = np.empty(n - n // 2)
+    step = schedule.plan(comm.rank, 2, n)[0]  # the distribution step
+    transport = comm._transport("overlap")
+    half = slice(*step.recv)
+
+    def transfer():
+        requests = [transport.irecv(scratch[:step.recv[1] - step.recv[0]], step.partner, 1),
+                    transport.isend(x[slice(*step.send)], step.partner, 1)]
+        transport.wait(requests, "overlap")
+
+    def reduction():
+        np.add(x[half], scratch[:step.recv[1] - step.recv[0]], out=work[half])
+
+    def pipelined(segments, chunk_bytes):
+        def run():
+            collectives.HostPipeline(transport, comm_op, x, work, scratch, segments,
+                                     chunk_bytes).run([step])
+        return run
+
+    from hetflow.dist.ops import resolve_op
+
+    comm_op = resolve_op("sum")
+    contenders = {"transfer": transfer, "reduction": reduction}
+    for segments in (1, 2, 4, 8, 16):
+        contenders[f"q={segments} polled"] = pipelined(segments,
+                                                       collectives.PROGRESS_CHUNK_BYTES)
+        contenders[f"q={segments} unpolled"] = pipelined(segments, 8 * n)
+    best = _time_rounds(comm, contenders, args.seconds, args.rounds)
+    t_x, t_r = best["transfer"], best["reduction"]
+    rows = []
+    for name, t in best.items():
+        rows.append({"variant": name, "bytes": 8 * n, "ms": t * 1e3,
+                     "overlap": (t_x + t_r - t) / min(t_x, t_r)
+                     if name not in ("transfer", "reduction") else None})
+    return rows
+
+
+# -- output ------------------------------------------------------------------------------
+
+def _table(rows, size, args):
+    if args.overlap:
+        lines = [f"overlap of one distribution step, 2 ranks, {rows[0]['bytes']} bytes "
+                 "(overlap 1 = fully hidden, 0 = none)",
+                 f"{'variant':<18} {'ms':>9} {'overlap':>8}"]
+        for r in rows:
+            o = "" if r["overlap"] is None else f"{r['overlap']:.2f}"
+            lines.append(f"{r['variant']:<18} {r['ms']:9.3f} {o:>8}")
+        return "\n".join(lines)
+    where = "GPUs" if args.gpu else "processes"
+    lines = [f"{size} {where}, float{'32' if args.gpu else '64'} sum, segments="
+             f"{args.segments}, check={'off' if args.no_check else 'on'}",
+             f"{'collective':<10} {'bytes':>10} {'hetflow us':>11} {'native us':>11} "
+             f"{'speed':>6} {'busbw GB/s':>11} {'native':>8} {'of bound':>8}"]
+    for r in rows:
+        bound = f"{r['bound_fraction']:.2f}" if "bound_fraction" in r else ""
+        lines.append(
+            f"{r['collective']:<10} {r['bytes']:>10} {r['hetflow_us']:>11.1f} "
+            f"{r['native_us']:>11.1f} {r['speed_ratio']:>5.2f}x "
+            f"{r['hetflow_busbw_GBs']:>11.3f} {r['native_busbw_GBs']:>8.3f} {bound:>8}")
+    if rows and "pair_bw_GBs" in rows[0]:
+        lines.append(f"bound: one pair's exchange bandwidth, {rows[0]['pair_bw_GBs']:.2f} "
+                     "GB/s per direction")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Global ``reduce`` and ``allreduce`` across processes (SPEC §5), on host buffers.
+
+The schedule comes from :mod:`hetflow.dist.schedule`; this module runs it over MPI.
+In a step of the distribution phase the sent half is cut into ``segments`` pieces:
+segment j goes to the partner while the partner's segment j arrives (Isend/Irecv),
+and meanwhile the previously received segment j-1 is reduced in place into the kept
+half, polling MPI between chunks of that reduction so the transfer keeps moving.
+
+Input that is not contiguous is packed first; the first reduction reads the packed
+input and writes the result buffer, so no extra copy of the input is made.
+GPU arrays go to :mod:`hetflow.dist.gpu`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hetflow.dist import agreement, schedule
+from hetflow.dist.ops import resolve_op
+from hetflow.errors import CommArgumentError, ShapeError
+
+# Reduce a received segment in chunks of about this many bytes, polling MPI between
+# chunks: MPICH moves a large message only inside MPI calls (see docs/collectives.md).
+PROGRESS_CHUNK_BYTES = 1 << 20
+
+# Segments are never smaller than this: below it a segment's extra round trip costs
+# more than the locality it buys (docs/collectives.md).
+MIN_SEGMENT_BYTES = 1 << 20
+
+# Messages up to this size take the small-message path: recursive doubling on whole
+# vectors, fused with the argument check (hetflow.dist.agreement); at most
+# agreement.MAX_SMALL_BYTES. Below it, the pipelined path's extra exchanges cost more
+# than they save (docs/collectives.md has the measurements).
+SMALL_BYTES = 64 << 10
+
+
+def allreduce(comm, x, op="sum", out=None, segments=2, check=True):
+    """Reduce ``x`` over all processes of ``comm``; every process gets the result."""
+    return _collective(comm, "allreduce", x, op, 0, out, segments, check, to_all=True)
+
+
+def reduce(comm, x, op="sum", root=0, out=None, segments=2, check=True):
+    """Reduce ``x`` over all processes of ``comm`` to ``root``; others get None."""
+    return _collective(comm, "reduce", x, op, root, out, segments, check, to_all=False)
+
+
+def _collective(comm, name, x, op, root, out, segments, check, to_all):
+    comm._ensure_usable()
+    reduce_op = resolve_op(op)
+    _check_segments(segments)
+    _check_root(root, comm.size)
+    if _on_device(x) or _on_device(out):
+        from hetflow.dist import gpu
+
+        return gpu.collective(comm, name, x, reduce_op, root, out, segments, check, to_all)
+    return reduce_host(comm, name, np.asarray(x), reduce_op, root, out, segments, check,
+                       to_all)
+
+
+def reduce_host(comm, name, x, reduce_op, root, out, segments, check, to_all):
+    """The collective on a host array ``x``, arguments other than arrays checked."""
+    reduce_op.check(x.dtype)
+    is_root = to_all or comm.rank == root
+    if is_root:
+        _check_out(x, out)
+    else:
+        out = None  # significant at the root only, as in MPI
+    if comm.size == 1:
+        return run_host(comm, x, reduce_op, root, out, segments, to_all, is_root)
+    small = is_small(comm, x.nbytes)
+    head = agreement.header(name, x.size, x.dtype, reduce_op, 0 if to_all else root,
+                            (segments, comm.min_segment_bytes), "host", small)
+    transport = comm._transport(name)
+    if small:
+        value = agreement.small_allreduce(comm, transport, head, reduce_op,
+                                          np.ascontiguousarray(x).reshape(-1))
+        return _deliver(value, x, out) if is_root else None
+    if check:
+        agreement.agree(comm, transport, head)
+    return run_host(comm, x, reduce_op, root, out, segments, to_all, is_root, transport)
+
+
+def is_small(comm, nbytes) -> bool:
+    """Whether a message of ``nbytes`` takes the small-message path on ``comm``."""
+    return nbytes <= min(comm.small_bytes, agreement.MAX_SMALL_BYTES)
+
+
+def _deliver(value, x, out):
+    result = out if out is not None else np.empty(x.shape, x.dtype)
+    result[...] = value.reshape(x.shape)
+    return result
+
+
+def run_host(comm, x, reduce_op, root, out, segments, to_all, is_root, transport=None):
+    """Run the pipelined schedule on host arrays; the result where there is one."""
+    n = x.size
+    steps = schedule.plan(comm.rank, comm.size, n, root, to_all)
+    result = out if out is not None else (np.empty(x.shape, x.dtype) if is_root else None)
+    if result is not None and result.flags.c_contiguous:
+        work = result.reshape(-1)  # build the result in place
+    elif result is not None:
+        work = np.empty(n, x.dtype)
+    else:  # a non-root process of reduce: its partial results are scratch
+        work = comm._buffer("work", n * x.itemsize).view(x.dtype)
+    source = _packed_source(x, work)
+    if steps:
+        HostPipeline(transport, reduce_op, source, work, _scratch(comm, steps, x.dtype),
+                     segments, min_segment_bytes=comm.min_segment_bytes).run(steps)
+    elif not _same_memory(source, work):
+        work[...] = source
+    if result is not None and not result.flags.c_contiguous:
+        result[...] = work.reshape(result.shape)
+    return result
+
+
+class HostPipeline:
+    """Runs one process's steps over MPI, overlapping transfers and reductions."""
+
+    def __init__(self, transport, reduce_op, source, work, scratch, segments,
+                 chunk_bytes=None, min_segment_bytes=None):
+        self.transport = transport
+        self.op = reduce_op
+        self.source = source  # where sends and the first reduction read from
+        self.work = work  # where the result is built
+        self.scratch = scratch  # where segments to be reduced are received
+        self.segments = segments
+        self.min_segment_bytes = min_segment_bytes or MIN_SEGMENT_BYTES
+        chunk_bytes = chunk_bytes or PROGRESS_CHUNK_BYTES
+        self.chunk = max(1, chunk_bytes // max(1, work.itemsize))  # elements
+
+    def run(self, steps):
+        for step in steps:
+            if step.pipelined:
+                self.pipelined_step(step)
+            else:
+                self.move_step(step)
+            if step.reduce:
+                self.source = self.work  # later steps send reduced data
+
+    def pipelined_step(self, step):
+        """Exchange halves with the partner segment by segment, reducing as they come."""
+        sends = self._split(step.send)
+        recvs = self._split(step.recv)
+        if step.send and step.recv and _overlap(step.send, step.recv):
+            # Recursive doubling sends the range it reduces into: no segment may be
+            # reduced before the whole send has left.
+            sends, recvs = sends and [step.send], recvs and [step.recv]
+        base = step.recv[0] if step.recv else 0
+        received = None  # the segment received last, still to be reduced
+        for j in range(max(len(sends), len(recvs))):
+            requests = []
+            if j < len(recvs):
+                lo, hi = recvs[j]
+                requests.append(self.transport.irecv(self.scratch[lo - base:hi - base],
+                                                     step.partner, step.tag))
+            if j < len(sends):
+                lo, hi = sends[j]
+                requests.append(self.transport.isend(self.source[lo:hi],
+                                                     step.partner, step.tag))
+            if received is not None:
+                self.combine(received, base, requests)
+            self.transport.wait(requests, step)
+            received = recvs[j] if j < len(recvs) else None
+        if received is not None:
+            self.combine(received, base, [])
+
+    def _split(self, rng):
+        if not rng:
+            return []
+        count = schedule.segment_count(rng, self.segments, self.work.itemsize,
+                                       self.min_segment_bytes)
+        return schedule.split(rng, count)
+
+    def move_step(self, step):
+        """Send and receive whole ranges, received data going straight into place."""
+        requests = []
+        if step.recv and step.recv[1] > step.recv[0]:
+            lo, hi = step.recv
+            requests.append(self.transport.irecv(self.work[lo:hi], step.partner, step.tag))
+        if step.send and step.send[1] > step.send[0]:
+            lo, hi = step.send
+            requests.append(self.transport.isend(self.source[lo:hi], step.partner, step.tag))
+        if requests:
+            self.transport.wait(requests, step)
+
+    def combine(self, segment, base, requests):
+        """Reduce received ``segment`` into the kept data, polling ``requests`` meanwhile."""
+        lo, hi = segment
+        pending = bool(requests)
+        for start in range(lo, hi, self.chunk):
+            stop = min(hi, start + self.chunk)
+            self.op.combine(self.source[start:stop],
+                            self.scratch[start - base:stop - base],
+                            self.work[start:stop])
+            if pending:
+                pending = not self.transport.test(requests)
+
+
+def _scratch(comm, steps, dtype):
+    length = max((hi - lo for s in steps if s.reduce and s.recv for lo, hi in [s.recv]),
+                 default=0)
+    return comm._buffer("scratch", length * dtype.itemsize).view(dtype)
+
+
+def _packed_source(x, work):
+    """``x`` as a contiguous vector that the pipeline may read while writing ``work``."""
+    if not x.flags.c_contiguous:
+        return np.ascontiguousarray(x).reshape(-1)  # packs into a fresh vector
+    flat = x.reshape(-1)
+    if np.may_share_memory(flat, work) and not _same_memory(flat, work):
+        return flat.copy()  # out overlaps x, but not exactly: read from a copy
+    return flat
+
+
+def _same_memory(a, b):
+    """True when contiguous ``a`` and ``b`` are the very same bytes."""
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and a.nbytes == b.nbytes)
+
+
+def _overlap(a, b):
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def _check_segments(segments):
+    if isinstance(segments, bool) or not isinstance(segments, (int, np.integer)) \
+            or segments < 1:
+        raise CommArgumentError(f"segments must be an integer >= 1, not {segments!r}")
+
+
+def _check_root(root, size):
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) \
+            or not 0 <= root < size:
+        raise CommArgumentError(f"root must be a rank in 0..{size - 1}, not {root!r}")
+
+
+def _check_out(x, out):
+    if out is None:
+        return
+    if not isinstance(out, np.ndarray):
+        raise ShapeError(f"out must be a NumPy array, not {type(out).__name__}")
+    if out.shape != x.shape or out.dtype != x.dtype:
+        raise ShapeError(f"out has shape {out.shape} and dtype {out.dtype}; "
+                         f"the input has shape {x.shape} and dtype {x.dtype}")
+    if not out.flags.writeable:
+        raise ShapeError("out is read-only")
+
+
+def _on_device(arr) -> bool:
+    return arr is not None and hasattr(arr, "__cuda_array_interface__")

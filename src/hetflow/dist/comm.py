@@ -1,0 +1,198 @@
+"""Communicators: the processes a collective runs over.
+
+``world()`` gives a communicator over MPI's ``COMM_WORLD`` when the process was started
+by an MPI launcher (mpiexec, mpirun, srun), and a one-process communicator otherwise;
+mpi4py is imported only in the first case, so a plain ``python`` run needs no MPI.
+
+Every wait polls with a deadline (``timeout`` seconds, default ``HETFLOW_COMM_TIMEOUT``
+or 300): a peer that died or never arrives raises CommTimeoutError instead of hanging.
+"""
+from __future__ import annotations
+
+import abc
+import functools
+import os
+import pickle
+
+import numpy as np
+
+from hetflow.dist import collectives
+from hetflow.dist.transport import Link, Transport
+from hetflow.errors import CommArgumentError, CommError
+
+DEFAULT_TIMEOUT = 300.0
+
+# Variables that MPI launchers set in the processes they start: MPICH/Intel (PMI_*),
+# PMIx-based ones (Open MPI 5, srun --mpi=pmix), Open MPI, MVAPICH and Slurm's srun.
+_LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
+                       "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
+
+
+def launched_by_mpi() -> bool:
+    """True when an MPI launcher started this process."""
+    return any(name in os.environ for name in _LAUNCHER_VARIABLES)
+
+
+def world(timeout: float | None = None) -> "Communicator":
+    """The communicator over all processes of this run (one process when not launched).
+
+    ``timeout``: seconds a wait may last before CommTimeoutError; defaults to the
+    environment variable HETFLOW_COMM_TIMEOUT, else 300. Under MPI the first call is
+    collective (it duplicates COMM_WORLD): every process must make it.
+    """
+    timeout = _resolve_timeout(timeout)
+    if launched_by_mpi():
+        return MPICommunicator(_world_link(), timeout)
+    return SelfCommunicator(timeout)
+
+
+class Communicator(abc.ABC):
+    """A group of ``size`` processes; this one is number ``rank``.
+
+    ``small_bytes``: messages up to this size (default 64 KiB, at most 256 KiB) take
+    the small-message path, recursive doubling on whole vectors; larger ones the
+    pipelined halving. ``min_segment_bytes``: no segment is cut smaller than this
+    (default None: 1 MiB for host buffers, 32 MiB for GPU ones), so ``segments``
+    applies to large messages only. Both must be the same on every rank (a
+    difference is reported as CommMismatchError). ``timeout``: seconds any one wait
+    may last.
+    """
+
+    rank: int = 0
+    size: int = 1
+    small_bytes: int = collectives.SMALL_BYTES
+    min_segment_bytes: int | None = None
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+
+    def allreduce(self, x, op="sum", out=None, segments=2, check=True):
+        """Reduce ``x`` element-wise over all processes; every process gets the result.
+
+        ``op``: 'sum', 'prod', 'min', 'max', 'land', 'lor', 'lxor', 'band', 'bor',
+        'bxor', a callable ``op(a, b, out)`` or a binary hetflow kernel. ``out``: an
+        array of x's shape and dtype to hold the result (may be ``x`` itself).
+        ``segments``: pieces each half is cut into, to overlap transfer and reduction.
+        ``check``: first verify that all ranks agree on length, dtype, op, root and
+        segments (log2 N tiny exchanges; CommMismatchError on every rank when they do
+        not). Small messages are always checked: the check rides with their data.
+        Returns the result (``out`` when given); NumPy in, NumPy out; CuPy in, CuPy out.
+        Every rank must make the same collective calls in the same order, as in MPI.
+        """
+        return collectives.allreduce(self, x, op, out, segments, check)
+
+    def reduce(self, x, op="sum", root=0, out=None, segments=2, check=True):
+        """Like :meth:`allreduce`, but only ``root`` gets the result; others get None."""
+        return collectives.reduce(self, x, op, root, out, segments, check)
+
+    @abc.abstractmethod
+    def bcast(self, obj, root=0):
+        """``root``'s picklable ``obj``, on every process."""
+
+    @abc.abstractmethod
+    def barrier(self):
+        """Return once every process has called it."""
+
+    @abc.abstractmethod
+    def allgather(self, obj) -> list:
+        """Every process's picklable ``obj``, as a list indexed by rank."""
+
+    def _ensure_usable(self):
+        """Raise when an earlier failure left the communicator unusable."""
+
+    def __repr__(self):
+        return f"<{type(self).__name__} rank {self.rank} of {self.size}>"
+
+
+class SelfCommunicator(Communicator):
+    """The one-process communicator of a run not started by an MPI launcher."""
+
+    def bcast(self, obj, root=0):
+        collectives._check_root(root, 1)
+        return obj
+
+    def barrier(self):
+        return None
+
+    def allgather(self, obj) -> list:
+        return [obj]
+
+
+class MPICommunicator(Communicator):
+    """A communicator over a duplicate of MPI's COMM_WORLD (isolated from user traffic)."""
+
+    def __init__(self, link: Link, timeout: float):
+        super().__init__(timeout)
+        self.link = link
+        self.rank = link.rank
+        self.size = link.size
+
+    @property
+    def mpi_comm(self):
+        """The underlying mpi4py communicator (a duplicate of COMM_WORLD)."""
+        return self.link.comm
+
+    def bcast(self, obj, root=0):
+        collectives._check_root(root, self.size)
+        self._ensure_usable()
+        payload = pickle.dumps(obj) if self.rank == root else b""
+        length = np.array([len(payload)], dtype=np.int64)
+        self._wait(self.link.comm.Ibcast(length, root), "bcast")
+        data = np.frombuffer(payload, np.uint8).copy() if self.rank == root \
+            else np.empty(int(length[0]), np.uint8)
+        self._wait(self.link.comm.Ibcast(data, root), "bcast")
+        return obj if self.rank == root else pickle.loads(data.tobytes())
+
+    def barrier(self):
+        self._ensure_usable()
+        self._wait(self.link.comm.Ibarrier(), "barrier")
+
+    def allgather(self, obj) -> list:
+        self._ensure_usable()
+        mpi = self.link.MPI
+        payload = np.frombuffer(pickle.dumps(obj), np.uint8)
+        lengths = np.empty(self.size, dtype=np.int64)
+        self._wait(self.link.comm.Iallgather(np.array([payload.size], np.int64), lengths),
+                   "allgather")
+        offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        data = np.empty(int(lengths.sum()), np.uint8)
+        self._wait(self.link.comm.Iallgatherv(
+            [payload, mpi.BYTE], [data, (lengths, offsets), mpi.BYTE]), "allgather")
+        return [pickle.loads(data[o:o + m].tobytes()) for o, m in zip(offsets, lengths)]
+
+    def _transport(self, collective):
+        return Transport(self.link, self.timeout, collective)
+
+    def _buffer(self, role, nbytes):
+        return self.link.buffer(role, nbytes)
+
+    def _ensure_usable(self):
+        self.link.ensure_usable()
+
+    def _wait(self, request, what):
+        Transport(self.link, self.timeout, what).wait([request], "waiting for all ranks")
+
+
+@functools.lru_cache(maxsize=1)
+def _world_link() -> Link:
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise CommError("started by an MPI launcher but mpi4py is not installed; "
+                        "install hetflow[mpi]") from exc
+    return Link(MPI, MPI.COMM_WORLD.Dup())
+
+
+def _resolve_timeout(timeout) -> float:
+    source = "timeout"
+    if timeout is None:
+        timeout = os.environ.get("HETFLOW_COMM_TIMEOUT", DEFAULT_TIMEOUT)
+        source = "HETFLOW_COMM_TIMEOUT"
+    try:
+        value = float(timeout)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value > 0:
+        raise CommArgumentError(f"{source} must be a positive number of seconds, "
+                                f"not {timeout!r}")
+    return value

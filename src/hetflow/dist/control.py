@@ -1,0 +1,259 @@
+"""The control channel of a distributed run: waits with deadlines, abort notices, and
+small object exchanges between ranks.
+
+Each process of a run owns one :class:`Channel` over a private duplicate of the world
+communicator, so its messages (halo rows, moved rows, control objects, abort notices)
+never match the collectives' or the user's. Every wait polls its requests *and* the
+abort notices: when a rank fails it posts a notice to every other rank
+(:meth:`Channel.abort`), and a rank waiting anywhere in hetflow.dist raises RemoteError
+carrying the failed rank's message instead of hanging. A wait that outlasts
+``timeout`` seconds raises CommTimeoutError. Either way the channel is then *broken*:
+requests still in flight are cancelled where MPI can, and every later use raises the
+same error at once.
+
+:class:`LocalChannel` is the one-process channel of a run not started by an MPI
+launcher: there is nobody to wait for.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from hetflow.errors import CommError, CommTimeoutError, RemoteError
+
+# Tags of the channel's private communicator. Halo and row-moving tags are
+# HALO_TAG/MOVE_TAG + 4 * (array serial mod TAG_SERIALS) + direction; all stay below
+# 32767, the least tag upper bound MPI guarantees.
+HALO_TAG = 1_000
+MOVE_TAG = 17_000
+TAG_SERIALS = 1_000
+GATHER_TAG = 30_001
+BCAST_TAG = 30_002
+SEND_TAG = 30_003
+ABORT_TAG = 30_100
+
+_SPINS_PER_LOOK = 16
+# A wait longer than this stops spinning and sleeps between looks: a rank idle for a
+# while (waiting for a slower neighbour, or for its turn in a benchmark) gives its core
+# back, at a cost in latency that is small next to the wait itself.
+_SPIN_SECONDS = 5e-3
+_NAP_SECONDS = 1e-4
+# How long a failing rank waits for its abort notices to leave (they are small, so MPI
+# sends them eagerly: they leave at once unless the peer is gone).
+_NOTICE_SECONDS = 2.0
+
+
+class Channel:
+    """Point-to-point messaging among ``size`` processes over an mpi4py communicator.
+
+    ``comm``: the mpi4py communicator to use (a private duplicate); ``timeout``: the
+    seconds any one wait may last; ``link``: the collectives' link, marked broken when
+    this channel breaks so that collectives on it fail at once too.
+    """
+
+    def __init__(self, mpi, comm, timeout: float, link=None):
+        self.MPI = mpi
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.timeout = timeout
+        self.link = link
+        self.broken: CommError | None = None
+
+    # -- waiting -----------------------------------------------------------------------
+    def usable(self) -> None:
+        """Raise the error that broke the channel, if one did."""
+        if self.broken is not None:
+            raise type(self.broken)(str(self.broken))
+
+    def check(self) -> None:
+        """A safe point: RemoteError when another rank has failed."""
+        self.usable()
+        self._poll_notice(())
+
+    def wait(self, requests, what: str, expired=None) -> None:
+        """Poll ``requests`` until all complete.
+
+        RemoteError when a failure notice arrives first, CommTimeoutError after
+        ``timeout`` seconds (``expired(reason)`` raises instead, when given). ``what``
+        names the wait in the errors.
+        """
+        self.usable()
+        test = self.MPI.Request.Testall
+        if test(requests):
+            return
+        start = time.monotonic()
+        deadline = start + self.timeout
+        spins = 0
+        while not test(requests):
+            spins += 1
+            if spins % _SPINS_PER_LOOK:
+                continue
+            self._poll_notice(requests)
+            now = time.monotonic()
+            if now > deadline:
+                self._cancel(requests)
+                reason = (f"{what}: no answer within {self.timeout:g} s; "
+                          "the peer died or never made this call")
+                error = CommTimeoutError(f"rank {self.rank}: {reason}")
+                if expired is None:
+                    self._fail(error)
+                self._break(error)
+                expired(reason)
+            if now - start > _SPIN_SECONDS:
+                time.sleep(_NAP_SECONDS)
+            else:
+                os.sched_yield()
+
+    def _poll_notice(self, requests) -> None:
+        message = self.comm.improbe(self.MPI.ANY_SOURCE, ABORT_TAG)
+        if message is None:
+            return
+        rank, kind, text = message.recv()
+        self._cancel(requests)
+        self._fail(RemoteError(f"rank {rank} raised {kind}: {text}"))
+
+    def _cancel(self, requests) -> None:
+        # Receives cancel reliably; a large send whose receiver is gone may not, and is
+        # left behind (MPI_Finalize does not wait for it).
+        for request in requests:
+            if request != self.MPI.REQUEST_NULL and not request.Test():
+                request.Cancel()
+
+    def _break(self, error: CommError) -> None:
+        self.broken = error
+        if self.link is not None:
+            self.link.broken = str(error)
+
+    def _fail(self, error: CommError):
+        self._break(error)
+        raise error
+
+    # -- failure -----------------------------------------------------------------------
+    def abort(self, exc: BaseException) -> None:
+        """Tell every other rank that this one failed with ``exc`` (they raise
+        RemoteError at their next wait or safe point); the channel is broken after."""
+        if self.broken is not None and isinstance(self.broken, RemoteError):
+            return  # another rank failed first: everyone has been told
+        notice = (self.rank, type(exc).__name__, str(exc))
+        requests = [self.comm.isend(notice, peer, ABORT_TAG)
+                    for peer in range(self.size) if peer != self.rank]
+        deadline = time.monotonic() + _NOTICE_SECONDS
+        while not self.MPI.Request.Testall(requests) and time.monotonic() < deadline:
+            time.sleep(_NAP_SECONDS)
+        self.broken = CommError(f"rank {self.rank} failed ({type(exc).__name__}: {exc}); "
+                                "the distributed run was stopped")
+        if self.link is not None:
+            self.link.broken = str(self.broken)
+
+    # -- arrays ------------------------------------------------------------------------
+    def isend(self, buf, dest: int, tag: int):
+        """Post the send of a contiguous host array (as bytes); returns the request."""
+        return self.comm.Isend(_bytes(buf), dest, tag)
+
+    def irecv(self, buf, source: int, tag: int):
+        """Post the receive of a contiguous host array (as bytes); returns the request."""
+        return self.comm.Irecv(_bytes(buf), source, tag)
+
+    # -- objects -----------------------------------------------------------------------
+    def send(self, obj, dest: int, tag: int = SEND_TAG) -> None:
+        """Send a picklable ``obj`` to ``dest`` and wait until it has left."""
+        self.usable()
+        self.wait([self.comm.isend(obj, dest, tag)], f"sending to rank {dest}")
+
+    def recv(self, source: int, tag: int = SEND_TAG):
+        """The next picklable object ``source`` sends with ``tag``."""
+        self.usable()
+        message = self.comm.improbe(source, tag)
+        if message is not None:
+            return message.recv()
+        start = time.monotonic()
+        deadline = start + self.timeout
+        while True:
+            self._poll_notice(())
+            message = self.comm.improbe(source, tag)
+            if message is not None:
+                return message.recv()
+            now = time.monotonic()
+            if now > deadline:
+                self._fail(CommTimeoutError(
+                    f"rank {self.rank}: receiving from rank {source}: no answer within "
+                    f"{self.timeout:g} s; the peer died or never made this call"))
+            if now - start > _SPIN_SECONDS:
+                time.sleep(_NAP_SECONDS)
+            else:
+                os.sched_yield()
+
+    def gather(self, obj, root: int = 0) -> list | None:
+        """Every rank's ``obj`` as a list at ``root`` (None elsewhere)."""
+        if self.rank != root:
+            self.send(obj, root, GATHER_TAG)
+            return None
+        return [obj if r == root else self.recv(r, GATHER_TAG) for r in range(self.size)]
+
+    def bcast(self, obj, root: int = 0):
+        """``root``'s ``obj`` on every rank."""
+        if self.rank != root:
+            return self.recv(root, BCAST_TAG)
+        self.usable()
+        requests = [self.comm.isend(obj, r, BCAST_TAG) for r in range(self.size) if r != root]
+        self.wait(requests, "broadcasting from rank 0")
+        return obj
+
+    def allgather(self, obj) -> list:
+        """Every rank's ``obj``, as a list indexed by rank, on every rank."""
+        return self.bcast(self.gather(obj, 0), 0)
+
+    def barrier(self) -> None:
+        """Return once every rank has called it (RemoteError when one failed instead)."""
+        self.bcast(self.gather(None, 0), 0)
+
+
+class LocalChannel:
+    """The channel of a one-process run: nothing to wait for, nobody to tell."""
+
+    rank = 0
+    size = 1
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self.broken: CommError | None = None
+
+    def usable(self) -> None:
+        if self.broken is not None:
+            raise type(self.broken)(str(self.broken))
+
+    def check(self) -> None:
+        self.usable()
+
+    def abort(self, exc: BaseException) -> None:
+        self.broken = CommError(f"rank 0 failed ({type(exc).__name__}: {exc}); "
+                                "the distributed run was stopped")
+
+    def gather(self, obj, root: int = 0) -> list:
+        return [obj]
+
+    def bcast(self, obj, root: int = 0):
+        return obj
+
+    def allgather(self, obj) -> list:
+        return [obj]
+
+    def barrier(self) -> None:
+        self.usable()
+
+
+def _bytes(buf: np.ndarray) -> np.ndarray:
+    # Everything travels as bytes: MPI needs no datatype for structured elements, and
+    # both sides agreed on the dtype when the array was made. Callers pass contiguous
+    # buffers, so this is a view, never a copy.
+    return buf.reshape(-1).view(np.uint8)
+
+
+def describe_step(what) -> str:
+    """A collective's wait as words: a string as it is, a schedule step by its fields."""
+    if isinstance(what, str):
+        return what
+    return f"{what.phase} phase, step {what.k}, partner rank {what.partner}"

@@ -1,0 +1,532 @@
+"""Distributed arrays: cut into blocks along one dimension over the ranks, with halos.
+
+    u = dist.asarray(grid)                   # each rank keeps its block of rows (+ halo)
+    v = dist.zeros_like(u)                   # the same distribution
+    dist.forall(interior(u, 1).shape, step, interior(v, 1), interior(u, 1),
+                interior(dist.cshift(u, 0, -1), 1), ...)   # halos exchanged as needed
+    full = v.gather()                        # the whole array on rank 0
+
+A :class:`Distribution` cuts one dimension of extent n into contiguous blocks, one per
+rank in rank order, with ``hetflow.partition`` semantics: a count gives sizes that
+differ by at most one, larger blocks first; shares are rounded by largest remainder.
+Arrays made ``like`` another share its distribution and move with it when the
+partition changes (a rebalance moves rows between neighbouring ranks).
+
+A :class:`DistArray` holds on each rank ``local``: its block plus ``halo`` rows on each
+side along the distributed dimension (:mod:`hetflow.dist.halo` fills them); ``block``
+is the owned part. Views over distributed arrays — :func:`cshift`, :func:`interior`,
+:func:`section` — are :class:`DistView` objects: the same operators, checked over the
+global extent, which a launch turns into views of a rank's local storage
+(:mod:`hetflow.dist.plan`). Making a distributed array is collective: every rank makes
+the same arrays in the same order.
+"""
+from __future__ import annotations
+
+import dataclasses
+import weakref
+
+import numpy as np
+
+from hetflow.dist import control, halo
+from hetflow.dist.launch import session as _session
+from hetflow.dist.ops import resolve_op
+from hetflow.errors import (CommArgumentError, CommMismatchError, IndexTypeError, ShapeError,
+                            ViewError)
+from hetflow.index import operators as _ops
+from hetflow.index.tiling import partition as _partition
+from hetflow.index.views import View, is_view
+
+_GATHER, _SCATTER = 0, 1  # message kinds of whole-array transfers
+
+
+def stand_in(shape, dtype=np.uint8) -> np.ndarray:
+    """An array of ``shape`` that takes no memory: views over it check and transform
+    global indices of a distributed array."""
+    return np.broadcast_to(np.empty((), dtype), tuple(shape))
+
+
+class Distribution:
+    """Rank r owns rows ``bounds[r]`` of dimension ``dim`` (extent ``n``), and keeps
+    ``halo`` more rows on each side."""
+
+    def __init__(self, session, n: int, sizes, dim: int, halo_rows: int):
+        self.session = session
+        self.n, self.dim, self.halo = n, dim, halo_rows
+        self.sizes = self.checked(sizes)
+        self.version = 0
+        self._arrays: list[weakref.ref] = []
+
+    @property
+    def min_rows(self) -> int:
+        """The fewest rows a block may have: its halo must come from its neighbours."""
+        return max(1, self.halo)
+
+    @property
+    def bounds(self) -> tuple:
+        """``(start, stop)`` of every rank's block, in rank order."""
+        stops = np.cumsum(self.sizes).tolist()
+        return tuple(zip([0] + stops[:-1], stops))
+
+    def checked(self, sizes) -> tuple:
+        sizes = tuple(int(s) for s in sizes)
+        ranks = self.session.size
+        if len(sizes) != ranks or sum(sizes) != self.n:
+            raise ShapeError(f"a partition of {self.n} rows over {ranks} ranks needs {ranks} "
+                             f"sizes adding up to {self.n}; got {sizes}")
+        for rank, size in enumerate(sizes):
+            if size < self.min_rows:
+                raise ShapeError(
+                    f"distributing {self.n} rows over {ranks} ranks with a halo of "
+                    f"{self.halo}: rank {rank} would get {size} rows, and every rank needs at "
+                    f"least {self.min_rows} (use fewer ranks, a smaller halo or more rows)")
+        return sizes
+
+    def follow(self, arr) -> None:
+        self._arrays.append(weakref.ref(arr))
+
+    def arrays(self) -> list:
+        """The live arrays on this distribution, in the order they were made."""
+        return [a for a in (ref() for ref in self._arrays) if a is not None]
+
+    def resize(self, sizes) -> bool:
+        """Re-cut the blocks to ``sizes`` and move every array's rows to their new owners
+        (collective). False when nothing changed."""
+        sizes = self.checked(sizes)
+        if sizes == self.sizes:
+            return False
+        old = self.bounds
+        self.sizes = sizes
+        for arr in self.arrays():
+            arr._move(old, self.bounds)
+        self.version += 1
+        return True
+
+    def apportion(self, weights) -> tuple:
+        """Sizes proportional to ``weights`` (one per rank), each at least ``min_rows``."""
+        weights = [float(w) for w in weights]
+        if len(weights) != self.session.size or not all(w > 0 and np.isfinite(w) for w in weights):
+            raise ShapeError(f"rebalancing needs one positive weight per rank "
+                             f"({self.session.size}); got {weights}")
+        sizes = list(cut(self.n, weights))
+        for rank in range(len(sizes)):
+            while sizes[rank] < self.min_rows:  # take rows from the largest block
+                donor = max(range(len(sizes)), key=lambda q: sizes[q])
+                if sizes[donor] <= self.min_rows:
+                    break
+                sizes[donor] -= 1
+                sizes[rank] += 1
+        return self.checked(sizes)
+
+    def __repr__(self):
+        return f"<Distribution dim={self.dim} n={self.n} sizes={self.sizes} halo={self.halo}>"
+
+
+def cut(n: int, parts) -> tuple:
+    """Block sizes of ``n`` rows: ``hetflow.partition``'s for a count or a list of shares."""
+    return _partition(stand_in((n,)), parts, 0).sizes
+
+
+class DistArray:
+    """An array distributed over the ranks of a session; see the module docstring.
+
+    Made by :func:`empty`, :func:`zeros`, :func:`asarray` and the ``*_like`` functions.
+    ``device``: None keeps blocks in host memory; a GPU id ('gpu0') or GPU device record
+    keeps them on that GPU (numba-cuda device arrays; distributed along dim 0 only).
+    """
+
+    def __init__(self, distribution: Distribution, shape, dtype, device=None):
+        self.distribution = distribution
+        self.session = distribution.session
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.device = _gpu(device)
+        self.serial = self.session.serial()
+        self.name = f"darray{self.serial}"
+        if self.device is not None and distribution.dim != 0:
+            raise ShapeError("arrays on a GPU are distributed along dim 0 only")
+        _agree(self.session, self.name, (self.shape, self.dtype.str, distribution.dim,
+                                         distribution.halo, distribution.sizes,
+                                         None if self.device is None else "gpu"))
+        self.local = self._allocate(distribution.bounds[self.session.rank])
+        distribution.follow(self)
+
+    # -- geometry ------------------------------------------------------------------------
+    @property
+    def dim(self) -> int:
+        return self.distribution.dim
+
+    @property
+    def halo(self) -> int:
+        return self.distribution.halo
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def start(self) -> int:
+        """The first global row (along ``dim``) this rank owns."""
+        return self.distribution.bounds[self.session.rank][0]
+
+    @property
+    def stop(self) -> int:
+        """One past the last global row this rank owns."""
+        return self.distribution.bounds[self.session.rank][1]
+
+    @property
+    def owned(self) -> tuple:
+        """The index of this rank's block in the global array (``x[a.owned]``)."""
+        return (slice(None),) * self.dim + (slice(self.start, self.stop),)
+
+    @property
+    def block(self):
+        """This rank's rows of the array (a view of ``local`` without the halos)."""
+        h = self.halo
+        return halo.slab(self.local, h, h + self.stop - self.start, self.dim)
+
+    def _allocate(self, bounds):
+        shape = list(self.shape)
+        shape[self.dim] = bounds[1] - bounds[0] + 2 * self.halo
+        return _allocate(tuple(shape), self.dtype, self.device)
+
+    def _move(self, old_bounds, new_bounds) -> None:
+        storage = self._allocate(new_bounds[self.session.rank])
+        halo.move_rows(self, old_bounds, new_bounds, storage)
+        self.local = storage
+
+    # -- communication -------------------------------------------------------------------
+    def exchange_halos(self) -> None:
+        """Fill the halo rows from the neighbouring ranks (collective)."""
+        halo.exchange(self)
+
+    def gather(self, root: int = 0):
+        """The whole array as a NumPy array on ``root``; None on the other ranks."""
+        channel = self.session.channel
+        _check_root(root, channel.size)
+        tag = halo.tag(control.MOVE_TAG, self.serial, _GATHER + 2)
+        if channel.rank != root:
+            batch = halo.Transfers(channel)
+            batch.send(root, tag, self.block)
+            batch.run(f"gathering {self.name} on rank {root}")
+            return None
+        out = np.empty(self.shape, self.dtype)
+        batch = halo.Transfers(channel) if channel.size > 1 else None
+        for rank, (lo, hi) in enumerate(self.distribution.bounds):
+            target = halo.slab(out, lo, hi, self.dim)
+            if rank == root:
+                target[...] = _host(self.block)
+            else:
+                batch.recv(rank, tag, target)
+        if batch is not None:
+            batch.run(f"gathering {self.name} on rank {root}")
+        return out
+
+    def allgather(self) -> np.ndarray:
+        """The whole array as a NumPy array on every rank."""
+        channel = self.session.channel
+        whole = self.gather(0)
+        if channel.size == 1:
+            return whole
+        tag = halo.tag(control.MOVE_TAG, self.serial, _SCATTER + 2)
+        batch = halo.Transfers(channel)
+        if channel.rank == 0:
+            for rank in range(1, channel.size):
+                batch.send(rank, tag, whole)
+        else:
+            whole = np.empty(self.shape, self.dtype)
+            batch.recv(0, tag, whole)
+        batch.run(f"sending {self.name} to every rank")
+        return whole
+
+    def reduce(self, op="sum"):
+        """``op`` over every element of the array (on every rank): the block's own
+        reduction, then the communicator's allreduce. ``op`` as for allreduce."""
+        reduce_op = resolve_op(op)
+        reduce_op.check(self.dtype)
+        partial = _fold(_host(self.block), reduce_op)
+        return self.session.comm.allreduce(partial, op=reduce_op)[0]
+
+    def sum(self):
+        return self.reduce("sum")
+
+    def min(self):
+        return self.reduce("min")
+
+    def max(self):
+        return self.reduce("max")
+
+    # -- views ---------------------------------------------------------------------------
+    def cshift(self, dim, shift) -> "DistView":
+        return cshift(self, dim, shift)
+
+    def interior(self, delta) -> "DistView":
+        return interior(self, delta)
+
+    def section(self, offset, extent) -> "DistView":
+        return section(self, offset, extent)
+
+    def __repr__(self):
+        where = "host" if self.device is None else self.device.id
+        return (f"<DistArray {self.name} {self.shape} {self.dtype} dim={self.dim} "
+                f"rows {self.start}:{self.stop} of rank {self.session.rank} halo={self.halo} "
+                f"on {where}>")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DistView:
+    """A view over a distributed array: ``ops`` applied to ``base``, in order.
+
+    ``ops`` are ``("cshift", dim, shift)``, ``("interior", delta)`` and
+    ``("section", offset, extent)``; ``proxy`` is the same chain over a stand-in of the
+    global array, which checks the parameters and gives the extent and transforms.
+    """
+
+    base: DistArray
+    ops: tuple
+    proxy: View
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.proxy.extent)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def dtype(self):
+        return self.base.dtype
+
+    @property
+    def root(self) -> DistArray:
+        """The distributed array this view reads and writes."""
+        return self.base
+
+    def cshift(self, dim, shift) -> "DistView":
+        return cshift(self, dim, shift)
+
+    def interior(self, delta) -> "DistView":
+        return interior(self, delta)
+
+    def section(self, offset, extent) -> "DistView":
+        return section(self, offset, extent)
+
+    def __repr__(self):
+        return f"<DistView {self.proxy!r} over {self.base.name}>".replace("ndarray<uint8>", self.base.name)
+
+
+def is_distributed(x) -> bool:
+    """True for distributed arrays and views of them."""
+    return isinstance(x, (DistArray, DistView))
+
+
+def as_view(x) -> DistView:
+    """A distributed array as the identity view of itself; views as they are."""
+    if isinstance(x, DistView):
+        return x
+    return DistView(x, (), stand_in(x.shape))
+
+
+def _extend(x, op, make):
+    view = as_view(x)
+    return DistView(view.base, view.ops + (op,), make(view.proxy))
+
+
+def cshift(x, dim, shift):
+    """``hetflow.cshift`` for distributed arrays and views too (others: hetflow's own)."""
+    if not is_distributed(x):
+        return _ops.cshift(x, dim, shift)
+    checked = _ops.cshift(as_view(x).proxy, dim, shift)
+    return _extend(x, ("cshift", checked.dim, checked.shift), lambda p: checked)
+
+
+def interior(x, delta):
+    """``hetflow.interior`` for distributed arrays and views too (others: hetflow's own)."""
+    if not is_distributed(x):
+        return _ops.interior(x, delta)
+    checked = _ops.interior(as_view(x).proxy, delta)
+    return _extend(x, ("interior", tuple(checked.delta)), lambda p: checked)
+
+
+def section(x, offset, extent):
+    """``hetflow.section`` for distributed arrays and views too (others: hetflow's own)."""
+    if not is_distributed(x):
+        return _ops.section(x, offset, extent)
+    checked = _ops.section(as_view(x).proxy, offset, extent)
+    return _extend(x, ("section", tuple(checked.start), tuple(checked.size)), lambda p: checked)
+
+
+# -- making distributed arrays -------------------------------------------------------------
+
+def empty(shape, dtype=np.float64, *, dim=0, halo=1, parts=None, comm=None, device=None) -> DistArray:
+    """A new distributed array, uninitialised, cut along ``dim`` over the ranks.
+
+    ``parts``: None for even blocks, or one share per rank (``[3, 1]``: rank 0 gets
+    three quarters); ``halo``: rows kept on each side of a block for views that reach
+    into the neighbours' rows; ``comm``: a hetflow communicator (default: all processes).
+    """
+    shape = _shape(shape)
+    dim = _ops.checked_dim("distributed array", dim, len(shape)) if shape else _no_rank()
+    halo_rows = _count("halo", halo)
+    current = _session(comm)
+    if parts is None:
+        sizes = cut(shape[dim], current.size) if shape[dim] >= current.size else \
+            (shape[dim],) + (0,) * (current.size - 1)
+    else:
+        if len(parts) != current.size:
+            raise ShapeError(f"parts must give one share per rank ({current.size}); got {list(parts)}")
+        sizes = cut(shape[dim], list(parts))
+    return DistArray(Distribution(current, shape[dim], sizes, dim, halo_rows), shape, dtype, device)
+
+
+def zeros(shape, dtype=np.float64, **kwargs) -> DistArray:
+    """Like :func:`empty`, filled with zeros (halos included)."""
+    out = empty(shape, dtype, **kwargs)
+    halo.store(out.local, np.zeros(out.local.shape, out.dtype))
+    return out
+
+
+def empty_like(a: DistArray, dtype=None, shape=None) -> DistArray:
+    """A new array on ``a``'s distribution (same ranks, blocks and halo; it moves with
+    ``a`` on a rebalance). ``shape`` may differ from ``a``'s except along the
+    distributed dimension."""
+    if not isinstance(a, DistArray):
+        raise IndexTypeError(f"empty_like needs a DistArray, not {type(a).__name__}")
+    shape = a.shape if shape is None else _shape(shape)
+    if len(shape) <= a.dim or shape[a.dim] != a.shape[a.dim]:
+        raise ShapeError(f"an array on {a.name}'s distribution needs extent {a.shape[a.dim]} "
+                         f"along dim {a.dim}; got shape {shape}")
+    return DistArray(a.distribution, shape, a.dtype if dtype is None else dtype, a.device)
+
+
+def zeros_like(a: DistArray, dtype=None, shape=None) -> DistArray:
+    """Like :func:`empty_like`, filled with zeros."""
+    out = empty_like(a, dtype, shape)
+    halo.store(out.local, np.zeros(out.local.shape, out.dtype))
+    return out
+
+
+def asarray(x, *, root=None, like=None, **kwargs) -> DistArray:
+    """A distributed copy of the global array ``x``.
+
+    ``root=None``: every rank passes the same ``x`` and keeps its block of it (no
+    messages). ``root=r``: only rank r's ``x`` counts (others may pass None); each rank
+    is sent its block. ``like``: use that array's distribution; other keywords as for
+    :func:`empty`.
+    """
+    current = _session(like.session if like is not None else kwargs.get("comm"))
+    if root is not None:
+        _check_root(root, current.size)
+        meta = current.channel.bcast(
+            (tuple(np.shape(x)), np.asarray(x).dtype.str) if current.rank == root else None, root)
+        shape, dtype = meta
+    else:
+        x = np.asarray(x)
+        shape, dtype = x.shape, x.dtype
+    out = empty_like(like, dtype, shape) if like is not None else empty(shape, dtype, **kwargs)
+    if root is None:
+        halo.store(out.block, np.ascontiguousarray(x[out.owned]))
+        return out
+    channel = current.channel
+    tag = halo.tag(control.MOVE_TAG, out.serial, _SCATTER + 2)
+    batch = halo.Transfers(channel) if channel.size > 1 else None
+    if channel.rank == root:
+        x = np.asarray(x)
+        for rank, (lo, hi) in enumerate(out.distribution.bounds):
+            if rank == root:
+                halo.store(out.block, np.ascontiguousarray(halo.slab(x, lo, hi, out.dim)))
+            else:
+                batch.send(rank, tag, halo.slab(x, lo, hi, out.dim))
+    else:
+        batch.recv(root, tag, out.block)
+    if batch is not None:
+        batch.run(f"scattering {out.name} from rank {root}")
+    return out
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def _shape(shape) -> tuple:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        shape = tuple(int(s) if not isinstance(s, bool) else None for s in shape)
+    except (TypeError, ValueError):
+        raise IndexTypeError(f"a shape must be an int or a tuple of ints; got {shape!r}") from None
+    if None in shape or any(s < 0 for s in shape):
+        raise IndexTypeError(f"a shape must hold non-negative ints; got {shape!r}")
+    return shape
+
+
+def _no_rank():
+    raise ShapeError("a distributed array needs at least one dimension")
+
+
+def _count(what, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ShapeError(f"{what} must be a whole number >= 0; got {value!r}")
+    return int(value)
+
+
+def _check_root(root, size) -> None:
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
+        raise CommArgumentError(f"root must be a rank in 0..{size - 1}, not {root!r}")
+
+
+def _agree(current, name, description) -> None:
+    """CommMismatchError on every rank unless all made the same array."""
+    seen = current.channel.allgather(description)
+    if any(d != seen[0] for d in seen):
+        ranks = "; ".join(f"rank {r}: {d}" for r, d in enumerate(seen))
+        raise CommMismatchError(f"ranks made different distributed arrays as {name} "
+                                f"(shape, dtype, dim, halo, blocks, place): {ranks}")
+
+
+def _gpu(device):
+    """None for host memory, else the GPU device record ``device`` names."""
+    if device is None or device in ("cpu", "cpu0", "host"):
+        return None
+    from hetflow.platform.devices import get_device
+
+    record = get_device(device) if isinstance(device, str) else device
+    if getattr(record, "kind", None) == "cpu":
+        return None
+    if getattr(record, "kind", None) != "gpu":
+        raise IndexTypeError(f"device must be None, 'cpu', a GPU id or a GPU device; got {device!r}")
+    return record
+
+
+def _allocate(shape, dtype, device):
+    if device is None:
+        return np.empty(shape, dtype)
+    from hetflow.platform.cuda_compat import cuda_module
+
+    cuda = cuda_module()
+    with cuda.gpus[device.ordinal]:
+        return cuda.device_array(shape, dtype)
+
+
+def _host(block) -> np.ndarray:
+    return block.copy_to_host() if halo.is_device(block) else np.asarray(block)
+
+
+def _fold(values: np.ndarray, reduce_op) -> np.ndarray:
+    """A one-element array: ``reduce_op`` over all of ``values`` (pairwise halving)."""
+    work = np.array(values.reshape(-1))
+    n = work.size
+    if n == 0:
+        raise ShapeError("cannot reduce an empty array")
+    while n > 1:
+        half = n // 2
+        reduce_op.combine(work[:half], work[n - half:n], work[:half])
+        n -= half
+    return work[:1]
+
+
+__all__ = ["DistArray", "DistView", "Distribution", "asarray", "cshift", "empty", "empty_like",
+           "interior", "is_distributed", "section", "zeros", "zeros_like"]
+_ = (ViewError, is_view)  # re-exported names views raise and test

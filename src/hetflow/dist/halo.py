@@ -1,0 +1,118 @@
+"""Transfers between neighbouring ranks: halo exchange and moving rows on a rebalance.
+
+A distributed array's local storage is its block of rows along the distributed
+dimension with ``halo`` extra rows on each side (see :mod:`hetflow.dist.darray`). The
+halo on top holds the last rows of the previous rank's block, the one below the first
+rows of the next rank's; the first and the last rank are neighbours (the array is
+periodic, as ``cshift`` is). Exchanges are Isend/Irecv on the control channel, waited
+on with its deadline and its watch for failure notices. Rows on a GPU travel through
+host buffers; rows that are not contiguous are packed first.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hetflow.dist import control
+
+_UP, _DOWN, _MOVE = 0, 1, 2  # message kinds: rows going to the previous rank, to the next, moved
+
+
+def tag(base: int, serial: int, kind: int) -> int:
+    """The tag of one kind of message about the distributed object ``serial``."""
+    return base + 4 * (serial % control.TAG_SERIALS) + kind
+
+
+def slab(storage, lo: int, hi: int, dim: int):
+    """Rows ``lo:hi`` of ``storage`` along ``dim`` (a view, not a copy)."""
+    return storage[(slice(None),) * dim + (slice(lo, hi),)]
+
+
+def is_device(storage) -> bool:
+    return hasattr(storage, "__cuda_array_interface__") and not isinstance(storage, np.ndarray)
+
+
+class Transfers:
+    """A batch of slab sends and receives on one channel, run together."""
+
+    def __init__(self, channel):
+        self.channel = channel
+        self.requests = []
+        self.unpack = []  # (target slab, host buffer) to copy in after the receives
+        self.keep = []  # send buffers that must live until the sends complete
+
+    def recv(self, peer: int, tag_: int, target) -> None:
+        if isinstance(target, np.ndarray) and target.flags.c_contiguous:
+            buffer = target
+        else:
+            buffer = np.empty(target.shape, target.dtype)
+            self.unpack.append((target, buffer))
+        self.requests.append(self.channel.irecv(buffer, peer, tag_))
+
+    def send(self, peer: int, tag_: int, source) -> None:
+        if is_device(source):
+            buffer = source.copy_to_host()
+        else:
+            buffer = np.ascontiguousarray(source)
+        self.keep.append(buffer)
+        self.requests.append(self.channel.isend(buffer, peer, tag_))
+
+    def run(self, what: str) -> None:
+        """Wait for every transfer (deadline, failure notices); unpack what arrived."""
+        self.channel.wait(self.requests, what)
+        for target, buffer in self.unpack:
+            store(target, buffer)
+        self.requests, self.unpack, self.keep = [], [], []
+
+
+def store(target, values) -> None:
+    """``target[...] = values`` for host or GPU slabs (values: a host or GPU array)."""
+    if is_device(target):
+        target.copy_to_device(values)
+    else:
+        target[...] = values
+
+
+def exchange(arr) -> None:
+    """Fill the halo rows of distributed array ``arr`` from its neighbours' blocks."""
+    h = arr.halo
+    if h == 0:
+        return
+    m = arr.stop - arr.start
+    local, dim = arr.local, arr.dim
+    channel = arr.session.channel
+    if channel.size == 1:  # periodic onto itself
+        store(slab(local, 0, h, dim), slab(local, m, m + h, dim))
+        store(slab(local, m + h, m + 2 * h, dim), slab(local, h, 2 * h, dim))
+        return
+    prev, after = (channel.rank - 1) % channel.size, (channel.rank + 1) % channel.size
+    batch = Transfers(channel)
+    batch.recv(prev, tag(control.HALO_TAG, arr.serial, _DOWN), slab(local, 0, h, dim))
+    batch.recv(after, tag(control.HALO_TAG, arr.serial, _UP), slab(local, m + h, m + 2 * h, dim))
+    batch.send(prev, tag(control.HALO_TAG, arr.serial, _UP), slab(local, h, 2 * h, dim))
+    batch.send(after, tag(control.HALO_TAG, arr.serial, _DOWN), slab(local, m, m + h, dim))
+    batch.run(f"halo exchange of {arr.name} with ranks {prev} and {after}")
+
+
+def move_rows(arr, old_bounds, new_bounds, storage) -> None:
+    """Fill ``storage`` (laid out for ``new_bounds``) with ``arr``'s rows, receiving
+    from their old owners what this rank did not own, sending what it gave away."""
+    channel = arr.session.channel
+    me, h, dim = channel.rank, arr.halo, arr.dim
+    old, new = old_bounds[me], new_bounds[me]
+    batch = Transfers(channel) if channel.size > 1 else None
+    for peer in range(channel.size):
+        # what I keep or receive: my new rows that ``peer`` owned before
+        lo, hi = max(new[0], old_bounds[peer][0]), min(new[1], old_bounds[peer][1])
+        if lo < hi:
+            target = slab(storage, lo - new[0] + h, hi - new[0] + h, dim)
+            if peer == me:
+                store(target, slab(arr.local, lo - old[0] + h, hi - old[0] + h, dim))
+            else:
+                batch.recv(peer, tag(control.MOVE_TAG, arr.serial, _MOVE), target)
+        # what I give away: my old rows that ``peer`` owns now
+        lo, hi = max(old[0], new_bounds[peer][0]), min(old[1], new_bounds[peer][1])
+        if lo < hi and peer != me:
+            batch.send(peer, tag(control.MOVE_TAG, arr.serial, _MOVE),
+                       slab(arr.local, lo - old[0] + h, hi - old[0] + h, dim))
+    if batch is not None:
+        batch.run(f"moving rows of {arr.name} to the new partition")

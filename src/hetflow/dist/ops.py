@@ -1,0 +1,188 @@
+"""Reduction operations for the collectives: built-in ones and user-defined ones.
+
+An operation combines two arrays element by element, ``out = a op b``, and must be
+associative and commutative: the collectives combine contributions in an order that
+depends on the number of processes and on the root. ``out`` may be the same array as
+``a`` or ``b`` (the collectives reduce in place into the kept segment).
+
+Built-in operations are NumPy (or CuPy) ufuncs applied with ``out=``; on structured
+element types they are applied field by field. A user-defined operation is either any
+callable ``op(a, b, out)`` or a binary hetflow kernel ``k(i, a, b, out)``, launched
+with ``hetflow.forall``.
+"""
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+
+from hetflow.errors import CommArgumentError, DTypeError, UnknownOpError
+
+# Element kinds (numpy.dtype.kind) each built-in operation accepts; the table follows
+# MPI's predefined operations, with bool standing for MPI's C_BOOL.
+_NUMERIC = "iufc"
+_ORDERED = "iuf"
+_LOGICAL = "iub"
+_BITWISE = "iub"
+
+_BUILTINS = {
+    # name: (ufunc name, accepted kinds)
+    "sum": ("add", _NUMERIC),
+    "prod": ("multiply", _NUMERIC),
+    "min": ("minimum", _ORDERED),
+    "max": ("maximum", _ORDERED),
+    "land": ("logical_and", _LOGICAL),
+    "lor": ("logical_or", _LOGICAL),
+    "lxor": ("logical_xor", _LOGICAL),
+    "band": ("bitwise_and", _BITWISE),
+    "bor": ("bitwise_or", _BITWISE),
+    "bxor": ("bitwise_xor", _BITWISE),
+}
+
+BUILTIN_OPS = tuple(_BUILTINS)
+
+
+def check_transferable(dtype: np.dtype) -> None:
+    """Raise DTypeError unless ``dtype`` can travel between processes as raw bytes."""
+    if dtype.hasobject:
+        raise DTypeError(
+            f"dtype {dtype} holds Python objects, which cannot be sent as raw bytes")
+
+
+class ReduceOp(abc.ABC):
+    """A binary reduction ``combine(a, b, out)``; ``name`` identifies it across ranks."""
+
+    name: str = ""
+
+    def check(self, dtype: np.dtype) -> None:
+        """Raise DTypeError when the operation does not fit ``dtype``."""
+        check_transferable(dtype)
+
+    @abc.abstractmethod
+    def combine(self, a, b, out, xp=np) -> None:
+        """Store ``a op b`` into ``out``; ``xp`` is numpy or cupy, matching the arrays."""
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name}>"
+
+
+class BuiltinOp(ReduceOp):
+    """A predefined operation: a ufunc, applied field by field on structured dtypes."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.ufunc_name, self.kinds = _BUILTINS[name]
+        self._fitting = set()  # dtypes already checked: collectives run in loops
+
+    def check(self, dtype: np.dtype) -> None:
+        if dtype in self._fitting:
+            return
+        check_transferable(dtype)
+        for path, kind_dtype in _leaf_fields(dtype):
+            if kind_dtype.kind not in self.kinds:
+                where = f" (field {'.'.join(path)!r})" if path else ""
+                raise DTypeError(
+                    f"op {self.name!r} does not apply to dtype {kind_dtype}{where}; "
+                    f"it takes {_describe_kinds(self.kinds)}")
+        self._fitting.add(dtype)
+
+    def combine(self, a, b, out, xp=np) -> None:
+        ufunc = getattr(xp, self.ufunc_name)
+        if a.dtype.names is None:
+            ufunc(a, b, out=out)
+            return
+        for path, _ in _leaf_fields(a.dtype):
+            ufunc(_field(a, path), _field(b, path), out=_field(out, path))
+
+
+class CallableOp(ReduceOp):
+    """A user function ``fn(a, b, out)`` on arrays of the collective's element type."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.name = _qualified_name(fn)
+
+    def combine(self, a, b, out, xp=np) -> None:
+        self.fn(a, b, out)
+
+
+class KernelOp(ReduceOp):
+    """A binary hetflow kernel ``k(i, a, b, out)``, run over the segment by forall."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.name = _qualified_name(kernel)
+
+    def combine(self, a, b, out, xp=np) -> None:
+        import hetflow
+
+        hetflow.forall(out.shape[0], self.kernel, a, b, out)
+
+
+_BUILTIN_OPS = {name: BuiltinOp(name) for name in _BUILTINS}
+
+
+def resolve_op(op) -> ReduceOp:
+    """Turn a name, a kernel, a callable or a ReduceOp into a ReduceOp."""
+    builtin = _BUILTIN_OPS.get(op) if isinstance(op, str) else None
+    if builtin is not None:
+        return builtin
+    if isinstance(op, ReduceOp):
+        return op
+    if isinstance(op, str):
+        builtin = _BUILTIN_OPS.get(op.lower())
+        if builtin is None:
+            raise UnknownOpError(
+                f"unknown reduction op {op!r}; built-in ops are {', '.join(BUILTIN_OPS)}, "
+                "or pass a callable op(a, b, out) or a hetflow kernel")
+        return builtin
+    if _is_kernel(op):
+        return KernelOp(op)
+    if callable(op):
+        return CallableOp(op)
+    raise CommArgumentError(
+        f"reduction op must be a name, a callable op(a, b, out) or a hetflow kernel, "
+        f"not {type(op).__name__}")
+
+
+def _is_kernel(op) -> bool:
+    # Imported lazily: the kernels package pulls in Numba, which plain reductions never need.
+    try:
+        from hetflow.kernels import Kernel
+    except ImportError:
+        return False
+    return isinstance(op, Kernel)
+
+
+def _qualified_name(fn) -> str:
+    module = getattr(fn, "__module__", None) or ""
+    for attr in ("__qualname__", "__name__", "name"):
+        name = getattr(fn, attr, None)
+        if isinstance(name, str):
+            break
+    else:
+        name = type(fn).__qualname__
+    return f"{module}.{name}" if module else name
+
+
+def _leaf_fields(dtype: np.dtype, path: tuple = ()):
+    """Yield (field path, base dtype) for every scalar leaf of a possibly nested dtype."""
+    if dtype.subdtype is not None:  # a subarray field: its elements are the leaves
+        dtype = dtype.base
+    if dtype.names is None:
+        yield path, dtype
+        return
+    for name in dtype.names:
+        yield from _leaf_fields(dtype.fields[name][0], path + (name,))
+
+
+def _field(arr, path):
+    for name in path:
+        arr = arr[name]
+    return arr
+
+
+def _describe_kinds(kinds: str) -> str:
+    words = {"i": "signed integers", "u": "unsigned integers", "f": "floats",
+             "c": "complex numbers", "b": "bools"}
+    return ", ".join(words[k] for k in kinds)

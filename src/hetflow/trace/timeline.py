@@ -1,0 +1,331 @@
+"""A timeline picture of co-executed loops: one lane per worker, one bar per chunk.
+
+Drawn from a Chrome trace (:mod:`hetflow.trace.chrome`), so a saved trace file and a
+live recording give the same picture. Lanes are grouped by device (GPUs first); a bar
+is coloured by its device's kind and hatched when its range was stolen from another
+worker's queue, with a thin line from the victim's lane to the thief's at the moment of
+the steal; a red X marks a worker failure. Chunks a GPU had in flight together share
+their lane in thinner sub-rows. The top rows show the loops (by kernel name or label)
+and the phases the user marked. Rendering uses matplotlib's Agg canvas directly, never
+pyplot, so it changes no global state and needs no display.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import Counter
+from pathlib import Path
+
+from ..errors import TraceError
+from .chrome import TraceContents, read_chrome_trace, to_chrome_trace
+
+KIND_COLOURS = {"cpu": "#4C72B0", "gpu": "#55A868"}
+OTHER_COLOUR = "#8C8C8C"
+STEAL_COLOUR = "#C44E52"
+FAILURE_COLOUR = "#D62728"
+_BAR = 0.8          # lane height taken by bars (the rest separates lanes)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimelineSummary:
+    """What :func:`plot_timeline` drew: counts of the drawn artists (``steals`` counts the
+    victim-to-thief lines), and ``span_ms``, the time range drawn."""
+
+    path: Path
+    lanes: int
+    bars: int
+    stolen: int
+    steals: int
+    failures: int
+    loops: int
+    phases: int
+    span_ms: float
+
+
+def _contents(source) -> TraceContents:
+    if isinstance(source, TraceContents):
+        return source
+    if isinstance(source, (str, os.PathLike)) or (isinstance(source, dict) and "traceEvents" in source):
+        return read_chrome_trace(source)
+    if isinstance(source, list) and source and all(isinstance(e, dict) for e in source):
+        return read_chrome_trace(source)          # the bare event-list form of the format
+    return read_chrome_trace(to_chrome_trace(source))
+
+
+def _slots(chunks) -> tuple[dict[int, int], Counter]:
+    """Sub-row of each chunk within its lane: chunks overlapping in time (a GPU's chunks
+    in flight) go to different sub-rows. Returns chunk index -> slot, lane -> slot count."""
+    ends: dict[int, list[float]] = {}
+    slot_of = {}
+    for k in sorted(range(len(chunks)), key=lambda k: chunks[k].start):
+        c = chunks[k]
+        lane_ends = ends.setdefault(c.lane, [])
+        free = next((s for s, end in enumerate(lane_ends) if end <= c.start), None)
+        if free is None:
+            free = len(lane_ends)
+            lane_ends.append(0.0)
+        lane_ends[free] = c.end
+        slot_of[k] = free
+    return slot_of, Counter({lane: len(e) for lane, e in ends.items()})
+
+
+def _rect(x0, x1, y, h):
+    return [(x0, y - h / 2), (x0, y + h / 2), (x1, y + h / 2), (x1, y - h / 2)]
+
+
+class _Rows:
+    """y positions, top to bottom: the loops row, one row per phase depth, the lanes."""
+
+    def __init__(self, contents: TraceContents):
+        self.phase_rows = 1 + max((p.depth for p in contents.phases), default=-1)
+        self.first_lane = 1 + self.phase_rows
+        self.count = self.first_lane + len(contents.lanes)
+
+    def lane(self, k: int) -> float:
+        return float(self.first_lane + k)
+
+
+def _lane_labels(contents) -> list[str]:
+    return [lane.worker if lane.worker.startswith(lane.device_id) else f"{lane.worker} · {lane.device_id}"
+            for lane in contents.lanes]
+
+
+def _draw_chunks(ax, contents, rows) -> tuple[int, int]:
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_rgb
+
+    slot_of, slots = _slots(contents.chunks)
+    groups: dict[tuple[str, bool], list] = {}
+    for k, c in enumerate(contents.chunks):
+        n = slots[c.lane]
+        h = _BAR / n
+        y = rows.lane(c.lane) - _BAR / 2 + h * (slot_of[k] + 0.5)
+        kind = contents.lanes[c.lane].kind
+        groups.setdefault((kind, c.stolen_from is not None), []).append(
+            _rect(c.start * 1e3, c.end * 1e3, y, h * 0.92))
+    bars = stolen = 0
+    for (kind, was_stolen), verts in groups.items():
+        colour = KIND_COLOURS.get(kind, OTHER_COLOUR)
+        # A darker edge of the same hue keeps back-to-back chunks apart and tiny ones coloured.
+        edge = "#202020" if was_stolen else tuple(0.6 * v for v in to_rgb(colour))
+        coll = PolyCollection(verts, facecolors=colour, edgecolors=[edge], linewidths=0.4,
+                              hatch="////" if was_stolen else None, zorder=2)
+        ax.add_collection(coll)
+        bars += len(coll.get_paths())
+        stolen += len(coll.get_paths()) if was_stolen else 0
+    return bars, stolen
+
+
+def _draw_steals(ax, contents, rows) -> int:
+    from matplotlib.collections import LineCollection
+
+    lane_of = {lane.worker: k for k, lane in enumerate(contents.lanes)}
+    segments, tips = [], []
+    for c in contents.chunks:
+        victim = lane_of.get(c.stolen_from)
+        if victim is None:
+            continue
+        t = c.start * 1e3
+        segments.append([(t, rows.lane(victim)), (t, rows.lane(c.lane))])
+        tips.append((t, rows.lane(c.lane)))
+    if segments:
+        alpha = 0.55 if len(segments) <= 50 else 0.3       # many steals: keep the bars readable
+        ax.add_collection(LineCollection(segments, colors=STEAL_COLOUR, linewidths=0.7, alpha=alpha,
+                                         zorder=3))
+        ax.scatter(*zip(*tips), s=9, color=STEAL_COLOUR, zorder=4, linewidths=0)
+    return len(segments)
+
+
+def _draw_failures(ax, contents, rows, window) -> int:
+    for f in contents.failures:
+        t, y = f.t * 1e3, rows.lane(f.lane)
+        ax.scatter([t], [y], marker="X", s=150, color=FAILURE_COLOUR, edgecolors="black",
+                   linewidths=0.6, zorder=6)
+        error = f.error if len(f.error) <= 60 else f.error[:57] + "..."
+        # Text to the right of the mark, or to its left near the right edge.
+        left = t > window[0] + 0.7 * (window[1] - window[0])
+        ax.annotate(error, (t, y), xytext=(-8 if left else 8, -9), textcoords="offset points",
+                    ha="right" if left else "left", fontsize=7, color=FAILURE_COLOUR, zorder=6,
+                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.8})
+    return len(contents.failures)
+
+
+def _draw_spans(ax, spans, y_of, colour, window, width_in) -> None:
+    """Loop or phase spans as labelled bars in their header rows."""
+    from matplotlib.collections import PolyCollection
+
+    if not spans:
+        return
+    verts = [_rect(s.start * 1e3, s.end * 1e3, y_of(s), _BAR * 0.8) for s in spans]
+    ax.add_collection(PolyCollection(verts, facecolors=colour, edgecolors="white", linewidths=0.6, zorder=2))
+    points_per_ms = width_in * 72 / (window[1] - window[0])
+    for s in spans:
+        visible_ms = min(s.end * 1e3, window[1]) - max(s.start * 1e3, window[0])
+        if visible_ms * points_per_ms > 5.5 * len(s.name) + 6:            # only labels that fit
+            middle = (max(s.start * 1e3, window[0]) + min(s.end * 1e3, window[1])) / 2
+            ax.text(middle, y_of(s), s.name, ha="center", va="center",
+                    fontsize=7, color="black", zorder=3, clip_on=True)
+
+
+def _legend(ax, kinds, stolen, steals, failures):
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=KIND_COLOURS.get(k, OTHER_COLOUR), label=f"{k or 'other'} chunk")
+               for k in kinds]
+    if stolen:
+        handles.append(Patch(facecolor="white", edgecolor="#202020", hatch="////", label="stolen chunk"))
+    if steals:
+        handles.append(Line2D([], [], color=STEAL_COLOUR, marker="o", markersize=3, linewidth=0.8,
+                              label="steal (victim → thief)"))
+    if failures:
+        handles.append(Line2D([], [], color=FAILURE_COLOUR, marker="X", markersize=9, linestyle="none",
+                              markeredgecolor="black", label="worker failure"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8,
+              frameon=False, borderaxespad=0.0)
+
+
+def _title(contents, span_ms, steals) -> str:
+    indices = Counter()
+    for c in contents.chunks:
+        indices[contents.lanes[c.lane].kind or "other"] += c.hi - c.lo
+    total = sum(indices.values())
+    shares = " / ".join(f"{k} {100 * v / total:.0f}%" for k, v in sorted(indices.items())) if total else ""
+    devices = len({lane.device_id for lane in contents.lanes})
+    parts = [f"{len(contents.loops)} loop(s)", f"{total} indices in {len(contents.chunks)} chunks",
+             f"{len(contents.lanes)} workers on {devices} device(s)", f"{steals} steal(s)",
+             f"{len(contents.failures)} failure(s)", f"{span_ms:.4g} ms"]
+    return " · ".join(parts) + (f"\nindices by kind: {shares}" if shares else "")
+
+
+def _device_bands(ax, contents, rows) -> None:
+    """Alternate a light band per device, so a device's lanes read as a group."""
+    start = 0
+    for k in range(1, len(contents.lanes) + 1):
+        if k == len(contents.lanes) or contents.lanes[k].device_id != contents.lanes[start].device_id:
+            if (len({lane.device_id for lane in contents.lanes[:start]}) % 2) == 1:
+                ax.axhspan(rows.lane(start) - 0.5, rows.lane(k - 1) + 0.5, color="#F0F0F0", zorder=0)
+            ax.axhline(rows.lane(k - 1) + 0.5, color="#C8C8C8", linewidth=0.6, zorder=1)
+            start = k
+
+
+def _window(contents, window) -> tuple[float, float]:
+    """The time range drawn, in ms: ``window`` checked, or everything in the trace."""
+    if window is None:
+        ends = ([c.end for c in contents.chunks] + [s.end for s in contents.loops + contents.phases]
+                + [f.t for f in contents.failures])
+        return 0.0, max(ends + [1e-6]) * 1e3
+    try:
+        lo, hi = (float(v) for v in window)
+    except (TypeError, ValueError):
+        raise TraceError(f"window must be two numbers (start_ms, end_ms), got {window!r}") from None
+    if not 0 <= lo < hi:
+        raise TraceError(f"window must satisfy 0 <= start_ms < end_ms, got ({lo}, {hi})")
+    return lo, hi
+
+
+def _clip(contents, window) -> TraceContents:
+    """Only what overlaps the window (times in ms), so the counts are of drawn things."""
+    lo, hi = window[0] * 1e-3, window[1] * 1e-3
+    return TraceContents(contents.lanes,
+                         [c for c in contents.chunks if c.end >= lo and c.start <= hi],
+                         [f for f in contents.failures if lo <= f.t <= hi],
+                         [s for s in contents.loops if s.end >= lo and s.start <= hi],
+                         [s for s in contents.phases if s.end >= lo and s.start <= hi])
+
+
+def plot_timeline(source, path, *, title: str | None = None, window=None, width: float = 12.0,
+                  dpi: int = 120) -> TimelineSummary:
+    """Draw the timeline of ``source`` into the image file ``path`` (format by suffix).
+
+    ``source`` is a Chrome trace (a file path or the loaded dict), a
+    :class:`~hetflow.trace.Recorder`, a run report or a list of run reports.
+    ``window=(start_ms, end_ms)`` zooms to that time range. Returns the counts of what
+    was drawn.
+    """
+    from matplotlib.figure import Figure
+
+    for name, value in (("width", width), ("dpi", dpi)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e5:
+            raise TraceError(f"{name} must be a positive number, got {value!r}")
+    contents = _contents(source)
+    if not contents.lanes:
+        raise TraceError("nothing to draw: the trace has no workers. Only co-executed loops "
+                         "(several devices, or schedule='steal'/'static') produce run reports")
+    window = _window(contents, window)
+    contents = _clip(contents, window)
+    rows = _Rows(contents)
+    height = max(2.8, 1.3 + 0.24 * rows.count)
+    fig = Figure(figsize=(width, height), dpi=dpi)
+    ax = fig.add_subplot()
+    bars, stolen = _draw_chunks(ax, contents, rows)
+    steals = _draw_steals(ax, contents, rows)
+    failures = _draw_failures(ax, contents, rows, window)
+    plot_width_in = width * 0.75
+    _draw_spans(ax, contents.loops, lambda s: 0.0, "#B0B0B0", window, plot_width_in)
+    _draw_spans(ax, contents.phases, lambda s: 1.0 + s.depth, "#E6C87A", window, plot_width_in)
+    _device_bands(ax, contents, rows)
+    ax.set_yticks(range(rows.count))
+    ax.set_yticklabels(["loops"] + [f"phases {d}" if rows.phase_rows > 1 else "phases"
+                                    for d in range(rows.phase_rows)] + _lane_labels(contents),
+                       fontsize=8 if len(contents.lanes) <= 12 else 7)
+    ax.set_ylim(rows.count - 0.5, -0.5)
+    ax.set_xlim(window[0], window[1] + 0.01 * (window[1] - window[0]))
+    ax.set_xlabel("time since recording began (ms)")
+    ax.grid(axis="x", color="#DDDDDD", linewidth=0.6, zorder=0)
+    ax.set_axisbelow(True)
+    kinds = sorted({lane.kind for lane in contents.lanes}, key=lambda k: (k != "gpu", k))
+    _legend(ax, kinds, stolen, steals, failures)
+    span_ms = window[1] - window[0]
+    heading = _title(contents, span_ms, steals)
+    ax.set_title(f"{title}\n{heading}" if title else heading, fontsize=9, loc="left")
+    path = Path(os.fspath(path))
+    try:
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    except (OSError, ValueError) as exc:
+        raise TraceError(f"cannot write the timeline to {path}: {exc}") from exc
+    return TimelineSummary(path, len(contents.lanes), bars, stolen, steals, failures,
+                           len(contents.loops), len(contents.phases), span_ms)
+
+
+# -- the ``hetflow trace`` command -------------------------------------------------------------
+_EPILOG = """\
+Record a trace in Python, then draw it here:
+
+  with hetflow.trace.record() as rec:
+      hetflow.forall(n, kernel, x, out, device=["cpu0", "gpu0"])
+  rec.save("run.json")            # also opens in https://ui.perfetto.dev
+
+  hetflow trace run.json -o run.png
+"""
+
+
+def add_trace_command(subparsers) -> None:
+    """Register ``hetflow trace TRACE.json -o timeline.png`` on an argparse subparsers object."""
+    import argparse
+
+    p = subparsers.add_parser(
+        "trace", help="draw the timeline of a saved hetflow trace (Chrome trace JSON) as an image",
+        description="Draw a saved hetflow trace as a timeline: one lane per worker (CPU core,\n"
+                    "GPU), one bar per chunk, stolen chunks hatched, steals and failures marked.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trace", metavar="TRACE.json",
+                   help="a trace written by Recorder.save / hetflow.trace.write_chrome_trace")
+    p.add_argument("-o", "--output", metavar="IMAGE", default=None,
+                   help="image to write; the format follows the suffix (.png, .svg, .pdf). "
+                        "Default: TRACE with the suffix .png")
+    p.add_argument("--title", default=None, help="a first title line above the totals")
+    p.add_argument("--window", type=float, nargs=2, metavar=("START_MS", "END_MS"), default=None,
+                   help="draw only this time range (ms since recording began)")
+    p.add_argument("--width", type=float, default=12.0, help="figure width in inches (default 12)")
+    p.add_argument("--dpi", type=int, default=120, help="resolution of raster images (default 120)")
+    p.set_defaults(func=_cmd_trace)
+
+
+def _cmd_trace(args) -> int:
+    output = Path(args.output) if args.output else Path(args.trace).with_suffix(".png")
+    drawn = plot_timeline(args.trace, output, title=args.title, window=args.window,
+                          width=args.width, dpi=args.dpi)
+    print(f"wrote {drawn.path}: {drawn.bars} chunks on {drawn.lanes} workers, {drawn.steals} steal(s), "
+          f"{drawn.failures} failure(s), {drawn.loops} loop(s) in {drawn.span_ms:.4g} ms")
+    return 0

@@ -26,6 +26,10 @@ class Kernel:
         self._source = source if source is not None else (KernelSource.from_function(pyfunc) if pyfunc else None)
         self.name = name or (pyfunc.__name__ if pyfunc else self._source.function().name)
         self._globals = globals_ if globals_ is not None else _function_namespace(pyfunc)
+        self._access: dict[int, Access] = {}
+        # Launch plans (runtime.launch): per repository, device and argument types. They
+        # live on the kernel so that they go when the kernel does.
+        self.plans: dict[tuple, object] = {}
         if pyfunc is not None:
             functools.update_wrapper(self, pyfunc)
 
@@ -82,15 +86,16 @@ class Kernel:
             h.update(f"{name}={stable_value(self._globals[name])};".encode())
         return h.hexdigest()
 
-    @functools.lru_cache(maxsize=8)
     def access(self, ndim: int) -> Access:
         """Read/write modes of the data parameters for a rank-``ndim`` launch."""
+        known = self._access.get(ndim)
+        if known is None:
+            def callee(name):
+                sub = self.subkernels.get(name)
+                return None if sub is None else [sub.access(0).modes.get(p, "") for p in sub.params]
 
-        def callee(name):
-            sub = self.subkernels.get(name)
-            return None if sub is None else [sub.access(0).modes.get(p, "") for p in sub.params]
-
-        return analyze(self.definition, ndim, callee)
+            known = self._access[ndim] = analyze(self.definition, ndim, callee)
+        return known
 
     def namespace(self) -> dict:
         """Globals the body is compiled with (the user's module globals and closure)."""

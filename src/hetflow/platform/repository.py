@@ -65,7 +65,6 @@ class CodeRepository:
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root) if root is not None else default_root()
         self._memo: dict[tuple, Executable] = {}
-        self.plans: dict[tuple, object] = {}   # launch plans (runtime.launch) built on these executables
         self._device_fns: dict[tuple, object] = {}
         self._lock = threading.RLock()
         self.compiled = 0      # executables compiled from source in this process
@@ -91,7 +90,6 @@ class CodeRepository:
             for key, value in list(self._memo.items()):
                 if value is exe:
                     del self._memo[key]
-            self.plans = {k: p for k, p in self.plans.items() if p.executable is not exe}
             warnings.warn(f"hetflow: corrupt code repository entry {exe.path} removed; recompiling",
                           RuntimeWarning, stacklevel=3)
             shutil.rmtree(exe.path, ignore_errors=True)

@@ -21,7 +21,9 @@ SCALARS = (numbers.Number, np.generic)
 
 
 def is_device_array(x) -> bool:
-    return hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray)
+    """A GPU array: CuPy and anything with the CUDA array interface, or the simulator's."""
+    return (hasattr(x, "__cuda_array_interface__") or hasattr(x, "__cuda_ndarray__")) \
+        and not isinstance(x, np.ndarray)
 
 
 def normalize_extent(extent) -> tuple[int, ...]:
@@ -137,16 +139,16 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     lowerings = {} if plain else {name: lowering(arg, f"{name}__p")
                                   for name, arg in zip(names, args) if _views.is_view(arg)}
     repo = repository()
-    key = (kernel, device.id, ndim, tuple(map(_arg_key, args)),
+    key = (repo, device.id, ndim, tuple(map(_arg_key, args)),
            tuple(_arg_key(low.root) for low in lowerings.values()),
            tuple(low.key for low in lowerings.values()))
-    plan = repo.plans.get(key)
+    plan = kernel.plans.get(key)
     if plan is None:
         data = _check_arguments(kernel, ndim, args)
         access = kernel.access(ndim)
         exe = repo.executable(kernel, device, ndim, lowerings)
         written = tuple(k for k, name in enumerate(data) if access.writes(name))
-        plan = repo.plans[key] = Plan(data, access, _extent_checks(data, args, access), exe, written)
+        plan = kernel.plans[key] = Plan(data, access, _extent_checks(data, args, access), exe, written)
     if plan.checks:
         _check_extent(kernel, extent, args, plan.checks)
     if not lowerings:

@@ -1,0 +1,245 @@
+"""Dependencies between execution instances (SPEC §2 "Execution queue", item 2).
+
+**Implicit** dependencies come from the data. The runtime knows which arguments a
+kernel reads and which it writes (``kernel.access``) and keeps, per datum, the last
+instance that wrote it and the instances that read it since. In enqueue order, across
+all queues (like StarPU's sequential consistency), an instance that
+
+* reads a datum waits for its last writer (read-after-write),
+* writes a datum waits for its last writer (write-after-write) and for the readers
+  since (write-after-read).
+
+A datum is a :class:`~hetflow.Buffer`, or the array that owns an argument's memory:
+a view stands for its root array, and NumPy slices of one array are one datum, so
+instances touching disjoint parts of one array are still ordered (conservative).
+
+**Explicit** dependencies are ``wait_for`` events.
+
+Read-after-write and explicit dependencies are *strong*: if the event waited for
+fails, the waiter cannot have its inputs and is cancelled. Write-after-read and
+write-after-write are only an order, so a failure there just releases the waiter.
+Data whose last writer failed (or was cancelled) is *poisoned*: an instance reading
+it is cancelled however long after the failure it is enqueued, rather than run on
+garbage — until the failure has been reported to the application (``wait`` raised or
+``exception`` returned it, or ``finish`` raised the queue's failures), from when on the
+application owns the data's state, or until the data is written again. A datum's
+record lives as long as the datum (a weak-reference callback drops it); objects
+without weak references (rare) are forgotten once nothing pending touches them.
+
+**Cycles.** An instance can only wait for events that exist when it is enqueued, so
+plain enqueues can never form a cycle. Deferred instances (``enqueue(..., defer=True)``)
+can: they exist, and others may wait for them, before they are submitted, and
+``submit(event, wait_for=...)`` adds dependencies to an instance that others already
+depend on. ``submit`` therefore searches the pending dependency graph from the new
+``wait_for`` events; reaching the submitted event means the new edges close a cycle
+(which would never run), and :class:`~hetflow.errors.DependencyCycleError` names it.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from ..errors import DependencyCycleError
+from .events import COMPLETE, DONE, add_dependent, dependents
+from .launch import SCALARS
+
+READ, WRITE = 1, 2
+
+
+class _Datum(weakref.ref):
+    """What the runtime remembers about one datum: a weak reference to it (one object
+    per datum keeps the garbage collector's load down), dropped when the datum goes."""
+
+    __slots__ = ("key", "writer", "readers", "prune_at")
+
+    def __new__(cls, obj, key):
+        return super().__new__(cls, obj, _forget)
+
+    def __init__(self, obj, key):
+        super().__init__(obj, _forget)
+        self.key = key
+        self.writer = None     # the last instance that wrote it
+        self.readers = None    # the instances that read it since (a list, made on demand)
+        self.prune_at = 32
+
+
+class _Pinned:
+    """The record of a datum without weak references: kept while pending instances use it."""
+
+    __slots__ = ("obj", "writer", "readers", "prune_at", "live")
+
+    def __init__(self, obj):
+        self.obj = obj
+        self.writer = None
+        self.readers = None
+        self.prune_at = 32
+        self.live = 0
+
+
+_data: dict[int, object] = {}
+
+
+def datum(arg):
+    """The object whose identity names the data ``arg`` accesses."""
+    root = arg if type(arg) is np.ndarray else getattr(arg, "root", arg)
+    base = getattr(root, "base", None)
+    while base is not None and type(base) is type(root):  # slices share their base's memory
+        root, base = base, getattr(base, "base", None)
+    return root
+
+
+def _record(obj):
+    key = id(obj)
+    rec = _data.get(key)
+    if rec is None:
+        try:
+            rec = _Datum(obj, key)
+        except TypeError:
+            rec = _Pinned(obj)
+        _data[key] = rec
+    return rec
+
+
+def _forget(rec) -> None:
+    # Runs when the datum is freed, before its id can be reused. It must not take LOCK (it
+    # may run while that is held, when a finished instance drops the last reference) and
+    # needs none: the record can only be replaced once the id is free again.
+    if _data.get(rec.key) is rec:
+        _data.pop(rec.key, None)
+
+
+def depend_locked(inst, event, strong: bool) -> None:
+    """Make ``inst`` wait for ``event`` (caller holds LOCK). A strong dependency on an
+    event that already failed or was cancelled dooms ``inst``."""
+    status = event.status
+    if status in DONE:
+        if status is not COMPLETE and strong and inst.doomed is None:
+            inst.doomed = event  # cancelled as soon as it is registered
+        return
+    if strong:
+        event._needs = add_dependent(event._needs, inst)
+    else:
+        event._after = add_dependent(event._after, inst)
+    inst.pending += 1
+
+
+def poisoned(writer) -> bool:
+    """Did ``writer`` leave its data without valid contents, unbeknown to the application?"""
+    return writer.status is not COMPLETE and writer.status in DONE and not writer._retrieved
+
+
+def track_locked(inst, accesses) -> None:
+    """Add the implicit dependencies of ``inst`` and record its accesses (caller holds LOCK).
+
+    ``accesses`` holds ``(object, mode)`` pairs, mode a mask of READ and WRITE, with each
+    datum once.
+    """
+    for obj, mode in accesses:
+        rec = _record(obj)
+        if type(rec) is _Pinned:
+            rec.live += 1
+            inst.held = (*(inst.held or ()), obj)
+        writer = rec.writer
+        if writer is not None and writer.status is not COMPLETE:
+            if writer.status not in DONE:
+                depend_locked(inst, writer, bool(mode & READ))
+            elif mode & READ and inst.doomed is None and poisoned(writer):
+                inst.doomed = writer
+        if mode & WRITE:
+            if rec.readers:
+                for reader in rec.readers:
+                    if reader.status not in DONE:
+                        depend_locked(inst, reader, False)
+                rec.readers.clear()
+            rec.writer = inst
+        else:
+            readers = rec.readers
+            if readers is None:
+                rec.readers = [inst]
+            else:
+                readers.append(inst)
+                if len(readers) >= rec.prune_at:  # finished readers matter to no one
+                    readers[:] = [r for r in readers if r.status not in DONE]
+                    rec.prune_at = max(32, 2 * len(readers))
+
+
+def untrack_locked(held) -> None:
+    """Forget data without weak references once no pending instance touches them."""
+    for obj in held:
+        rec = _data.get(id(obj))
+        if rec is not None:
+            rec.live -= 1
+            if rec.live == 0:
+                del _data[id(obj)]
+
+
+def accesses(args, modes) -> list:
+    """``(datum, mode)`` pairs of the array/view/buffer arguments, each datum once."""
+    out = []
+    for arg, mode in zip(args, modes):
+        if not mode:
+            continue
+        if type(arg) is np.ndarray and arg.base is None:  # the common case, kept cheap
+            obj = arg
+        elif isinstance(arg, SCALARS):
+            continue
+        else:
+            obj = datum(arg)
+        if out:
+            for k, (seen, m) in enumerate(out):
+                if seen is obj:
+                    out[k] = (obj, m | mode)
+                    break
+            else:
+                out.append((obj, mode))
+        else:
+            out.append((obj, mode))
+    return out
+
+
+def pending_locked(obj, write: bool) -> list:
+    """Instances a host access to ``obj`` must wait for: its unfinished last writer, and for
+    a write also its unfinished readers (caller holds LOCK)."""
+    rec = _data.get(id(obj))
+    if rec is None:
+        return []
+    events = [rec.writer] if rec.writer is not None and rec.writer.status not in DONE else []
+    if write and rec.readers:
+        events += [r for r in rec.readers if r.status not in DONE]
+    return events
+
+
+def last_writer_locked(obj):
+    """The last instance that wrote ``obj``, or None."""
+    rec = _data.get(id(obj))
+    return None if rec is None else rec.writer
+
+
+def host_wrote_locked(obj) -> None:
+    """The host overwrote ``obj``: later readers depend on nothing before (caller holds LOCK)."""
+    rec = _data.get(id(obj))
+    if rec is not None:
+        rec.writer = rec.readers = None
+
+
+def check_cycle_locked(event, wait_for) -> None:
+    """Raise DependencyCycleError if ``event`` waiting for ``wait_for`` closes a cycle:
+    if one of them already waits, transitively, for ``event``."""
+    targets = set(wait_for)
+    parent = {event: None}
+    stack = [event]
+    while stack:
+        ev = stack.pop()
+        if ev in targets:
+            chain = []
+            while ev is not None:
+                chain.append(str(ev))
+                ev = parent[ev]
+            raise DependencyCycleError(
+                f"{event} cannot wait for {chain[0]}: that closes a dependency cycle ("
+                + " -> ".join([str(event), *chain]) + "; '->' reads 'waits for')")
+        for dep in (*dependents(ev._needs), *dependents(ev._after)):
+            if dep not in parent and dep.status not in DONE:
+                parent[dep] = ev
+                stack.append(dep)

@@ -1,0 +1,231 @@
+"""Events: the handles that enqueuing returns (SPEC §2 "Execution queue").
+
+An :class:`Event` stands for one execution instance. Its ``status`` moves from
+``'queued'`` to ``'running'`` to ``'complete'`` or ``'failed'``; an instance that
+depends on a failed one ends ``'cancelled'`` without running. :class:`UserEvent` is an
+event the application completes itself, to hold work back until something outside
+hetflow happened.
+
+All bookkeeping of the asynchronous runtime (event states, who waits for whom, the
+ready lists of the queues) is guarded by one lock, :data:`LOCK`. One lock keeps the
+hot path to one acquisition per enqueue and one per completed instance, and makes
+cross-queue dependencies free of lock-ordering problems; the work itself always runs
+outside it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+import time
+
+from ..errors import (DependencyCancelledError, EventFailedError, HetflowTimeoutError,
+                      QueueError)
+
+QUEUED, RUNNING, COMPLETE, FAILED, CANCELLED = "queued", "running", "complete", "failed", "cancelled"
+DONE = frozenset((COMPLETE, FAILED, CANCELLED))
+
+LOCK = threading.Lock()
+_ids = itertools.count(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """Profiling record of an instance: ``time.perf_counter()`` seconds (None until
+    reached), the device it ran on and the block/thread counts it used there (a CPU
+    launch counts its row pieces as blocks of one thread). An instance split over
+    devices has a tuple of device ids, no block/thread counts, and ``parts``: the row
+    ranges each device ran, ``(device id, lo, hi)``, in the order they finished."""
+
+    queued: float
+    submitted: float | None
+    started: float | None
+    ended: float | None
+    device: str | tuple | None
+    blocks: int | None
+    threads: int | None
+    parts: tuple | None = None
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from start to end, or None while not finished."""
+        return None if self.ended is None or self.started is None else self.ended - self.started
+
+
+class Event:
+    """The handle of one execution instance; query it, wait on it.
+
+    ``wait`` and ``exception`` take a timeout in seconds and raise
+    :class:`~hetflow.errors.HetflowTimeoutError` when it passes first.
+    """
+
+    __slots__ = ("id", "status", "label", "queued", "submitted", "started", "ended", "device",
+                 "blocks", "threads", "parts", "_error", "_waiter", "_needs", "_after", "_retrieved",
+                 "__weakref__")
+
+    def __init__(self, label: str):
+        self.id = next(_ids)
+        self.status = QUEUED
+        self.label = label  # what it runs, for messages: "kernel 'axpy'"
+        self.queued = time.perf_counter()
+        self.submitted = self.started = self.ended = None
+        self.device = self.blocks = self.threads = self.parts = None
+        self._error = None
+        self._waiter = None       # threading.Event, made only when someone blocks on us
+        self._needs = None        # instances that need our result (strong dependents)
+        self._after = None        # instances that only run after us (weak dependents)
+        self._retrieved = False   # someone looked at our failure
+
+    # -- queries ---------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        """True once complete, failed or cancelled."""
+        return self.status in DONE
+
+    @property
+    def profile(self) -> Profile:
+        return Profile(self.queued, self.submitted, self.started, self.ended, self.device,
+                       self.blocks, self.threads, self.parts)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the instance is done; raise its error if it failed or was cancelled."""
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Block until done; return the EventFailedError or DependencyCancelledError, or None."""
+        self._block(timeout)
+        self._retrieved = True
+        return self._error
+
+    def _block(self, timeout: float | None) -> None:
+        """Block until done (HetflowTimeoutError after ``timeout`` seconds)."""
+        if self.status in DONE:
+            return
+        with LOCK:
+            if self.status not in DONE and self._waiter is None:
+                self._waiter = threading.Event()
+        waiter = self._waiter
+        if waiter is not None and not waiter.wait(timeout):
+            raise HetflowTimeoutError(f"{self} did not finish within {timeout} s (still {self.status})")
+
+    def _retire_locked(self, status: str) -> None:
+        """Hook: the event is done (an execution instance lets go of its resources)."""
+
+    def __repr__(self):
+        return f"<hetflow event {self.id} ({self.label}) {self.status}>"
+
+    def __str__(self):
+        return f"event {self.id} ({self.label})"
+
+
+class UserEvent(Event):
+    """An event completed by the application: instances waiting for it run only after
+    :meth:`set_complete`; :meth:`set_failed` cancels them."""
+
+    __slots__ = ()
+
+    def __init__(self, label: str = "user event"):
+        super().__init__(label)
+
+    def set_complete(self) -> None:
+        self._set(COMPLETE, None)
+
+    def set_failed(self, exception: BaseException) -> None:
+        """Mark the event failed with ``exception`` (kept as the cause of its error)."""
+        error = EventFailedError(f"{self} failed: {type(exception).__name__}: {exception}")
+        error.__cause__ = exception
+        self._set(FAILED, error)
+
+    def _set(self, status: str, error) -> None:
+        with LOCK:
+            if self.status in DONE:
+                raise QueueError(f"{self} is already {self.status}; a user event is set once")
+            settle_locked(self, status, error)
+
+
+def add_dependent(current, inst):
+    """A dependents slot (None, one instance, or a list: most events have at most one
+    dependent of each kind, and a list per event would double the runtime's garbage
+    collector load) with ``inst`` added."""
+    if current is None:
+        return inst
+    if type(current) is list:
+        current.append(inst)
+        return current
+    return [current, inst]
+
+
+def dependents(slot) -> tuple | list:
+    """The instances in a dependents slot."""
+    return () if slot is None else slot if type(slot) is list else (slot,)
+
+
+def settle_locked(event: Event, status: str, error) -> None:
+    """Finish ``event`` and everything that follows from it (caller holds LOCK).
+
+    Dependents whose last dependency this was become ready. A failure reaches the
+    *strong* dependents (read-after-write and explicit ``wait_for``), which are cancelled
+    in turn, transitively; the weak ones (write-after-read, write-after-write: only an
+    ordering) just stop waiting. Iterative, so a chain of any length is fine.
+    """
+    if status is COMPLETE:
+        _finish_locked(event, COMPLETE, None)
+        needs, event._needs = event._needs, None
+        if needs is not None:
+            if type(needs) is list:
+                for dep in needs:
+                    _release_locked(dep)
+            else:
+                _release_locked(needs)
+        return
+    stack = [(event, status, error)]
+    while stack:
+        ev, st, err = stack.pop()
+        if ev.status in DONE:  # reached twice (it needed two results of the failed one)
+            continue
+        _finish_locked(ev, st, err)
+        for dep in dependents(ev._needs):
+            if dep.status is QUEUED:
+                stack.append((dep, CANCELLED, cancelled_error(dep, ev, err)))
+        ev._needs = None
+
+
+def _finish_locked(ev: Event, status: str, error) -> None:
+    """Set the outcome, wake waiters, retire the instance, release weak dependents."""
+    ev.status, ev._error = status, error
+    if ev._waiter is not None:
+        ev._waiter.set()
+    ev._retire_locked(status)
+    if ev._after is not None:
+        for dep in dependents(ev._after):
+            _release_locked(dep)
+        ev._after = None
+
+
+def _release_locked(inst) -> None:
+    """One dependency of ``inst`` is over (met, or failed for a weak one)."""
+    if inst.status is QUEUED:
+        inst.pending -= 1
+        if inst.pending == 0 and inst.submitted is not None:
+            inst.core.ready_locked(inst)
+
+
+def cancelled_error(event: Event, cause: Event, cause_error) -> DependencyCancelledError:
+    """The error of ``event``, cancelled because ``cause`` failed or was cancelled."""
+    root = getattr(cause_error, "failed_event", None)
+    if root is not None:
+        how = f"which was cancelled because {root} failed"
+    else:
+        how = "which failed" if cause.status is FAILED else "which was cancelled"
+    error = DependencyCancelledError(f"{event} was cancelled: it depends on {cause}, {how}")
+    error.failed_event = root or cause
+    return error
+
+
+def failed_error(event: Event, device_ids, exc: BaseException) -> EventFailedError:
+    """The error of an instance whose kernel raised ``exc``."""
+    error = EventFailedError(f"{event} failed on {device_ids}: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error

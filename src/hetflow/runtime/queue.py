@@ -1,0 +1,554 @@
+"""Execution queues (SPEC §2 "Execution queue").
+
+``queue.enqueue(kernel, extent, *args)`` checks and binds the launch (every argument
+error is raised right there), creates an *execution instance* — kernel, global size
+(the extent), priority, the events it waits for; block/thread counts are chosen for
+the device it lands on — and returns its :class:`~hetflow.runtime.events.Event` at
+once. Dependencies are explicit (``wait_for``) and implicit, inferred from the data
+(:mod:`~hetflow.runtime.deps`). When they are met the scheduler places the instance on
+a device of the queue's context (:mod:`~hetflow.runtime.scheduler`), possibly split
+over several, and that device's worker threads run it.
+
+Failures: a kernel that raises marks its event ``'failed'`` with an
+:class:`~hetflow.errors.EventFailedError` naming kernel and event; what depends on it
+is ``'cancelled'`` (:class:`~hetflow.errors.DependencyCancelledError`); unrelated work
+goes on. ``finish()`` waits for everything, then raises the first failure nobody
+retrieved through ``wait``/``exception``.
+
+Kernel objects: the runtime keeps a record per kernel (its access modes, pending
+count) until :func:`release`; released while instances are pending, the kernel lives on
+in those instances until the last of them is done, then goes (its launch plans live on
+the kernel object itself).
+
+The hot path is short on purpose: one bind and one lock acquisition per enqueue; a
+worker completes an instance, releases its dependents and takes its next entry under
+one lock acquisition, and runs a dependent it released itself without waking anyone.
+"""
+from __future__ import annotations
+
+import inspect
+import numbers
+import threading
+import time
+import weakref
+from heapq import heappop
+
+import numba
+import numpy as np
+
+from ..errors import HetflowTimeoutError, KernelArgumentError, KernelError, QueueError
+from ..kernels.kernel import Kernel
+from ..platform.context import Context
+from ..platform.devices import Device
+from . import coexec, cpu, gpu, status
+from .buffers import Buffer
+from .deps import READ, WRITE, accesses, check_cycle_locked, depend_locked, track_locked, untrack_locked
+from .events import (CANCELLED, COMPLETE, FAILED, LOCK, RUNNING, Event, cancelled_error, failed_error,
+                     settle_locked)
+from .launch import bind, is_device_array, normalize_extent
+from .scheduler import Lane, Scheduler
+
+# -- kernel objects ----------------------------------------------------------------------
+class _KernelRecord:
+    """What the runtime keeps per kernel: access modes per launch rank, pending count."""
+
+    __slots__ = ("kernel", "label", "modes", "pending")
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.label = f"kernel {kernel.name!r}"
+        self.modes: dict[int, tuple] = {}
+        self.pending = 0
+
+    def learn(self, launch) -> tuple:
+        """READ/WRITE masks of the data parameters for ``launch``'s rank."""
+        ndim = len(launch.extent)
+        access = launch.plan.access
+        names = self.kernel.params[ndim:]
+        modes = tuple((READ if access.reads(p) else 0) | (WRITE if access.writes(p) else 0) for p in names)
+        self.modes[ndim] = modes
+        return modes
+
+
+_kernels: dict[Kernel, _KernelRecord] = {}
+_released: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
+
+
+def _register(kernel) -> _KernelRecord:
+    if not isinstance(kernel, Kernel):
+        raise KernelArgumentError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
+    if kernel in _released:
+        raise KernelError(f"kernel {kernel.name!r} was released; it cannot be enqueued any more")
+    with LOCK:
+        return _kernels.setdefault(kernel, _KernelRecord(kernel))
+
+
+def release(kernel: Kernel) -> None:
+    """Release a kernel object: no new instances; the runtime drops it from its tables
+    once its pending instances are done (at once if there are none)."""
+    if not isinstance(kernel, Kernel):
+        raise KernelArgumentError(f"{kernel!r} is not a hetflow kernel")
+    with LOCK:
+        if kernel in _released:
+            raise KernelError(f"kernel {kernel.name!r} was already released")
+        _released.add(kernel)
+        _kernels.pop(kernel, None)  # pending instances keep their record (and kernel) alive
+
+
+# -- execution instances ------------------------------------------------------------------
+class Instance(Event):
+    """One enqueued launch — what runs, where it may run, what it waits for — and the
+    event that stands for it (one object: a runtime with thousands of pending instances
+    is bound by Python's per-object costs)."""
+
+    __slots__ = ("core", "rec", "launch", "args", "modes", "work", "priority", "pending", "doomed",
+                 "held", "lanes", "pinned", "splittable", "buffers")
+
+    def __init__(self, core, rec, launch, args, modes, priority, lanes, pinned, buffers):
+        super().__init__(rec.label)
+        self.core = core
+        self.rec = rec
+        self.launch = launch     # bound for the home device (lanes[0])
+        self.args = args         # as given (Buffers included)
+        self.modes = modes       # READ/WRITE mask per data argument
+        extent = launch.extent
+        self.work = extent[0] if len(extent) == 1 else _work(extent)
+        self.priority = priority
+        self.pending = 0         # dependencies not yet met
+        self.doomed = None       # a failed event it depends on strongly: cancel at once
+        self.held = None         # data without weak references it keeps tracked
+        self.lanes = lanes       # where it may run, home first
+        self.pinned = pinned
+        self.buffers = buffers   # positions of Buffer arguments, or None
+        self.splittable = False
+
+    def _retire_locked(self, status: str) -> None:
+        """Done (or cancelled): counts, kernel release, let data and kernel go."""
+        core, rec = self.core, self.rec
+        if core is None:
+            return
+        rec.pending -= 1
+        if status is not COMPLETE:
+            core.failures.append(self)
+        if self.held:
+            untrack_locked(self.held)
+        if self.submitted is None:
+            core.deferred.discard(self)
+        self.core = self.rec = self.launch = self.args = None
+        core.outstanding -= 1
+        if core.outstanding == 0:
+            core.idle_locked()
+
+
+# -- the runtime state behind a queue ---------------------------------------------------
+class _Core:
+    """Lanes, counters and worker threads of one queue (kept apart from :class:`Queue`
+    so that a queue nobody references can be collected and its workers stopped)."""
+
+    def __init__(self, context: Context, slots, thresholds: dict):
+        self.context = context  # one reference of it is ours, released at close
+        devices = context.devices
+        if not devices:
+            raise QueueError(f"{context!r} has no devices to run on")
+        if isinstance(slots, dict) and set(slots) - {d.id for d in devices}:
+            raise QueueError(f"slots name devices outside the queue's context: "
+                             f"{', '.join(sorted(set(slots) - {d.id for d in devices}))}")
+        self.lanes = [Lane(d, _slots(d, slots)) for d in devices]
+        self.scheduler = Scheduler(self.lanes, **thresholds)
+        self.single = self.lanes[0] if len(self.lanes) == 1 else None
+        # Where an instance goes once its dependencies are met (one device: no choice).
+        self.ready_locked = self.single.push_locked if self.single else self.scheduler.place_locked
+        self.outstanding = 0
+        self.deferred: set[Instance] = set()
+        self.failures: list[Event] = []
+        self.closed = False
+        self.idle_cond = threading.Condition(LOCK)
+        for lane in self.lanes:
+            for k in range(lane.slots):
+                t = threading.Thread(target=self.work, args=(lane,), daemon=True,
+                                     name=f"hetflow-queue-{lane.device.id}-{k}")
+                lane.threads.append(t)
+                t.start()
+
+    # -- routing (enqueue time) ---------------------------------------------------------
+    def route(self, extent, args, device) -> tuple[tuple, bool]:
+        sched = self.scheduler
+        explicit = None
+        if device is not None:
+            explicit = sched.lane(device.id if isinstance(device, Device) else device)
+            if explicit is None:
+                raise QueueError(f"device {device!r} is not in this queue's context "
+                                 f"({', '.join(lane.device.id for lane in self.lanes)})")
+        on_gpu = None
+        for pos, a in enumerate(args):
+            if type(a) is not np.ndarray and (is_device_array(a) or is_device_array(getattr(a, "root", None))):
+                if explicit is not None and explicit.cpu:
+                    raise QueueError(f"argument {pos} is a GPU array: it cannot run on {explicit.device.id}")
+                # Several lanes and at most one CPU: there is a GPU.
+                on_gpu = explicit or next(lane for lane in self.lanes if not lane.cpu)
+                break
+        work = 1
+        for e in normalize_extent(extent):
+            work *= e
+        return sched.route(work, on_gpu, explicit)
+
+    # -- state changes (caller holds LOCK) --------------------------------------------
+    def idle_locked(self) -> None:
+        """Nothing is outstanding: wake finish(), and the workers of a closed queue."""
+        self.idle_cond.notify_all()
+        if self.closed:
+            self._wake_all_locked()
+
+    def _wake_all_locked(self) -> None:
+        for lane in self.lanes:
+            lane.idle = 0
+            lane.cond.notify_all()
+
+    def done_locked(self, lane: Lane, inst: Instance, split, error, ended, shape) -> None:
+        """A worker finished running ``inst``: record where and how, settle its event."""
+        inst.ended = ended
+        if split is None:
+            inst.device = lane.device.id
+            inst.blocks, inst.threads = shape
+        else:
+            for other in split:
+                if other is not lane:
+                    other.running -= 1
+            inst.device = tuple(other.device.id for other in split)
+            inst.parts = shape
+        if error is None:
+            settle_locked(inst, COMPLETE, None)
+        else:
+            settle_locked(inst, FAILED, failed_error(inst, inst.device, error))
+
+    # -- workers ------------------------------------------------------------------------
+    def work(self, lane: Lane) -> None:
+        """A worker slot of ``lane``: take the best ready entry, run it, repeat."""
+        heap = lane.heap
+        inst = split = None
+        LOCK.acquire()
+        try:
+            while True:
+                if inst is not None:
+                    lane.running -= 1
+                    lane.claims = 1  # we take one of the entries this releases ourselves
+                    self.done_locked(lane, inst, split, *outcome)
+                    lane.claims = 0
+                while not heap:
+                    if self.closed and self.outstanding == 0:
+                        return
+                    lane.idle += 1
+                    lane.cond.wait()
+                _, _, inst, split = heappop(heap)
+                inst.status, inst.started = RUNNING, time.perf_counter()
+                lane.running += 1
+                if split is not None:
+                    for other in split:
+                        if other is not lane:
+                            other.running += 1
+                LOCK.release()
+                try:
+                    outcome = self.execute(lane, inst, split)
+                finally:
+                    LOCK.acquire()
+        finally:
+            LOCK.release()
+
+    def execute(self, lane: Lane, inst: Instance, split) -> tuple:
+        """Run an instance on ``lane``'s device, or co-executed over the ``split`` lanes:
+        (error, end time, (blocks, threads) or the split's parts)."""
+        shape = (None, None)
+        try:
+            device = lane.device
+            launch = inst.launch
+            if split is not None:
+                shape = _co_execute(launch, [other.device for other in split])
+            else:
+                if inst.buffers is not None:
+                    launch = _with_buffers(inst, device)
+                elif launch.device is not device:
+                    launch = bind(launch.kernel, launch.extent, launch.args, device)
+                shape = _run_whole(launch, device, inst.work)
+                if inst.buffers is not None:
+                    for k in inst.buffers:
+                        if inst.modes[k] & WRITE:
+                            inst.args[k].wrote(device)
+            error = None
+        except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
+            error = exc
+        return error, time.perf_counter(), shape
+
+    def close(self) -> None:
+        """No more enqueues; cancel never-submitted deferred instances; workers stop once
+        everything else is done. Idempotent."""
+        with LOCK:
+            if self.closed:
+                return
+            self.closed = True
+            for inst in list(self.deferred):
+                settle_locked(inst, CANCELLED, QueueError(
+                    f"{inst} was enqueued with defer=True and never submitted before its "
+                    f"queue closed"))
+            if self.outstanding == 0:
+                self._wake_all_locked()
+        self.context.release()
+
+
+def _slots(device: Device, slots) -> int:
+    if isinstance(slots, dict):
+        n = slots.get(device.id)
+    else:
+        n = slots
+    if n is None:
+        # One slot per device: a large CPU launch already uses every core (cpu.run), and
+        # small ones hold the GIL most of their time, so a second CPU worker mostly adds
+        # GIL hand-offs between workers.
+        return 1
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise QueueError(f"slots for {device.id} must be a positive int, got {n!r}")
+    return int(n)
+
+
+def _with_buffers(inst: Instance, device):
+    """The launch of ``inst`` on ``device`` with each Buffer's copy there made current."""
+    args = list(inst.args)
+    for k in inst.buffers:
+        args[k] = args[k].acquire(device)
+    launch = inst.launch
+    if device.kind == "cpu" and launch.device is device:
+        return launch  # bound to the host copies already
+    return bind(launch.kernel, launch.extent, tuple(args), device)
+
+
+def _run_whole(launch, device, work: int) -> tuple:
+    """Run the whole launch; return the (blocks, threads) it used."""
+    if device.kind == "cpu":
+        cpu.run(launch, device.compute_units)
+        rows = launch.extent[0]
+        # cpu.run's rule: small launches run as one piece, others one piece per thread.
+        if work <= cpu.INLINE_LIMIT or device.compute_units <= 1 or rows <= 1:
+            return 1, 1
+        return min(numba.get_num_threads(), rows), 1
+    gpu.run(launch)
+    return gpu.launch_config(device, launch.extent[0], launch.inner)
+
+
+def _co_execute(launch, devices) -> tuple:
+    """Run a launch over several devices by work stealing; the rows each device ran:
+    ``((device id, lo, hi), ...)``, in the order they finished."""
+    report = coexec.co_forall(launch.extent, launch.kernel, launch.args, devices)
+    by_worker = {w.name: w.device_id for w in report.workers}
+    return tuple((by_worker[e.worker], e.lo, e.hi) for e in sorted(report.events, key=lambda e: e.t_end))
+
+
+# -- the queue ------------------------------------------------------------------------------
+_THRESHOLDS = frozenset(inspect.signature(Scheduler).parameters) - {"lanes"}
+
+
+class Queue:
+    """An execution queue on a context's devices.
+
+    ``context``: a :class:`~hetflow.Context` (retained while the queue lives), or what
+    ``Context(...)`` accepts (device ids, a Device, a list; None: every real device).
+    ``slots``: worker threads per device, an int for all or ``{device_id: n}``
+    (default 1). Other keywords are the scheduler's thresholds
+    (see :class:`~hetflow.runtime.scheduler.Scheduler`). As a context manager the queue
+    finishes and closes on exit.
+    """
+
+    def __init__(self, context=None, *, slots=None, **thresholds):
+        unknown = set(thresholds) - _THRESHOLDS
+        if unknown:
+            raise QueueError(f"unknown Queue option(s) {', '.join(sorted(unknown))}; the scheduler "
+                             f"takes {', '.join(sorted(_THRESHOLDS))}")
+        if isinstance(context, Context):
+            context.retain()
+        else:
+            context = Context(context)
+        try:
+            self._core = _Core(context, slots, thresholds)
+        except BaseException:
+            context.release()  # the reference this queue took
+            raise
+        weakref.finalize(self, self._core.close)
+
+    # -- facts ---------------------------------------------------------------------------
+    @property
+    def context(self) -> Context:
+        return self._core.context
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        return tuple(lane.device for lane in self._core.lanes)
+
+    def status(self) -> dict[str, dict]:
+        """Per device: instances running and queued, worker slots, busy, sampled state."""
+        core = self._core
+        sched = core.scheduler
+        out = {}
+        for lane in core.lanes:
+            s = sched.sampler.sample(lane.device, lane.running)
+            out[lane.device.id] = dict(running=lane.running, queued=len(lane.heap), slots=lane.slots,
+                                       busy=sched.busy(lane), utilisation=s.utilisation,
+                                       others=s.others, memory_used=s.memory_used,
+                                       memory_total=s.memory_total)
+        return out
+
+    # -- enqueue -------------------------------------------------------------------------
+    def enqueue(self, kernel, extent, *args, priority: int = 0, wait_for=(), device=None,
+                defer: bool = False) -> Event:
+        """Enqueue a launch of ``kernel`` over ``extent``; return its event at once.
+
+        ``priority``: higher runs first among ready instances. ``wait_for``: events (or
+        one event) to run after. ``device``: a device id or Device of the context to run
+        on (a busy GPU still falls back to the CPU). ``defer``: create the instance
+        but start it only at :meth:`submit` (others may already wait for it).
+        """
+        core = self._core
+        rec = _kernels.get(kernel) if type(kernel) is Kernel else None
+        if rec is None:
+            rec = _register(kernel)
+        if type(priority) is not int:
+            priority = _priority(priority)
+        if wait_for:
+            wait_for = _events(wait_for)
+        bound, buffers = args, None
+        if Buffer in map(type, args):  # bind checks the host copies
+            buffers = [k for k, a in enumerate(args) if type(a) is Buffer]
+            bound = tuple(a._host if type(a) is Buffer else a for a in args)
+        if core.single is not None and device is None:
+            lanes, pinned = (core.single,), True
+        else:
+            lanes, pinned = core.route(extent, args, device)
+        launch = bind(kernel, extent, bound, lanes[0].device)
+        modes = rec.modes.get(len(launch.extent)) or rec.learn(launch)
+        inst = Instance(core, rec, launch, args, modes, priority, lanes, pinned, buffers)
+        if len(lanes) > 1:
+            inst.splittable = _splittable(inst, buffers)
+        data = accesses(args, modes)
+        with LOCK:
+            if core.closed:  # checked under the lock: a closing queue's workers may be gone
+                raise QueueError("this queue is closed; create a new one")
+            for w in wait_for:
+                depend_locked(inst, w, True)
+            track_locked(inst, data)
+            rec.pending += 1
+            core.outstanding += 1
+            if inst.doomed is not None:
+                inst.submitted = inst.queued
+                settle_locked(inst, CANCELLED, cancelled_error(inst, inst.doomed, inst.doomed._error))
+            elif defer:
+                core.deferred.add(inst)
+            else:
+                inst.submitted = inst.queued
+                if inst.pending == 0:
+                    core.ready_locked(inst)
+        return inst
+
+    def submit(self, event: Event, wait_for=()) -> None:
+        """Start a deferred instance, after ``wait_for`` events too.
+
+        Raises DependencyCycleError when those events (transitively) wait for
+        ``event`` itself; the instance then stays deferred.
+        """
+        wait_for = _events(wait_for) if wait_for else ()
+        with LOCK:
+            if not isinstance(event, Instance) or event.core is not self._core:
+                raise QueueError(f"{event!r} is not a pending instance of this queue")
+            if event.submitted is not None:
+                raise QueueError(f"{event} was already submitted (only defer=True instances are submitted)")
+            check_cycle_locked(event, wait_for)
+            for w in wait_for:
+                depend_locked(event, w, True)
+            event.submitted = time.perf_counter()
+            self._core.deferred.discard(event)
+            if event.doomed is not None:
+                settle_locked(event, CANCELLED, cancelled_error(event, event.doomed, event.doomed._error))
+            elif event.pending == 0:
+                self._core.ready_locked(event)
+
+    # -- waiting and closing ------------------------------------------------------------
+    def finish(self, timeout: float | None = None) -> None:
+        """Wait until every instance enqueued so far is done; then raise the first
+        failure (EventFailedError) not yet retrieved from its event. The failures and
+        cancellations up to here then count as reported (see :mod:`~hetflow.runtime.deps`
+        on poisoned data)."""
+        core = self._core
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with LOCK:
+            if core.deferred:
+                names = ", ".join(str(i) for i in sorted(core.deferred, key=lambda i: i.id))
+                raise QueueError(f"finish() would wait forever: deferred instance(s) never submitted: "
+                                 f"{names}; submit them first")
+            while core.outstanding:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0 or not core.idle_cond.wait(left):
+                    raise HetflowTimeoutError(f"queue finish: {core.outstanding} instance(s) still "
+                                              f"pending after {timeout} s")
+            unseen = [e for e in core.failures if e.status is FAILED and not e._retrieved]
+            for e in core.failures:  # reported now, with the cancellations they caused
+                e._retrieved = True
+            core.failures = []
+        if unseen:
+            raise unseen[0]._error
+
+    def close(self) -> None:
+        """Stop accepting work; pending instances still run. Idempotent."""
+        self._core.close()
+
+    def __enter__(self) -> "Queue":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                self.finish()
+        finally:  # on an exception, close without waiting: pending work still runs
+            self.close()
+
+    # -- devices ----------------------------------------------------------------------------
+    def set_device_busy(self, device, busy: bool | None = True) -> None:
+        """Mark a device of this queue busy with other work (True), free (False), or
+        measured again (None); see :func:`hetflow.runtime.status.set_busy`."""
+        dev_id = device.id if isinstance(device, Device) else device
+        if self._core.scheduler.lane(dev_id) is None:
+            raise QueueError(f"device {device!r} is not in this queue's context")
+        status.set_busy(dev_id, busy)
+
+    def __repr__(self):
+        ids = ", ".join(lane.device.id for lane in self._core.lanes)
+        return f"<hetflow Queue on {ids}{' (closed)' if self._core.closed else ''}>"
+
+
+def _priority(priority) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, numbers.Integral):
+        raise QueueError(f"priority must be an int, got {type(priority).__name__}")
+    return int(priority)
+
+
+def _events(wait_for) -> tuple:
+    if isinstance(wait_for, Event):
+        return (wait_for,)
+    try:
+        events = tuple(wait_for)
+    except TypeError:
+        raise QueueError(f"wait_for must be an event or events, got {type(wait_for).__name__}") from None
+    for e in events:
+        if not isinstance(e, Event):
+            raise QueueError(f"wait_for must hold hetflow events, got {type(e).__name__}")
+    return events
+
+
+def _work(extent: tuple) -> int:
+    work = extent[0]
+    for e in extent[1:]:
+        work *= e
+    return work
+
+
+def _splittable(inst: Instance, buffers) -> bool:
+    """May an instance with a choice of devices be split over several?"""
+    # Rows are independent when every written array is touched only in the launch
+    # index's row; Buffers keep one valid copy, so they never split.
+    return (not inst.pinned and buffers is None and inst.launch.extent[0] > 1
+            and coexec.co_executable(inst.launch))

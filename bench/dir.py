@@ -27,7 +27,7 @@ import numpy as np
 import hetflow
 from hetflow.ir import RuleSet
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.append(os.path.dirname(__file__))  # appended: bench/queue.py must not shadow the stdlib
 from _common import best_time, fmt_s, report  # noqa: E402
 
 

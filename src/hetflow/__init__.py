@@ -16,6 +16,8 @@ from .runtime.buffers import Buffer
 from .runtime.events import Event, UserEvent
 from .runtime.forall import forall
 from .runtime.queue import Queue
+from .runtime.reductions import reduce
+from .runtime.scan_sort import scan, sort
 from . import library  # noqa: E402  (needs kernel and forall)
 from . import dist, trace  # noqa: E402
 from .dist import world  # noqa: E402

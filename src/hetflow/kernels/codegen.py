@@ -141,6 +141,8 @@ def _cpu_wrapper(body: str, ndim: int, params: list[str]) -> str:
 
 
 def _gpu_wrapper(body: str, ndim: int, params: list[str]) -> str:
+    if ndim == 2:
+        return _gpu_wrapper_2d(body, params)
     idx = _index_names(ndim)
     extents = [f"__e{d}" for d in range(1, ndim)]
     head = ", ".join(["__lo", "__hi", *extents, *params])
@@ -164,3 +166,22 @@ def _gpu_wrapper(body: str, ndim: int, params: list[str]) -> str:
     lines.append(f"        {body}({', '.join(idx + params)})")
     lines.append("        __k += __step")
     return "\n".join(lines) + "\n"
+
+
+def _gpu_wrapper_2d(body: str, params: list[str]) -> str:
+    """Rank 2: a 2-D grid, columns on x (coalesced), rows on y; no index division."""
+    call = f"{body}(__i0, __i1, {', '.join(params)})" if params else f"{body}(__i0, __i1)"
+    head = ", ".join(["__lo", "__hi", "__e1", *params])
+    return "\n".join([
+        f"def {ENTRY}({head}):",
+        "    __c0 = __hf_cuda.blockIdx.x * __hf_cuda.blockDim.x + __hf_cuda.threadIdx.x",
+        "    __cs = __hf_cuda.gridDim.x * __hf_cuda.blockDim.x",
+        "    __i0 = __lo + __hf_cuda.blockIdx.y * __hf_cuda.blockDim.y + __hf_cuda.threadIdx.y",
+        "    __rs = __hf_cuda.gridDim.y * __hf_cuda.blockDim.y",
+        "    while __i0 < __hi:",
+        "        __i1 = __c0",
+        "        while __i1 < __e1:",
+        f"            {call}",
+        "            __i1 += __cs",
+        "        __i0 += __rs",
+    ]) + "\n"

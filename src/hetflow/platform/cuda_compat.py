@@ -43,8 +43,9 @@ def cuda_available():
         return False
 
 
+@functools.lru_cache(maxsize=1)
 def cupy_module():
-    """Return CuPy when it imports and sees a real GPU, else None."""
+    """Return CuPy when it imports and sees a real GPU, else None (checked once)."""
     if simulated():
         return None
     try:

@@ -16,8 +16,16 @@ THREADS = 256
 SIM_THREADS = 16   # the simulator runs one OS thread per GPU thread: keep it small
 
 
-def launch_config(device, rows: int, inner: tuple) -> tuple[int, int]:
-    """(blocks, threads) for ``rows`` rows: enough blocks to fill the SMs, no more."""
+def launch_config(device, rows: int, inner: tuple):
+    """(blocks, threads) for ``rows`` rows: enough blocks to fill the SMs, no more.
+    Rank-2 launches get a 2-D grid (columns on x, rows on y), as the entry expects."""
+    if len(inner) == 1:
+        if device.simulated:
+            return (1, 1), (8, 2)
+        cols = inner[0]
+        bx = max(1, min((cols + 31) // 32, 64))
+        by = max(1, min((rows + 7) // 8, 65535, device.compute_units * 64 // bx + 1))
+        return (bx, by), (32, 8)
     if device.simulated:
         return 1, SIM_THREADS
     work = rows

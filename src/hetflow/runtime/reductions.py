@@ -1,0 +1,254 @@
+"""The ``reduce`` call site (SPEC §1 "Call sites"), and what ``scan`` and ``sort`` share
+with it: operand and axis checks, picking the device, and cutting work into blocks.
+
+Two paths compute a reduction:
+
+- the *library* path: a built-in op over a NumPy array on the CPU runs NumPy's ufunc
+  reduction; over a CuPy array on a GPU, CuPy's (CUB) for sum, prod, min, max and
+  the logical and/or of bools;
+- the *compiled* path, for everything else (user-defined ops, views, host data given
+  to a GPU, the bitwise ops on a GPU): a generated kernel (``blockgen``) folds
+  contiguous blocks of the input in parallel with ``forall`` on the chosen device,
+  then the per-block partial results are folded again, block by block, until one is
+  left. Blocks and partials stay in index order at every level, so an op that is not
+  commutative gets ``x0 op x1 op ... op xn-1``, only grouped differently.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+
+import numpy as np
+
+from ..errors import KernelArgumentError, ShapeError
+from ..index import views as _views
+from ..index.arrays import array_module
+from ..ir.capture import current_graph
+from . import binops, blockgen
+from .cpu import INLINE_LIMIT
+from .forall import forall, resolve_devices
+from .launch import is_device_array
+
+
+# -- operands, axes, devices ------------------------------------------------------------
+def operand(x, site: str):
+    """``x`` if it is an array or a view of elements (not of tiles), else an error."""
+    if type(x) is np.ndarray:  # the common case, checked first: call sites are hot paths
+        return x
+    _views.require_indexable(x, site)
+    if _views.is_view(x) and _views.element_extent_of(x).rank:
+        raise ShapeError(f"{site}: {x!r} is a view of tiles; {site} each tile instead")
+    return x
+
+
+def normalize_axis(axis, rank: int, site: str):
+    """``axis`` as an int in [0, rank) (negative ones count from the end), or None."""
+    if axis is None:
+        return None
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise ShapeError(f"{site}: axis must be None or an integer, got {axis!r}") from None
+    if not -rank <= axis < rank:
+        raise ShapeError(f"{site}: axis {axis} is out of range for an operand of rank {rank}"
+                         + (f" (valid: {-rank}..{rank - 1} or None)" if rank else " (only None is valid)"))
+    return axis % rank
+
+
+def target(device, x, site: str):
+    """The one device ``site`` runs on; GPU data cannot be handed to a CPU device."""
+    devs = resolve_devices(device, (x,))
+    if len(devs) != 1:
+        raise KernelArgumentError(f"{site} runs on one device; got {len(devs)} "
+                                  f"({', '.join(d.id for d in devs)})")
+    dev = devs[0]
+    if dev.kind == "cpu" and is_device_array(_views.root_of(x)):
+        raise KernelArgumentError(f"{site}: the operand lives on a GPU but device {dev.id} is a CPU; "
+                                  f"run it on a GPU device or copy it with hetflow.asarray(x, device='cpu')")
+    return dev
+
+
+def element(x):
+    """The element of a rank-0 array or view, as a NumPy scalar."""
+    if _views.is_view(x):
+        return x.numpy()[()]
+    return (x.get() if is_device_array(x) else x)[()]
+
+
+# -- blocks ----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Blocking:
+    """How a flat range is cut into blocks on one kind of device.
+
+    ``grain``: fewest elements in a block; ``most``: most blocks in one launch (0: 1024
+    per compute unit, which fills a GPU); ``inline``: up to this many blocks, use one
+    (a launch of that few indices runs on the calling thread anyway, so one sequential
+    pass is cheapest).
+    """
+
+    grain: int
+    most: int
+    inline: int = 0
+
+
+# A CPU launch of more than INLINE_LIMIT indices is spread over the CPU's threads.
+BLOCKING = {
+    "cpu": Blocking(grain=16, most=2 * INLINE_LIMIT, inline=INLINE_LIMIT),
+    "gpu": Blocking(grain=256, most=0),
+    "simulated": Blocking(grain=2, most=4),  # one OS thread per GPU thread: keep it tiny
+}
+
+
+def block_plan(size: int, device) -> tuple[int, int]:
+    """(number of blocks, elements per block) for ``size`` elements on ``device``."""
+    kind = "simulated" if device.simulated else device.kind
+    b = BLOCKING[kind]
+    most = b.most or device.compute_units * 1024
+    nblocks = size // b.grain
+    if nblocks <= max(b.inline, 1):
+        return 1, max(size, 1)
+    nblocks = min(nblocks, most)
+    block = -(-size // nblocks)
+    return -(-size // block), block
+
+
+def fold_blocks(x, op: binops.BinaryOp, acc: np.dtype, device, xp, ordered: bool = True):
+    """Fold every block of ``x`` (flat C order) into a 1-D array of partials in ``acc``
+    elements; returns it and the block length. ``x``'s size must be positive.
+
+    Blocks are contiguous, so partials are in index order; where ``ordered`` is false
+    and the op is commutative, a GPU deals elements out round-robin instead."""
+    shape = tuple(x.shape)
+    size = math.prod(shape)
+    nblocks, block = block_plan(size, device)
+    cast = acc.name if acc != np.dtype(x.dtype) else None
+    partial = xp.empty(nblocks, acc)
+    if not ordered and op.commutative and device.kind == "gpu" and nblocks > 1:
+        kernel, step = blockgen.reduce_strided(len(shape), op.kernel, cast), nblocks
+    else:
+        kernel, step = blockgen.reduce_blocks(len(shape), op.kernel, cast, op.commutative), block
+    forall(nblocks, kernel, x, size, step, *shape[1:], partial, device=device)
+    return partial, block
+
+
+def _fold_all(x, op, acc, device, xp):
+    """The fold of all of ``x`` as a length-1 array of ``acc`` elements."""
+    partial, _ = fold_blocks(x, op, acc, device, xp, ordered=False)
+    while partial.shape[0] > 1:
+        partial, _ = fold_blocks(partial, op, acc, device, xp, ordered=False)
+    return partial
+
+
+# -- reduce ---------------------------------------------------------------------------------
+def reduce(x, op, axis=None, device=None, *, commutative=True, identity=None):
+    """Combine the elements of ``x`` with ``op``: all of them (``axis=None``) or along ``axis``.
+
+    ``x``: a NumPy or CuPy array, or a view of one. ``op``: 'sum', 'prod', 'min', 'max',
+    'and', 'or', 'xor' (logical on bools, bitwise on integers; floats are refused), or a
+    hetflow kernel ``op(a, b)`` returning the combination of two elements. A user op
+    must be associative. ``commutative=False`` says it is not commutative: elements and
+    partial results are then combined strictly in index order (grouped differently
+    from a sequential fold, which associativity allows). Commutative ops (all the
+    built-ins) may be combined out of order: interleaved partial folds on a CPU, and
+    round-robin dealing of elements to threads on a GPU (coalesced reads). A user op's
+    result has the input's element type (structured elements included). ``identity``
+    (user ops only) is returned for an empty input; without it an empty input is an
+    error, as for min and max.
+
+    Returns a NumPy scalar (``axis=None``) or a new array; for CuPy input, a 0-d or
+    n-d CuPy array. Sums of ints and bools widen as in NumPy; the compiled path
+    accumulates float32/float16 sums and products in float64.
+
+    No input is copied: views are lowered into the generated kernel (they never go
+    through NumPy), and a GPU device given host data copies it to the GPU once.
+
+    Inside ``with hetflow.graph()`` the reduction is recorded, not run: the result is
+    a handle, readable after ``g.run()``.
+    """
+    g = current_graph()
+    if g is not None:
+        binops.resolve(op, commutative)  # a bad op fails here, not when the graph runs
+        return g.record("reduce", fn=reduce, args=(x, op), kwargs=dict(
+            axis=axis, device=device, commutative=commutative, identity=identity))
+    op = binops.resolve(op, commutative)
+    operand(x, "reduce")
+    dtype = np.dtype(x.dtype)
+    op.check(dtype)
+    rank = len(x.shape)
+    axis = normalize_axis(axis, rank, "reduce")
+    dev = target(device, x, "reduce")
+    if identity is not None:
+        if op.builtin:
+            raise KernelArgumentError(f"reduce: identity= is for user-defined ops; {op.name!r} has its own")
+        identity = np.asarray(identity, dtype=dtype)[()]
+    if rank == 0:
+        value = element(x) if dtype.names is not None else op.result_dtype(dtype).type(element(x))
+        return _scalar(value, x)
+    if rank == 1:
+        axis = None
+    if (math.prod(x.shape) if axis is None else x.shape[axis]) == 0:
+        return _empty_reduction(x, op, dtype, axis, identity)
+    if op.builtin and not _views.is_view(x):
+        result = _library_reduce(x, op, dtype, axis, dev)
+        if result is not None:
+            return result
+    return _compiled_reduce(x, op, dtype, axis, dev)
+
+
+def _scalar(value, x):
+    """A reduction's scalar result: a NumPy scalar, or a 0-d array on the GPU for GPU data."""
+    root = _views.root_of(x)
+    return array_module(root).asarray(value) if is_device_array(root) else value
+
+
+def _compiled_reduce(x, op, dtype, axis, dev):
+    xp = array_module(_views.root_of(x))
+    res, acc = op.result_dtype(dtype), op.acc_dtype(dtype)
+    if axis is None:
+        value = _fold_all(x, op, acc, dev, xp)
+        if xp is not np:
+            return value.astype(res).reshape(())
+        return value[0] if res.names is not None else res.type(value[0])
+    out_shape = x.shape[:axis] + x.shape[axis + 1:]
+    out = xp.empty(out_shape, res)
+    if out.size:
+        cast = acc.name if acc != dtype else None
+        kernel = blockgen.reduce_axis(len(x.shape), axis, op.kernel, cast, op.commutative)
+        forall(out_shape, kernel, x, x.shape[axis], out, device=dev)
+    return out
+
+
+def _empty_reduction(x, op, dtype, axis, identity):
+    if identity is None:
+        if not op.builtin or op.name in ("min", "max"):
+            what = f"op {op.name!r}" + ("" if op.builtin else " (pass identity= for empty inputs)")
+            raise ShapeError(f"reduce: {what} has no identity, so it cannot reduce an empty "
+                             f"{'operand' if axis is None else f'axis {axis}'} of shape {tuple(x.shape)}")
+        identity = op.identity(dtype)
+    if axis is None:
+        return _scalar(identity, x)
+    xp = array_module(_views.root_of(x))
+    out = xp.empty(x.shape[:axis] + x.shape[axis + 1:], op.result_dtype(dtype))
+    out[...] = identity
+    return out
+
+
+_CUPY_REDUCTIONS = {"sum": "sum", "prod": "prod", "min": "amin", "max": "amax"}
+_CUPY_LOGICAL = {"and": "all", "or": "any"}
+
+
+def _library_reduce(x, op, dtype, axis, dev):
+    """NumPy / CuPy's reduction of an array, or None where the compiled path runs."""
+    res = op.result_dtype(dtype)
+    if dev.kind == "cpu":
+        value = op.ufunc(dtype).reduce(x, axis=axis, dtype=res)
+        return value if axis is not None else res.type(value)
+    if not is_device_array(x):
+        return None
+    cp = array_module(x)
+    name = _CUPY_REDUCTIONS.get(op.name) or (_CUPY_LOGICAL.get(op.name) if dtype.kind == "b" else None)
+    if name is None:
+        return None
+    with cp.cuda.Device(dev.ordinal):
+        return getattr(cp, name)(x, axis=axis).astype(res, copy=False)

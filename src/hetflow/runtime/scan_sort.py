@@ -1,0 +1,271 @@
+"""The ``scan`` and ``sort`` call sites (SPEC §1 "Call sites").
+
+Both write a new array and never modify their operand.
+
+``scan``: built-in ops over a NumPy array on the CPU run NumPy's ``accumulate``; sum
+and prod over a CuPy array on a GPU run CuPy's ``cumsum``/``cumprod``. Everything else
+is compiled: a scan along an axis runs one sequential scan per index of the other
+axes, in parallel; a scan of all elements (``axis=None``, C order) is the classic
+two-pass block scan — fold each block (``reductions.fold_blocks``), scan the block
+totals, then rescan each block from the total of the blocks before it.
+
+``sort``: the ordering runs in NumPy for host data — its fastest sort wherever that
+gives the stable order (integers; 1-D floats, with equal-but-distinct zeros and NaNs put
+back in input order), its stable sort elsewhere — and in CuPy (stable) for GPU data.
+Keys, and the copy of a view, are generated kernels run on the device.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba.core.errors import NumbaError
+from numba.np.numpy_support import as_dtype
+
+from ..errors import DTypeError, KernelArgumentError, KernelCompileError
+from ..index import views as _views
+from ..index.arrays import array_module
+from ..ir.capture import current_graph
+from ..kernels import Kernel
+from ..platform.devices import get_device
+from ..platform.repository import repository
+from . import binops, blockgen
+from .forall import forall
+from .launch import is_device_array
+from .reductions import block_plan, element, fold_blocks, normalize_axis, operand, target
+
+
+# -- scan ---------------------------------------------------------------------------------
+def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
+    """Prefix combinations of ``x`` by ``op``: ``out[k] = x[0] op ... op x[k]`` (inclusive)
+    or ``x[0] op ... op x[k-1]`` with ``out[0]`` the identity (exclusive).
+
+    ``op`` is one of reduce's built-in names or an associative hetflow kernel ``op(a, b)``
+    (order is always kept: commutativity is not needed). ``axis=None`` scans all
+    elements in C order into a 1-D result (as ``numpy.cumsum``); an int scans along that
+    axis. An exclusive scan with a user op needs ``identity=``; built-ins know theirs
+    (for min and max: +-inf, or the integer type's limits).
+
+    Returns a new array (NumPy for host data, CuPy for GPU data) of NumPy's result
+    type for built-ins (sums of small ints widen), the input's for user ops. Views are
+    read through generated kernels: never materialised. Inside ``with hetflow.graph()``
+    the scan is recorded, not run, and the result is a handle.
+    """
+    g = current_graph()
+    if g is not None:
+        binops.resolve(op)  # a bad op fails here, not when the graph runs
+        return g.record("scan", fn=scan, args=(x, op), kwargs=dict(
+            axis=axis, inclusive=inclusive, device=device, identity=identity))
+    op = binops.resolve(op, commutative=False)  # prefixes are built strictly in index order
+    operand(x, "scan")
+    dtype = np.dtype(x.dtype)
+    op.check(dtype)
+    rank = len(x.shape)
+    axis = normalize_axis(axis, rank, "scan")
+    dev = target(device, x, "scan")
+    init = _scan_init(op, dtype, inclusive, identity)
+    res, acc = op.result_dtype(dtype), op.acc_dtype(dtype)
+    xp = array_module(_views.root_of(x))
+    if rank == 0:
+        out = xp.empty(1, res)
+        out[0] = element(x) if inclusive else init
+        return out
+    if op.builtin and not _views.is_view(x):
+        out = _library_scan(x, op, dtype, axis, inclusive, init, dev)
+        if out is not None:
+            return out
+    if axis is None or rank == 1:
+        out = xp.empty(math.prod(x.shape), res)
+        if out.size:
+            _scan_flat(x, op, acc, inclusive, init, out, dev, xp)
+        return out
+    out = xp.empty(x.shape, res)
+    if out.size:
+        cast = acc.name if acc != dtype else None
+        outer = x.shape[:axis] + x.shape[axis + 1:]
+        kernel = blockgen.scan_axis(rank, axis, op.kernel, cast, inclusive)
+        forall(outer, kernel, x, x.shape[axis], *([] if inclusive else [init]), out, device=dev)
+    return out
+
+
+def _scan_init(op, dtype, inclusive, identity):
+    if op.builtin:
+        if identity is not None:
+            raise KernelArgumentError(f"scan: identity= is for user-defined ops; {op.name!r} has its own")
+        return None if inclusive else op.identity(dtype)
+    if identity is None:
+        if inclusive:
+            return None
+        raise KernelArgumentError(f"scan: an exclusive scan with the user op {op.name!r} needs its "
+                                  f"identity element: pass identity=")
+    return np.asarray(identity, dtype=dtype)[()]
+
+
+def _scan_flat(x, op, acc, inclusive, init, out, dev, xp):
+    """The block scan of all of ``x`` (C order) into the 1-D ``out``."""
+    shape = tuple(x.shape)
+    size = out.shape[0]
+    nblocks, block = block_plan(size, dev)
+    if nblocks > 1:
+        totals, block = fold_blocks(x, op, acc, dev, xp)  # the same blocks
+        carry = xp.empty(nblocks, acc)
+        _scan_flat(totals, op, acc, True, None, carry, dev, xp)
+    else:
+        carry = xp.empty(1, acc)  # block 0 never reads it
+    cast = acc.name if acc != np.dtype(x.dtype) else None
+    kernel = blockgen.scan_blocks(len(shape), op.kernel, cast, inclusive)
+    forall(carry.shape[0], kernel, x, size, block, *shape[1:], carry,
+           *([] if inclusive else [init]), out, device=dev)
+
+
+_CUPY_SCANS = {"sum": "cumsum", "prod": "cumprod"}
+
+
+def _library_scan(x, op, dtype, axis, inclusive, init, dev):
+    """NumPy / CuPy's scan of an array, or None where the compiled path runs."""
+    res = op.result_dtype(dtype)
+    if dev.kind == "cpu":
+        if axis is None:
+            x, axis = x.reshape(-1), 0
+        ufunc = op.ufunc(dtype)
+        if inclusive:
+            return ufunc.accumulate(x, axis=axis, dtype=res)
+        out = np.empty(x.shape, res)
+        head = (slice(None),) * axis
+        out[head + (slice(0, 1),)] = init
+        if x.shape[axis] > 1:  # out[k] = inclusive scan at k - 1
+            ufunc.accumulate(x[head + (slice(0, -1),)], axis=axis, dtype=res,
+                             out=out[head + (slice(1, None),)])
+        return out
+    name = _CUPY_SCANS.get(op.name)
+    if name is None or not is_device_array(x):
+        return None
+    cp = array_module(x)
+    with cp.cuda.Device(dev.ordinal):
+        inc = getattr(cp, name)(x, axis=axis, dtype=res)  # axis=None: CuPy's flat (CUB) scan
+        if inclusive:
+            return inc
+        axis = axis or 0
+        head = (slice(None),) * axis
+        out = cp.empty(inc.shape, res)
+        out[head + (slice(0, 1),)] = init
+        out[head + (slice(1, None),)] = inc[head + (slice(0, -1),)]
+        return out
+
+
+# -- sort -----------------------------------------------------------------------------------
+def sort(x, axis=-1, descending=False, key=None, device=None):
+    """A sorted copy of ``x`` along ``axis`` (None: all elements, flattened). Stable:
+    elements with equal keys keep their order, in descending sorts too.
+
+    ``key``: a hetflow kernel of one element returning its sort key (a number); the
+    elements are ordered by key. Structured elements need a key. NaN keys sort as the
+    largest: last ascending, first descending.
+
+    ``x`` is never modified. A view is first copied into a new array by a generated
+    kernel on the device (with no key, the sort then works on that copy); keys are
+    computed by a generated kernel on the device; the ordering itself runs in NumPy
+    for host data and in CuPy for GPU data, whatever the device. Inside
+    ``with hetflow.graph()`` the sort is recorded, not run, and the result is a handle.
+    """
+    g = current_graph()
+    if g is not None:
+        return g.record("sort", fn=sort, args=(x,), kwargs=dict(
+            axis=axis, descending=descending, key=key, device=device))
+    operand(x, "sort")
+    dtype = np.dtype(x.dtype)
+    rank = len(x.shape)
+    axis = normalize_axis(axis, rank, "sort")
+    key_dtype = _key_dtype(key, dtype) if key is not None else None
+    if key is None and dtype.names is not None:
+        raise DTypeError("sort: structured elements have no order of their own; pass key=, a kernel "
+                         "returning each element's sort key")
+    dev = target(device, x, "sort")
+    xp = array_module(_views.root_of(x))
+    a = _materialized(x, dev, xp)
+    if axis is None:
+        a, axis = a.reshape(-1), 0
+    if key is None:
+        return _sorted(xp, a, axis, descending)
+    keys = xp.empty(a.shape, key_dtype)
+    if a.size:
+        forall(a.shape, blockgen.keys(a.ndim, key), a, keys, device=dev)
+    perm = _argsorted(xp, keys, axis, descending)
+    return xp.take_along_axis(a, perm, axis=axis)
+
+
+def _materialized(x, dev, xp):
+    """``x`` as an array: arrays as they are, views copied on the device."""
+    if not _views.is_view(x):
+        return x
+    out = xp.empty(tuple(x.shape), x.dtype)
+    if out.ndim == 0:
+        out[()] = element(x)
+    elif out.size:
+        forall(out.shape, blockgen.copy(out.ndim), x, out, device=dev)
+    return out
+
+
+def _stable(xp):
+    return {"kind": "stable"} if xp is np else {}  # CuPy's sorts are always stable
+
+
+def _sorted(xp, a, axis, descending):
+    """A stable sort of the values of ``a`` along ``axis``."""
+    if descending:
+        # Reverse, sort stably, reverse back: equal elements end in their original order.
+        return xp.ascontiguousarray(xp.flip(_sorted(xp, xp.flip(a, axis), axis, False), axis))
+    if xp is np and a.dtype.kind in "biu":
+        return np.sort(a, axis=axis)  # equal integers are identical: any order is the stable one
+    if xp is np and a.dtype.kind == "f" and a.ndim == 1:
+        return _float_sort(a)
+    return xp.sort(a, axis=axis, **_stable(xp))
+
+
+def _float_sort(a):
+    """NumPy's fastest (unstable) sort, made stable: equal floats are identical but for
+    0.0 / -0.0 and NaN payloads, so those two runs are put back in input order (an
+    extra pass over ``a`` only when such a run has several elements)."""
+    out = np.sort(a)
+    lo, hi = np.searchsorted(out, 0.0, "left"), np.searchsorted(out, 0.0, "right")
+    if hi - lo > 1:
+        out[lo:hi] = a[a == 0]
+    if out.size > 1 and np.isnan(out[-2]):  # NaNs sort last
+        nan = np.isnan(a)
+        out[out.size - np.count_nonzero(nan):] = a[nan]
+    return out
+
+
+def _argsorted(xp, keys, axis, descending):
+    if not descending:
+        return xp.argsort(keys, axis=axis, **_stable(xp))
+    n = keys.shape[axis]
+    perm = xp.argsort(xp.flip(keys, axis), axis=axis, **_stable(xp))
+    return xp.flip((n - 1) - perm, axis)
+
+
+def _key_dtype(key, dtype: np.dtype) -> np.dtype:
+    """The element type ``key`` returns for elements of ``dtype`` (compiled to find out)."""
+    if not isinstance(key, Kernel):
+        raise KernelArgumentError(f"sort: key must be a hetflow kernel of one element, not "
+                                  f"{type(key).__name__} {key!r}; decorate it with @hetflow.kernel")
+    if len(key.params) != 1:
+        raise KernelArgumentError(f"sort: key kernel {key.name!r} takes {len(key.params)} parameter(s) "
+                                  f"({', '.join(key.params)}); a key takes exactly one element")
+    fn = repository().device_function(key, get_device("cpu0"))
+    args = (numba.from_dtype(dtype),)
+    try:
+        fn.compile(args)
+    except NumbaError as exc:
+        raise KernelCompileError(f"sort: key kernel {key.name!r} does not compile for elements of "
+                                 f"dtype {dtype}: {str(exc).splitlines()[0]}") from None
+    returned = fn.overloads[args].signature.return_type
+    try:
+        kd = as_dtype(returned)
+    except NumbaError:  # a tuple, a list...: no NumPy dtype
+        kd = None
+    if kd is None or kd.names is not None or kd.kind not in "biuf":
+        raise KernelArgumentError(f"sort: key kernel {key.name!r} returns {returned} for elements of dtype "
+                                  f"{dtype}; a key must be a number (bool, integer or float)")
+    return kd

@@ -80,28 +80,35 @@ class Channel:
         ``timeout`` seconds (``expired(reason)`` raises instead, when given). ``what``
         names the wait in the errors.
         """
-        self.usable()
         test = self.MPI.Request.Testall
-        if test(requests):
-            return
+        self._until(lambda: test(requests), what, requests, expired)
+
+    def _until(self, ready, what: str, requests=(), expired=None):
+        """Call ``ready()`` until it gives something true, and return that; watch for
+        failure notices and the deadline meanwhile (cancelling ``requests`` on either)."""
+        self.usable()
+        found = ready()
+        if found:
+            return found
         start = time.monotonic()
-        deadline = start + self.timeout
         spins = 0
-        while not test(requests):
+        while True:
+            found = ready()
+            if found:
+                return found
             spins += 1
             if spins % _SPINS_PER_LOOK:
                 continue
             self._poll_notice(requests)
             now = time.monotonic()
-            if now > deadline:
+            if now - start > self.timeout:
                 self._cancel(requests)
                 reason = (f"{what}: no answer within {self.timeout:g} s; "
                           "the peer died or never made this call")
-                error = CommTimeoutError(f"rank {self.rank}: {reason}")
-                if expired is None:
-                    self._fail(error)
-                self._break(error)
-                expired(reason)
+                self._break(CommTimeoutError(f"rank {self.rank}: {reason}"))
+                if expired is not None:
+                    expired(reason)  # raises its own error
+                raise self.broken
             if now - start > _SPIN_SECONDS:
                 time.sleep(_NAP_SECONDS)
             else:
@@ -165,27 +172,11 @@ class Channel:
 
     def recv(self, source: int, tag: int = SEND_TAG):
         """The next picklable object ``source`` sends with ``tag``."""
-        self.usable()
-        message = self.comm.improbe(source, tag)
-        if message is not None:
-            return message.recv()
-        start = time.monotonic()
-        deadline = start + self.timeout
-        while True:
-            self._poll_notice(())
-            message = self.comm.improbe(source, tag)
-            if message is not None:
-                return message.recv()
-            now = time.monotonic()
-            if now > deadline:
-                self._fail(CommTimeoutError(
-                    f"rank {self.rank}: receiving from rank {source}: no answer within "
-                    f"{self.timeout:g} s; the peer died or never made this call"))
-            if now - start > _SPIN_SECONDS:
-                time.sleep(_NAP_SECONDS)
-            else:
-                os.sched_yield()
+        message = self._until(lambda: self.comm.improbe(source, tag), f"receiving from rank {source}")
+        return message.recv()
 
+    # Control objects are small and few (a report per rank every few iterations), so the
+    # root talks to every rank in turn rather than along a tree.
     def gather(self, obj, root: int = 0) -> list | None:
         """Every rank's ``obj`` as a list at ``root`` (None elsewhere)."""
         if self.rank != root:
@@ -199,7 +190,7 @@ class Channel:
             return self.recv(root, BCAST_TAG)
         self.usable()
         requests = [self.comm.isend(obj, r, BCAST_TAG) for r in range(self.size) if r != root]
-        self.wait(requests, "broadcasting from rank 0")
+        self.wait(requests, f"broadcasting from rank {root}")
         return obj
 
     def allgather(self, obj) -> list:
@@ -219,18 +210,12 @@ class LocalChannel:
 
     def __init__(self, timeout: float):
         self.timeout = timeout
-        self.broken: CommError | None = None
-
-    def usable(self) -> None:
-        if self.broken is not None:
-            raise type(self.broken)(str(self.broken))
 
     def check(self) -> None:
-        self.usable()
+        """Nothing can have failed elsewhere."""
 
     def abort(self, exc: BaseException) -> None:
-        self.broken = CommError(f"rank 0 failed ({type(exc).__name__}: {exc}); "
-                                "the distributed run was stopped")
+        """Nobody to tell; the process may run again."""
 
     def gather(self, obj, root: int = 0) -> list:
         return [obj]
@@ -242,7 +227,7 @@ class LocalChannel:
         return [obj]
 
     def barrier(self) -> None:
-        self.usable()
+        return None
 
 
 def _bytes(buf: np.ndarray) -> np.ndarray:

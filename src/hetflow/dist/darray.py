@@ -23,6 +23,7 @@ the same arrays in the same order.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import weakref
 
 import numpy as np
@@ -30,13 +31,10 @@ import numpy as np
 from hetflow.dist import control, halo
 from hetflow.dist.launch import session as _session
 from hetflow.dist.ops import resolve_op
-from hetflow.errors import (CommArgumentError, CommMismatchError, IndexTypeError, ShapeError,
-                            ViewError)
+from hetflow.errors import CommArgumentError, CommMismatchError, IndexTypeError, ShapeError
 from hetflow.index import operators as _ops
 from hetflow.index.tiling import partition as _partition
-from hetflow.index.views import View, is_view
-
-_GATHER, _SCATTER = 0, 1  # message kinds of whole-array transfers
+from hetflow.index.views import View, checked_dim, extent_of
 
 
 def stand_in(shape, dtype=np.uint8) -> np.ndarray:
@@ -54,6 +52,7 @@ class Distribution:
         self.n, self.dim, self.halo = n, dim, halo_rows
         self.sizes = self.checked(sizes)
         self.version = 0
+        self.plans: dict = {}  # launch plans over these blocks' arrays (hetflow.dist.plan)
         self._arrays: list[weakref.ref] = []
 
     @property
@@ -103,19 +102,10 @@ class Distribution:
 
     def apportion(self, weights) -> tuple:
         """Sizes proportional to ``weights`` (one per rank), each at least ``min_rows``."""
-        weights = [float(w) for w in weights]
-        if len(weights) != self.session.size or not all(w > 0 and np.isfinite(w) for w in weights):
-            raise ShapeError(f"rebalancing needs one positive weight per rank "
-                             f"({self.session.size}); got {weights}")
-        sizes = list(cut(self.n, weights))
-        for rank in range(len(sizes)):
-            while sizes[rank] < self.min_rows:  # take rows from the largest block
-                donor = max(range(len(sizes)), key=lambda q: sizes[q])
-                if sizes[donor] <= self.min_rows:
-                    break
-                sizes[donor] -= 1
-                sizes[rank] += 1
-        return self.checked(sizes)
+        if len(weights) != self.session.size:
+            raise ShapeError(f"rebalancing needs one weight per rank ({self.session.size}); "
+                             f"got {list(weights)}")
+        return self.checked(apportion(self.n, weights, self.min_rows))
 
     def __repr__(self):
         return f"<Distribution dim={self.dim} n={self.n} sizes={self.sizes} halo={self.halo}>"
@@ -124,6 +114,23 @@ class Distribution:
 def cut(n: int, parts) -> tuple:
     """Block sizes of ``n`` rows: ``hetflow.partition``'s for a count or a list of shares."""
     return _partition(stand_in((n,)), parts, 0).sizes
+
+
+def apportion(n: int, weights, min_rows: int) -> tuple:
+    """Sizes of ``n`` rows in proportion to ``weights`` (positive), each at least
+    ``min_rows``: a block under the minimum takes rows from the largest one."""
+    weights = [float(w) for w in weights]
+    if not all(w > 0 and np.isfinite(w) for w in weights):
+        raise ShapeError(f"rows are apportioned by positive finite weights; got {weights}")
+    sizes = list(cut(n, weights))
+    for rank in range(len(sizes)):
+        while sizes[rank] < min_rows:
+            donor = max(range(len(sizes)), key=lambda q: sizes[q])
+            if sizes[donor] <= min_rows:
+                raise ShapeError(f"cannot give every one of {len(sizes)} ranks {min_rows} of {n} rows")
+            sizes[donor] -= 1
+            sizes[rank] += 1
+    return tuple(sizes)
 
 
 class DistArray:
@@ -191,7 +198,27 @@ class DistArray:
     def _allocate(self, bounds):
         shape = list(self.shape)
         shape[self.dim] = bounds[1] - bounds[0] + 2 * self.halo
-        return _allocate(tuple(shape), self.dtype, self.device)
+        if self.device is None:
+            return np.empty(tuple(shape), self.dtype)
+        from hetflow.platform.cuda_compat import cuda_module
+
+        with halo.on_gpu(self.device):
+            return cuda_module().device_array(tuple(shape), self.dtype)
+
+    def _zero(self) -> None:
+        """Set every element of ``local``, halos included, to zero."""
+        if self.device is None:
+            self.local[...] = 0
+            return
+        with halo.on_gpu(self.device):
+            self.local.copy_to_device(np.zeros(self.local.shape, self.dtype))
+
+    def _host_block(self) -> np.ndarray:
+        """This rank's block in host memory (a copy when it is on a GPU)."""
+        if self.device is None:
+            return self.block
+        with halo.on_gpu(self.device):
+            return self.block.copy_to_host()
 
     def _move(self, old_bounds, new_bounds) -> None:
         storage = self._allocate(new_bounds[self.session.rank])
@@ -207,22 +234,21 @@ class DistArray:
         """The whole array as a NumPy array on ``root``; None on the other ranks."""
         channel = self.session.channel
         _check_root(root, channel.size)
-        tag = halo.tag(control.MOVE_TAG, self.serial, _GATHER + 2)
+        tag = halo.tag(control.MOVE_TAG, self.serial, halo.GATHERED)
         if channel.rank != root:
             batch = halo.Transfers(channel)
-            batch.send(root, tag, self.block)
+            batch.send(root, tag, self._host_block())
             batch.run(f"gathering {self.name} on rank {root}")
             return None
         out = np.empty(self.shape, self.dtype)
-        batch = halo.Transfers(channel) if channel.size > 1 else None
+        batch = halo.Transfers(channel)
         for rank, (lo, hi) in enumerate(self.distribution.bounds):
             target = halo.slab(out, lo, hi, self.dim)
             if rank == root:
-                target[...] = _host(self.block)
+                target[...] = self._host_block()
             else:
                 batch.recv(rank, tag, target)
-        if batch is not None:
-            batch.run(f"gathering {self.name} on rank {root}")
+        batch.run(f"gathering {self.name} on rank {root}")
         return out
 
     def allgather(self) -> np.ndarray:
@@ -231,7 +257,7 @@ class DistArray:
         whole = self.gather(0)
         if channel.size == 1:
             return whole
-        tag = halo.tag(control.MOVE_TAG, self.serial, _SCATTER + 2)
+        tag = halo.tag(control.MOVE_TAG, self.serial, halo.SCATTERED)
         batch = halo.Transfers(channel)
         if channel.rank == 0:
             for rank in range(1, channel.size):
@@ -247,7 +273,7 @@ class DistArray:
         reduction, then the communicator's allreduce. ``op`` as for allreduce."""
         reduce_op = resolve_op(op)
         reduce_op.check(self.dtype)
-        partial = _fold(_host(self.block), reduce_op)
+        partial = _fold(self._host_block(), reduce_op)
         return self.session.comm.allreduce(partial, op=reduce_op)[0]
 
     def sum(self):
@@ -282,16 +308,17 @@ class DistView:
 
     ``ops`` are ``("cshift", dim, shift)``, ``("interior", delta)`` and
     ``("section", offset, extent)``; ``proxy`` is the same chain over a stand-in of the
-    global array, which checks the parameters and gives the extent and transforms.
+    global array (the stand-in itself for no operators), which checks the parameters
+    and gives the extent and transforms.
     """
 
     base: DistArray
     ops: tuple
-    proxy: View
+    proxy: View | np.ndarray
 
     @property
     def shape(self) -> tuple:
-        return tuple(self.proxy.extent)
+        return tuple(extent_of(self.proxy))
 
     @property
     def ndim(self) -> int:
@@ -316,7 +343,8 @@ class DistView:
         return section(self, offset, extent)
 
     def __repr__(self):
-        return f"<DistView {self.proxy!r} over {self.base.name}>".replace("ndarray<uint8>", self.base.name)
+        chain = ", ".join(f"{op[0]}{op[1:]}" for op in self.ops) or "identity"
+        return f"<DistView {chain} of {self.base.name} extent={self.shape}>"
 
 
 def is_distributed(x) -> bool:
@@ -331,33 +359,33 @@ def as_view(x) -> DistView:
     return DistView(x, (), stand_in(x.shape))
 
 
-def _extend(x, op, make):
+def _extend(x, op, proxy) -> DistView:
     view = as_view(x)
-    return DistView(view.base, view.ops + (op,), make(view.proxy))
+    return DistView(view.base, view.ops + (op,), proxy)
 
 
 def cshift(x, dim, shift):
     """``hetflow.cshift`` for distributed arrays and views too (others: hetflow's own)."""
     if not is_distributed(x):
         return _ops.cshift(x, dim, shift)
-    checked = _ops.cshift(as_view(x).proxy, dim, shift)
-    return _extend(x, ("cshift", checked.dim, checked.shift), lambda p: checked)
+    proxy = _ops.cshift(as_view(x).proxy, dim, shift)  # checks the parameters
+    return _extend(x, ("cshift", proxy.dim, proxy.shift), proxy)
 
 
 def interior(x, delta):
     """``hetflow.interior`` for distributed arrays and views too (others: hetflow's own)."""
     if not is_distributed(x):
         return _ops.interior(x, delta)
-    checked = _ops.interior(as_view(x).proxy, delta)
-    return _extend(x, ("interior", tuple(checked.delta)), lambda p: checked)
+    proxy = _ops.interior(as_view(x).proxy, delta)
+    return _extend(x, ("interior", tuple(proxy.delta)), proxy)
 
 
 def section(x, offset, extent):
     """``hetflow.section`` for distributed arrays and views too (others: hetflow's own)."""
     if not is_distributed(x):
         return _ops.section(x, offset, extent)
-    checked = _ops.section(as_view(x).proxy, offset, extent)
-    return _extend(x, ("section", tuple(checked.start), tuple(checked.size)), lambda p: checked)
+    proxy = _ops.section(as_view(x).proxy, offset, extent)
+    return _extend(x, ("section", tuple(proxy.start), tuple(proxy.size)), proxy)
 
 
 # -- making distributed arrays -------------------------------------------------------------
@@ -370,12 +398,14 @@ def empty(shape, dtype=np.float64, *, dim=0, halo=1, parts=None, comm=None, devi
     into the neighbours' rows; ``comm``: a hetflow communicator (default: all processes).
     """
     shape = _shape(shape)
-    dim = _ops.checked_dim("distributed array", dim, len(shape)) if shape else _no_rank()
+    if not shape:
+        raise ShapeError("a distributed array needs at least one dimension")
+    dim = checked_dim("distributed array", dim, len(shape))
     halo_rows = _count("halo", halo)
     current = _session(comm)
-    if parts is None:
-        sizes = cut(shape[dim], current.size) if shape[dim] >= current.size else \
-            (shape[dim],) + (0,) * (current.size - 1)
+    if parts is None:  # partition's even cut, which may leave a rank no rows: checked below
+        q, r = divmod(shape[dim], current.size)
+        sizes = (q + 1,) * r + (q,) * (current.size - r)
     else:
         if len(parts) != current.size:
             raise ShapeError(f"parts must give one share per rank ({current.size}); got {list(parts)}")
@@ -386,7 +416,7 @@ def empty(shape, dtype=np.float64, *, dim=0, halo=1, parts=None, comm=None, devi
 def zeros(shape, dtype=np.float64, **kwargs) -> DistArray:
     """Like :func:`empty`, filled with zeros (halos included)."""
     out = empty(shape, dtype, **kwargs)
-    halo.store(out.local, np.zeros(out.local.shape, out.dtype))
+    out._zero()
     return out
 
 
@@ -406,7 +436,7 @@ def empty_like(a: DistArray, dtype=None, shape=None) -> DistArray:
 def zeros_like(a: DistArray, dtype=None, shape=None) -> DistArray:
     """Like :func:`empty_like`, filled with zeros."""
     out = empty_like(a, dtype, shape)
-    halo.store(out.local, np.zeros(out.local.shape, out.dtype))
+    out._zero()
     return out
 
 
@@ -419,21 +449,27 @@ def asarray(x, *, root=None, like=None, **kwargs) -> DistArray:
     :func:`empty`.
     """
     current = _session(like.session if like is not None else kwargs.get("comm"))
-    if root is not None:
-        _check_root(root, current.size)
-        meta = current.channel.bcast(
-            (tuple(np.shape(x)), np.asarray(x).dtype.str) if current.rank == root else None, root)
-        shape, dtype = meta
-    else:
+    if root is None:
         x = np.asarray(x)
         shape, dtype = x.shape, x.dtype
+    else:
+        _check_root(root, current.size)
+        here = (tuple(np.shape(x)), np.asarray(x).dtype.str) if current.rank == root else None
+        shape, dtype = current.channel.bcast(here, root)
     out = empty_like(like, dtype, shape) if like is not None else empty(shape, dtype, **kwargs)
-    if root is None:
-        halo.store(out.block, np.ascontiguousarray(x[out.owned]))
-        return out
-    channel = current.channel
-    tag = halo.tag(control.MOVE_TAG, out.serial, _SCATTER + 2)
-    batch = halo.Transfers(channel) if channel.size > 1 else None
+    with halo.on_gpu(out.device):
+        if root is None:
+            halo.store(out.block, np.ascontiguousarray(x[out.owned]))
+        else:
+            _scatter(out, x, root)
+    return out
+
+
+def _scatter(out: DistArray, x, root: int) -> None:
+    """Send each rank its block of ``x`` (significant on ``root`` only)."""
+    channel = out.session.channel
+    tag = halo.tag(control.MOVE_TAG, out.serial, halo.SCATTERED)
+    batch = halo.Transfers(channel)
     if channel.rank == root:
         x = np.asarray(x)
         for rank, (lo, hi) in enumerate(out.distribution.bounds):
@@ -443,27 +479,20 @@ def asarray(x, *, root=None, like=None, **kwargs) -> DistArray:
                 batch.send(rank, tag, halo.slab(x, lo, hi, out.dim))
     else:
         batch.recv(root, tag, out.block)
-    if batch is not None:
-        batch.run(f"scattering {out.name} from rank {root}")
-    return out
+    batch.run(f"scattering {out.name} from rank {root}")
 
 
 # -- helpers ---------------------------------------------------------------------------------
 
 def _shape(shape) -> tuple:
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        shape = (shape,)
     try:
-        shape = tuple(int(s) if not isinstance(s, bool) else None for s in shape)
-    except (TypeError, ValueError):
+        shape = (operator.index(shape),) if not hasattr(shape, "__iter__") else \
+            tuple(operator.index(s) for s in shape)
+    except TypeError:
         raise IndexTypeError(f"a shape must be an int or a tuple of ints; got {shape!r}") from None
-    if None in shape or any(s < 0 for s in shape):
-        raise IndexTypeError(f"a shape must hold non-negative ints; got {shape!r}")
+    if any(s < 0 for s in shape):
+        raise ShapeError(f"a shape must hold non-negative ints; got {shape!r}")
     return shape
-
-
-def _no_rank():
-    raise ShapeError("a distributed array needs at least one dimension")
 
 
 def _count(what, value) -> int:
@@ -500,20 +529,6 @@ def _gpu(device):
     return record
 
 
-def _allocate(shape, dtype, device):
-    if device is None:
-        return np.empty(shape, dtype)
-    from hetflow.platform.cuda_compat import cuda_module
-
-    cuda = cuda_module()
-    with cuda.gpus[device.ordinal]:
-        return cuda.device_array(shape, dtype)
-
-
-def _host(block) -> np.ndarray:
-    return block.copy_to_host() if halo.is_device(block) else np.asarray(block)
-
-
 def _fold(values: np.ndarray, reduce_op) -> np.ndarray:
     """A one-element array: ``reduce_op`` over all of ``values`` (pairwise halving)."""
     work = np.array(values.reshape(-1))
@@ -525,8 +540,3 @@ def _fold(values: np.ndarray, reduce_op) -> np.ndarray:
         reduce_op.combine(work[:half], work[n - half:n], work[:half])
         n -= half
     return work[:1]
-
-
-__all__ = ["DistArray", "DistView", "Distribution", "asarray", "cshift", "empty", "empty_like",
-           "interior", "is_distributed", "section", "zeros", "zeros_like"]
-_ = (ViewError, is_view)  # re-exported names views raise and test

@@ -10,11 +10,17 @@ host buffers; rows that are not contiguous are packed first.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from hetflow.dist import control
 
-_UP, _DOWN, _MOVE = 0, 1, 2  # message kinds: rows going to the previous rank, to the next, moved
+# Message kinds. With HALO_TAG: halo rows going to the previous rank, to the next one.
+_UP, _DOWN = 0, 1
+# With MOVE_TAG: rows moved to a new owner, blocks gathered to a root, arrays or blocks
+# sent out from one.
+MOVED, GATHERED, SCATTERED = 0, 1, 2
 
 
 def tag(base: int, serial: int, kind: int) -> int:
@@ -29,6 +35,16 @@ def slab(storage, lo: int, hi: int, dim: int):
 
 def is_device(storage) -> bool:
     return hasattr(storage, "__cuda_array_interface__") and not isinstance(storage, np.ndarray)
+
+
+def on_gpu(device):
+    """A context making GPU ``device`` current for the copies inside (None: host memory,
+    nothing to do). A rank's process sees every GPU of its host; its blocks are on one."""
+    if device is None:
+        return contextlib.nullcontext()
+    from hetflow.platform.cuda_compat import cuda_module
+
+    return cuda_module().gpus[device.ordinal]
 
 
 class Transfers:
@@ -58,7 +74,8 @@ class Transfers:
 
     def run(self, what: str) -> None:
         """Wait for every transfer (deadline, failure notices); unpack what arrived."""
-        self.channel.wait(self.requests, what)
+        if self.requests:
+            self.channel.wait(self.requests, what)
         for target, buffer in self.unpack:
             store(target, buffer)
         self.requests, self.unpack, self.keep = [], [], []
@@ -74,9 +91,14 @@ def store(target, values) -> None:
 
 def exchange(arr) -> None:
     """Fill the halo rows of distributed array ``arr`` from its neighbours' blocks."""
-    h = arr.halo
-    if h == 0:
+    if arr.halo == 0:
         return
+    with on_gpu(arr.device):
+        _exchange(arr)
+
+
+def _exchange(arr) -> None:
+    h = arr.halo
     m = arr.stop - arr.start
     local, dim = arr.local, arr.dim
     channel = arr.session.channel
@@ -96,10 +118,15 @@ def exchange(arr) -> None:
 def move_rows(arr, old_bounds, new_bounds, storage) -> None:
     """Fill ``storage`` (laid out for ``new_bounds``) with ``arr``'s rows, receiving
     from their old owners what this rank did not own, sending what it gave away."""
+    with on_gpu(arr.device):
+        _move_rows(arr, old_bounds, new_bounds, storage)
+
+
+def _move_rows(arr, old_bounds, new_bounds, storage) -> None:
     channel = arr.session.channel
     me, h, dim = channel.rank, arr.halo, arr.dim
     old, new = old_bounds[me], new_bounds[me]
-    batch = Transfers(channel) if channel.size > 1 else None
+    batch = Transfers(channel)
     for peer in range(channel.size):
         # what I keep or receive: my new rows that ``peer`` owned before
         lo, hi = max(new[0], old_bounds[peer][0]), min(new[1], old_bounds[peer][1])
@@ -108,11 +135,10 @@ def move_rows(arr, old_bounds, new_bounds, storage) -> None:
             if peer == me:
                 store(target, slab(arr.local, lo - old[0] + h, hi - old[0] + h, dim))
             else:
-                batch.recv(peer, tag(control.MOVE_TAG, arr.serial, _MOVE), target)
+                batch.recv(peer, tag(control.MOVE_TAG, arr.serial, MOVED), target)
         # what I give away: my old rows that ``peer`` owns now
         lo, hi = max(old[0], new_bounds[peer][0]), min(old[1], new_bounds[peer][1])
         if lo < hi and peer != me:
-            batch.send(peer, tag(control.MOVE_TAG, arr.serial, _MOVE),
+            batch.send(peer, tag(control.MOVE_TAG, arr.serial, MOVED),
                        slab(arr.local, lo - old[0] + h, hi - old[0] + h, dim))
-    if batch is not None:
-        batch.run(f"moving rows of {arr.name} to the new partition")
+    batch.run(f"moving rows of {arr.name} to the new partition")

@@ -9,8 +9,9 @@ one process. Setting up is collective: every rank makes the same first call.
 Cores: the ranks on one host split its cores evenly (``HETFLOW_CPU_THREADS`` sets the
 count per rank instead). When every rank can have cores of its own, each is bound to
 its share, so ranks never compete for a core; when they cannot (more ranks than
-cores), nothing is bound and the session says ``oversubscribed``. GPUs: GPU g of a host
-goes to the host's rank ``g mod (ranks on the host)``.
+cores), nothing is bound and the session says ``oversubscribed``. The first session of
+a process decides its share; sessions over sub-communicators made later keep it. GPUs:
+GPU g of a host goes to the host's rank ``g mod (ranks on the host)``.
 
 Failure: inside :func:`distributed` (or :func:`run_distributed`), an exception on one
 rank is sent to all the others as an abort notice; they raise RemoteError naming that
@@ -96,6 +97,7 @@ class Session:
 
 _sessions: dict = {}
 _lock = threading.Lock()
+_cores = None  # (threads, bound cores, oversubscribed): decided by the process's first session
 
 
 def session(comm=None) -> Session:
@@ -119,6 +121,7 @@ def session(comm=None) -> Session:
 
 
 def _start(comm) -> Session:
+    global _cores
     if isinstance(comm, SelfCommunicator):
         channel, guarded, host = LocalChannel(comm.timeout), comm, os.uname().nodename
         hosts = [host]
@@ -131,7 +134,9 @@ def _start(comm) -> Session:
         hosts = channel.allgather(host)
     host_ranks = [r for r, h in enumerate(hosts) if h == host]
     host_rank, host_size = host_ranks.index(channel.rank), len(host_ranks)
-    threads, cores, oversubscribed = share_cores(host_rank, host_size)
+    if _cores is None:
+        _cores = share_cores(host_rank, host_size)
+    threads, cores, oversubscribed = _cores
     return Session(guarded, channel, host, host_rank, host_size, threads, cores, oversubscribed,
                    _own_devices(host_rank, host_size))
 

@@ -1,0 +1,241 @@
+"""Distributed heat solver: strong and weak scaling over 1, 2 and 4 ranks (and 2 GPUs).
+
+Run under an MPI launcher, e.g. ``mpiexec -n 4 python bench/distributed.py``; run
+plainly (or as ``hetflow bench distributed``) it starts itself under
+``mpiexec -n RANKS``. Only rank 0 prints.
+
+The solver is examples/heat_distributed.py: a DistributedProgram of two captured
+steps, with halo exchange and the central/local interpreters. Its baseline is the same
+Jacobi step written by hand: a Numba ``prange`` loop over each rank's rows and mpi4py
+``Sendrecv`` halo exchanges. Both run on groups of the first k ranks (k = 1, 2, 4)
+inside one mpiexec, each rank on its own share of the host's cores (hetflow.dist binds
+ranks to cores when there are enough; the table says "oversubscribed" when there are
+not, and then the figures say little about scaling). Strong scaling keeps the grid
+(default 4096^2), weak scaling the cells per rank (2048^2 per rank). Each time is the
+slowest rank's, best of ``--repeat``. Ratio: baseline time / hetflow time (above 1:
+hetflow faster). ``eff``: parallel efficiency, T1 / (k Tk) strong and T1 / Tk weak.
+With two GPUs or more, hetflow also runs strong scaling on 1 and 2 GPUs (rank r on
+its own GPU, blocks in GPU memory); their baseline is ideal scaling of the 1-GPU time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numba
+import numpy as np
+
+from hetflow import dist
+from hetflow.dist import launched_by_mpi
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+import heat_distributed as heat  # noqa: E402
+from _common import fmt_s, report  # noqa: E402
+
+
+# -- the hand-written baseline ------------------------------------------------------------
+
+@numba.njit(parallel=True, nogil=True)
+def numba_step(u, v, first, last, alpha):
+    """v = one step of u on local rows first..last-1 (u and v carry one halo row each side)."""
+    for i in numba.prange(first, last):
+        for j in range(1, u.shape[1] - 1):
+            v[i, j] = u[i, j] + alpha * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4.0 * u[i, j])
+
+
+class Baseline:
+    """The Jacobi solver as one would write it with mpi4py and Numba."""
+
+    def __init__(self, mpi, comm, n):
+        self.MPI, self.comm, self.n = mpi, comm, n
+        rank, size = comm.Get_rank(), comm.Get_size()
+        sizes = dist.darray.cut(n, size)
+        self.start = sum(sizes[:rank])
+        self.rows = sizes[rank]
+        grid = heat.initial(n)
+        self.u = np.zeros((self.rows + 2, n))
+        self.u[1:-1] = grid[self.start:self.start + self.rows]
+        self.v = self.u.copy()
+        # local rows 1..rows are global start..start+rows-1; the global border rows stay fixed
+        self.first = 1 + (self.start == 0)
+        self.last = 1 + self.rows - (self.start + self.rows == n)
+        self.up = rank - 1 if rank > 0 else mpi.PROC_NULL
+        self.down = rank + 1 if rank < size - 1 else mpi.PROC_NULL
+
+    def step(self):
+        u, m = self.u, self.rows
+        self.comm.Sendrecv(u[1], self.up, 0, u[m + 1], self.down, 0)
+        self.comm.Sendrecv(u[m], self.down, 1, u[0], self.up, 1)
+        numba_step(u, self.v, self.first, self.last, heat.ALPHA)
+        self.u, self.v = self.v, self.u
+
+    def run(self, steps):
+        for _ in range(steps):
+            self.step()
+
+    def gather(self):
+        blocks = self.comm.gather(self.u[1:-1].copy(), root=0)
+        return np.concatenate(blocks) if blocks is not None else None
+
+
+# -- timing -----------------------------------------------------------------------------------
+
+def slowest(comm, fn, repeat) -> float:
+    """Best over ``repeat`` runs of the slowest rank's time of ``fn()``."""
+    from mpi4py import MPI
+
+    best = math.inf
+    for _ in range(repeat):
+        comm.Barrier()
+        start = time.perf_counter()
+        fn()
+        best = min(best, comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
+    return best
+
+
+def measure(group, n, steps, repeat, devices=None, baseline=True) -> dict:
+    """Times (seconds) of hetflow and the baseline on ``group`` (a hetflow communicator)."""
+    mpi_comm = group.mpi_comm
+    program, u, v = heat.setup(n, group, devices=devices)
+    program.run(1)  # compiles, partitions, materialises
+    t_het = slowest(mpi_comm, lambda: program.run(steps // 2), repeat)
+    result = u.gather(0)
+    out = {"hetflow": t_het}
+    if baseline:
+        from mpi4py import MPI
+
+        base = Baseline(MPI, mpi_comm, n)
+        base.run(2)
+        t_base = slowest(mpi_comm, lambda: base.run(steps), repeat)
+        expected = base.gather()
+        if expected is not None:
+            # both ran 2 + repeat * steps steps from the same grid
+            error = float(np.max(np.abs(result - expected)))
+            if error > 1e-9 * max(1.0, float(np.max(np.abs(expected)))):
+                raise AssertionError(f"hetflow and the baseline differ by {error} on {n}^2")
+        out["baseline"] = t_base
+    out["partitions"] = program.partitions
+    return out
+
+
+def group(comm, k):
+    """A hetflow communicator over the world's first k ranks (None on the others)."""
+    from mpi4py import MPI
+
+    from hetflow.dist.comm import MPICommunicator
+    from hetflow.dist.transport import Link
+
+    sub = comm.mpi_comm.Split(0 if comm.rank < k else MPI.UNDEFINED, comm.rank)
+    return None if sub == MPI.COMM_NULL else MPICommunicator(Link(MPI, sub), comm.timeout)
+
+
+# -- the sweep ----------------------------------------------------------------------------------
+
+def sweep(comm, args, world_session) -> list:
+    counts = [k for k in (1, 2, 4) if k <= comm.size]
+    label = " (oversubscribed)" if world_session.oversubscribed else ""
+    rows, first = [], {}
+    for kind, n_of in (("strong", lambda k: args.size),
+                       ("weak", lambda k: int(round(args.weak_size * math.sqrt(k))))):
+        for k in counts:
+            sub = group(comm, k)
+            if sub is not None:
+                times = measure(sub, n_of(k), args.steps, args.repeat)
+            world_session.channel.barrier()  # the others wait here, napping
+            if comm.rank != 0:
+                continue
+            first.setdefault(kind, times)
+            t1, tk = first[kind]["hetflow"], times["hetflow"]
+            b1, bk = first[kind]["baseline"], times["baseline"]
+            scale = k if kind == "strong" else 1
+            rows.append({
+                "name": f"{kind} {n_of(k)}^2, {k} rank(s), cpu{label}",
+                "baseline": fmt_s(bk), "hetflow": fmt_s(tk), "unit": "s",
+                "ratio": bk / tk, "baseline_s": bk, "hetflow_s": tk,
+                "eff_hetflow": t1 / (scale * tk), "eff_baseline": b1 / (scale * bk),
+                "target": (f"eff {t1 / (scale * tk):.2f} (baseline {b1 / (scale * bk):.2f})"
+                           + ("; >= 0.8 at 2 ranks" if kind == "strong" and k == 2 else "")),
+                "ranks": k, "threads_per_rank": world_session.cpu_threads,
+                "oversubscribed": world_session.oversubscribed,
+                "partitions": [list(s) for _, s in times["partitions"]][-3:],
+            })
+    rows += gpu_sweep(comm, args, world_session)
+    return rows
+
+
+def gpu_sweep(comm, args, world_session) -> list:
+    gpus = [d for d in world_session.devices if d != "cpu0"]
+    counts = world_session.channel.allgather(len(gpus))
+    if comm.size < 2 or min(counts[:2]) < 1:
+        return []
+    rows, t1 = [], None
+    for k in (1, 2):
+        sub = group(comm, k)
+        if sub is not None:
+            times = measure(sub, args.size, args.steps, args.repeat, devices=gpus[:1], baseline=False)
+        world_session.channel.barrier()
+        if comm.rank != 0:
+            continue
+        t1 = t1 or times["hetflow"]
+        tk = times["hetflow"]
+        rows.append({"name": f"strong {args.size}^2, {k} GPU(s), one per rank",
+                     "baseline": fmt_s(t1 / k), "hetflow": fmt_s(tk), "unit": "s (baseline: ideal)",
+                     "ratio": (t1 / k) / tk, "baseline_s": t1 / k, "hetflow_s": tk,
+                     "eff_hetflow": t1 / (k * tk), "target": f"eff {t1 / (k * tk):.2f}", "ranks": k})
+    return rows
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    if not launched_by_mpi():
+        return _relaunch(args, argv)
+    comm = dist.world()
+    world_session = dist.session(comm)  # binds this rank to its share of the cores
+    rows = sweep(comm, args, world_session)
+    if comm.rank == 0:
+        if args.json:
+            print(json.dumps({"benchmark": "distributed", "rows": rows}, indent=1))
+        else:
+            report(rows, False, f"distributed heat solver, {args.steps} steps "
+                                f"({world_session.cpu_threads} core(s) per rank)")
+            if world_session.oversubscribed:
+                print("note: more ranks than cores on this host: ranks share cores, so these "
+                      "figures do not measure scaling")
+    return 0
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="hetflow bench distributed", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ranks", type=int, default=4,
+                   help="processes to start when not run under an MPI launcher")
+    p.add_argument("--size", type=int, default=4096, help="grid side for strong scaling")
+    p.add_argument("--weak-size", type=int, default=2048, help="grid side per rank for weak scaling")
+    p.add_argument("--steps", type=int, default=20, help="timed steps (even)")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs; the best counts")
+    p.add_argument("--quick", action="store_true", help="tiny grids, one short run")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.size, args.weak_size, args.steps, args.repeat = 128, 96, 4, 1
+    args.steps += args.steps % 2
+    return args
+
+
+def _relaunch(args, argv) -> int:
+    """Start this benchmark under mpiexec with ``--ranks`` processes."""
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    cmd = [mpiexec if os.path.exists(mpiexec) else "mpiexec", "-n", str(args.ranks),
+           sys.executable, os.path.abspath(__file__)]
+    cmd += list(sys.argv[1:] if argv is None else argv)
+    return subprocess.run(cmd, check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""The local interpreter of one rank: its part of the program, on its own devices.
+
+From the central interpreter's partially materialised DIR (launches cut into pieces
+with ``place`` and ``rows``, :mod:`hetflow.dist.central`) it takes the pieces placed on
+this rank and makes them runnable here (SPEC §4.4): each launch over views of the
+rank's local storage (:mod:`hetflow.dist.plan`), and a halo exchange before every
+launch that reads halo rows written since they were last exchanged. Its own rules,
+monitor and topology (this rank's CPU cores and GPUs) then fully materialise the DIR:
+they place launches on the devices (co-executed with work stealing when there are
+several), compile kernels the devices lack, and re-adjust on local feedback — a device
+failing, another process taking part of a device. At report points it tells the
+central interpreter what it measured: rows run per second of compute, and the share of
+its devices still available (``rank.available``).
+"""
+from __future__ import annotations
+
+import itertools
+import time
+
+from hetflow.dist import halo
+from hetflow.dist.darray import as_view
+from hetflow.dist.plan import plan_for
+from hetflow.ir import Compile, Interpreter, Monitor, NodePattern, Partition, Rule, RuleSet, Topology
+from hetflow.ir.actions import compile_guard
+from hetflow.ir.defaults import drop_lost_devices
+from hetflow.ir.graph import Node, Version
+from hetflow.ir.runner import run_version
+
+# The least share a busy device keeps: it still steals work when the other user leaves.
+MIN_SHARE = 0.05
+
+
+def _lacks_executable(ctx, match) -> bool:
+    node = match.node
+    ndim = len(node.extent)
+    return any(compile_guard(node.kernel, d, ndim) not in ctx.cache for d in ctx.topology.devices)
+
+
+def _utilizations(ctx) -> dict:
+    """Device id -> the share of it that other work takes (0 when nothing was reported)."""
+    return {d.id: float(ctx.variables.get(f"{d.id}.utilization", 0.0)) for d in ctx.topology.devices}
+
+
+def _busy_shares(ctx, match):
+    """The matched launch spread over this rank's devices in proportion to what other
+    work leaves of each (None: already so)."""
+    node = match.node
+    shares = {d: max(MIN_SHARE, 1.0 - u) for d, u in _utilizations(ctx).items()}
+    total = sum(shares.values())
+    shares = {d: round(s / total, 6) for d, s in shares.items()}
+    if node.attrs.get("shares") == shares:
+        return None
+    return node.with_attrs(devices=tuple(shares), shares=shares)
+
+
+def _shared(ctx, match) -> bool:
+    return len(ctx.topology.devices) > 1 and any(u > 0 for u in _utilizations(ctx).values())
+
+
+def _availability(ctx, match) -> None:
+    """``rank.available``: what other work leaves of this rank's devices, weighted by
+    their measured throughput (equally until measured)."""
+    weights = {d.id: float(ctx.variables.get(f"throughput.{d.id}", 1.0)) for d in ctx.topology.devices}
+    total = sum(weights.values())
+    if total <= 0:
+        return None
+    used = _utilizations(ctx)
+    ctx.variables["rank.available"] = round(sum(w * (1.0 - used[d]) for d, w in weights.items()) / total, 6)
+    return None
+
+
+def local_rules() -> RuleSet:
+    """A rank's default local rules, highest priority first."""
+    return RuleSet([
+        Rule("drop-lost-devices", match=NodePattern(op="forall"), then=drop_lost_devices, priority=90,
+             description="take removed or failed devices out of placements"),
+        Rule("compile-missing", match=NodePattern(op="forall"), when=_lacks_executable, then=Compile(),
+             priority=70, description="compile each kernel for the devices of this rank that lack it"),
+        Rule("share-busy-devices", match=NodePattern(op="forall"), when=_shared, then=_busy_shares,
+             priority=60, description="shares in proportion to what other work leaves of each device"),
+        Rule("use-my-devices", match=NodePattern(op="forall", attrs={"devices": None}), then=Partition(),
+             priority=50, description="spread launches over all of this rank's devices"),
+        Rule("availability", then=_availability, priority=40,
+             description="report how much of this rank's devices other work leaves"),
+    ])
+
+
+class HaloExchange:
+    """The function of a ``halo`` node: exchange ``arr``'s halo rows (``once``: only on
+    the first iteration after the program was materialised or run was called)."""
+
+    def __init__(self, arr, once: bool, owner: "LocalInterpreter"):
+        self.arr, self.once, self.owner = arr, once, owner
+        self.__name__ = f"halo_{arr.name}"
+
+    def __call__(self, storage) -> None:
+        if self.once and not self.owner.first_iteration:
+            return
+        start = time.perf_counter()
+        halo.exchange(self.arr)
+        self.owner.halo_seconds += time.perf_counter() - start
+
+
+class LocalInterpreter:
+    """One rank's interpreter: ``devices`` (ids or records) are its topology.
+
+    ``rules``: its RuleSet (default :func:`local_rules`); ``monitor``: its monitor
+    (default: one over ``devices`` with no sampled sources — feedback comes from run
+    reports and ``monitor.inject``/``set``).
+    """
+
+    def __init__(self, rank: int, devices, *, rules: RuleSet | None = None, monitor: Monitor | None = None):
+        from hetflow.platform.devices import get_device
+
+        self.rank = rank
+        records = [get_device(d) if isinstance(d, str) else d for d in devices]
+        self.monitor = monitor if monitor is not None else Monitor(Topology(records), sources=[])
+        self.rules = rules if rules is not None else local_rules()
+        self.interpreter = Interpreter(self.monitor, rules=self.rules, place=rank)
+        self.versions: list[Version] = []
+        self.first_iteration = True
+        self.halo_seconds = 0.0
+        self._ids = itertools.count()  # the local DIR's own node ids (``origin``: the captured ones)
+        self._rows = 0  # launch rows one iteration runs here
+        self._window = [0, 0.0]  # rows run, compute seconds since the last report
+
+    @property
+    def current(self) -> Version | None:
+        return self.versions[-1] if self.versions else None
+
+    def add_rules(self, rules) -> None:
+        """Rules sent by the central interpreter, added to this rank's own."""
+        for rule in rules:
+            if rule.name not in self.rules:
+                self.rules.add(rule)
+
+    def materialise(self, central: Version, bounds) -> Version:
+        """This rank's runnable version of ``central``'s pieces under block ``bounds``."""
+        mine = [n for n in central.nodes if n.attrs.get("place") == self.rank]
+        plans = [(piece, plan_for(piece.attrs["whole"].extent, piece.attrs["whole"].kernel,
+                                  piece.attrs["whole"].args)) for piece in mine]
+        written = {_base(piece, k).serial for piece, plan in plans for k in plan.written}
+        dirty, exchanged, nodes = set(written), set(), []
+        for piece, plan in plans:
+            whole = piece.attrs["whole"]
+            plan.check(bounds)
+            # The same on every rank: halo_arrays looks at every rank's rows.
+            for arr in plan.halo_arrays(whole.args, bounds):
+                if arr.serial in dirty or arr.serial not in exchanged:
+                    nodes.append(self._halo_node(arr, once=arr.serial not in dirty))
+                dirty.discard(arr.serial)
+                exchanged.add(arr.serial)
+            part = plan.localise(whole.args, self.rank, bounds)
+            if part is not None:
+                nodes.append(Node(next(self._ids), "forall", part[1], whole.modes, whole.kernel, part[0],
+                                  attrs={"place": self.rank, "rows": piece.attrs["rows"],
+                                         "piece": piece.attrs["piece"]},
+                                  rules=whole.rules, origin=(whole.id,)))
+            dirty |= {_base(piece, k).serial for k in plan.written}
+        self._rows = sum(n.extent[0] for n in nodes if n.op == "forall")
+        parent = self.current.number if self.current else None
+        self.versions.append(Version(len(self.versions), tuple(nodes), parent,
+                                     f"materialised central v{central.number} ({central.reason})"))
+        self.first_iteration = True
+        self.adjust(force=True)
+        return self.current
+
+    def _halo_node(self, arr, once: bool) -> Node:
+        return Node(next(self._ids), "halo", (arr.local,), ("rw",),
+                    attrs={"fn": HaloExchange(arr, once, self), "name": f"halo({arr.name})",
+                           "place": self.rank, "once": once})
+
+    def adjust(self, force: bool = False) -> Version:
+        """A safe point: evaluate the local rules when feedback arrived (or ``force``)."""
+        if force or self.monitor.pending():
+            adjusted = self.interpreter.adjust(self.current.nodes, self.rules, new_id=lambda: next(self._ids))
+            if adjusted is not None:
+                nodes, fired, events = adjusted
+                reason = "rules: " + (", ".join(fired) or "none")
+                if events:
+                    reason += "; events: " + ", ".join(dict.fromkeys(e.kind for e in events))
+                self.versions.append(Version(len(self.versions), nodes, self.current.number, reason))
+        return self.current
+
+    def run(self) -> None:
+        """Run the current version once (one iteration of the program)."""
+        halo_before = self.halo_seconds
+        start = time.perf_counter()
+        run_version(self.current, self.monitor)
+        compute = time.perf_counter() - start - (self.halo_seconds - halo_before)
+        self._window[0] += self._rows
+        self._window[1] += compute
+        self.first_iteration = False
+
+    def capacity(self, cpu_threads: int) -> dict:
+        """A first guess of this rank's speed, before anything ran: a CPU core counts
+        one, a GPU as many as its multiprocessors (measurement corrects it)."""
+        devices = self.monitor.topology.devices
+        capacity = sum(cpu_threads if d.kind == "cpu" else d.compute_units for d in devices)
+        return {"capacity": max(1, capacity), "devices": [d.id for d in devices]}
+
+    def report(self) -> dict:
+        """Rows run and compute seconds since the last report, and ``rank.available``."""
+        rows, seconds = self._window
+        self._window = [0, 0.0]
+        return {"rows": rows, "seconds": seconds, "available": float(self.monitor.get("rank.available", 1.0))}
+
+
+def _base(piece, k):
+    """The distributed array behind argument ``k`` of a piece's launch."""
+    return as_view(piece.attrs["whole"].args[k]).base

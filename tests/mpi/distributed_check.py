@@ -1,0 +1,120 @@
+"""Run under mpiexec -n K by tests/test_distributed.py: distributed arrays and the
+distributed heat solver against NumPy.
+
+Every check compares with NumPy on the whole array (each rank builds the same global
+inputs from a fixed seed). ``python distributed_check.py OUT.npy`` also runs the heat
+solver of examples/heat_distributed.py (64x64, 21 steps) and saves rank 0's grid to
+OUT.npy, for the driver to compare runs on different numbers of ranks. Rank 0 prints
+"distributed ok on K ranks".
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+import heat_distributed as heat  # noqa: E402
+
+import hetflow  # noqa: E402
+from hetflow import dist  # noqa: E402
+from hetflow.errors import CommMismatchError, ShapeError  # noqa: E402
+
+
+@hetflow.kernel
+def stencil(i, out, left, centre, right):
+    out[i] = left[i] + 10.0 * centre[i] + 100.0 * right[i]
+
+
+@hetflow.kernel
+def far(i, out, back2, ahead2):
+    out[i] = back2[i] - ahead2[i]
+
+
+def expect(exc_type, fn, *words):
+    try:
+        fn()
+    except exc_type as exc:
+        for word in words:
+            assert word in str(exc), f"{word!r} not in {str(exc)!r}"
+        return
+    raise AssertionError(f"{exc_type.__name__} not raised")
+
+
+def check_arrays(comm):
+    rank, size = comm.rank, comm.size
+    rng = np.random.default_rng(11)
+    x = rng.random((37, 5))
+    a = dist.asarray(x, comm=comm)
+    assert a.block.shape == (a.stop - a.start, 5)
+    np.testing.assert_array_equal(a.allgather(), x)
+    whole = a.gather(root=size - 1)
+    assert (whole is None) == (rank != size - 1)
+    if whole is not None:
+        np.testing.assert_array_equal(whole, x)
+    # scattered from one rank: the others pass nothing
+    b = dist.asarray(x * 2 if rank == 0 else None, comm=comm, root=0)
+    np.testing.assert_array_equal(b.allgather(), x * 2)
+    # reductions: the communicator's allreduce over the blocks' own reductions
+    np.testing.assert_allclose(a.sum(), x.sum(), rtol=1e-13)
+    assert a.min() == x.min() and a.max() == x.max()
+    ints = dist.asarray(np.arange(1, 38, dtype=np.int64), comm=comm)
+    assert ints.sum() == 703 and ints.reduce("prod") == np.prod(np.arange(1, 38, dtype=np.int64))
+    assert ints.reduce(lambda p, q, out: np.maximum(p, q, out=out)) == 37
+    # distributed along dim 1: gathers and reductions work along any dimension
+    c = dist.asarray(x.T.copy(), comm=comm, dim=1)
+    np.testing.assert_array_equal(c.allgather(), x.T)
+    np.testing.assert_allclose(c.sum(), x.sum(), rtol=1e-13)
+    return x
+
+
+def check_stencils(comm):
+    n = 37
+    x = np.random.default_rng(5).random(n)
+    u = dist.asarray(x, comm=comm)
+    y = dist.zeros_like(u)
+    # the cshifts wrap at the ends of the array: the periodic halos carry them across ranks
+    dist.forall(n, stencil, y, dist.cshift(u, 0, -1), u, dist.cshift(u, 0, 1))
+    want = np.roll(x, 1) + 10.0 * x + 100.0 * np.roll(x, -1)
+    np.testing.assert_allclose(y.allgather(), want, rtol=1e-15)
+    # a reach of 2 needs a halo of 2: refused the same way on every rank, before any message
+    expect(ShapeError, lambda: dist.forall(n, far, y, dist.cshift(u, 0, -2), dist.cshift(u, 0, 2)),
+           "halo of at least 2")
+    w = dist.asarray(x, comm=comm, halo=2)
+    z = dist.zeros_like(w)
+    dist.forall(n, far, z, dist.cshift(w, 0, -2), dist.cshift(w, 0, 2))
+    np.testing.assert_allclose(z.allgather(), np.roll(x, 2) - np.roll(x, -2), rtol=1e-15)
+    # a new partition moves rows between neighbours; results stay the same
+    sizes = u.distribution.apportion([r + 1 for r in range(comm.size)])
+    assert u.distribution.resize(sizes) == (comm.size > 1)
+    np.testing.assert_array_equal(u.allgather(), x)
+    np.testing.assert_allclose(y.allgather(), want, rtol=1e-15)
+    y2 = dist.zeros_like(u)
+    dist.forall(n, stencil, y2, dist.cshift(u, 0, -1), u, dist.cshift(u, 0, 1))
+    np.testing.assert_array_equal(y2.allgather(), y.allgather())
+
+
+def check_mismatch(comm):
+    # ranks that make different arrays all learn it, and can go on
+    expect(CommMismatchError, lambda: dist.zeros((10 + (comm.rank == comm.size - 1), 3), comm=comm),
+           "ranks made different distributed arrays")
+    assert dist.zeros((8, 3), comm=comm).sum() == 0.0
+
+
+def main(out):
+    comm = dist.world(timeout=60)
+    with dist.distributed(comm):
+        check_arrays(comm)
+        check_stencils(comm)
+        if comm.size > 1:
+            check_mismatch(comm)
+    grid = heat.solve(64, 21, comm=comm)
+    if comm.rank == 0:
+        error = float(np.max(np.abs(grid - heat.numpy_solve(64, 21))))
+        assert error <= 1e-12, error
+        np.save(out, grid)
+        print(f"distributed ok on {comm.size} ranks", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -14,25 +14,25 @@ from .launch import Launch, is_device_array
 
 THREADS = 256
 SIM_THREADS = 16   # the simulator runs one OS thread per GPU thread: keep it small
+MAX_GRID_X, MAX_GRID_Y = 2**31 - 1, 65535  # CUDA's grid limits
 
 
 def launch_config(device, rows: int, inner: tuple):
-    """(blocks, threads) for ``rows`` rows: enough blocks to fill the SMs, no more.
-    Rank-2 launches get a 2-D grid (columns on x, rows on y), as the entry expects."""
+    """(blocks, threads) for ``rows`` rows: one thread per index where the grid limits
+    allow (the entries' grid-stride loops cover the rest). Rank-2 launches get a 2-D
+    grid (columns on x, rows on y), as their entry expects."""
     if len(inner) == 1:
         if device.simulated:
             return (1, 1), (8, 2)
-        cols = inner[0]
-        bx = max(1, min((cols + 31) // 32, 64))
-        by = max(1, min((rows + 7) // 8, 65535, device.compute_units * 64 // bx + 1))
+        bx = max(1, min((inner[0] + 31) // 32, MAX_GRID_X))
+        by = max(1, min((rows + 7) // 8, MAX_GRID_Y))
         return (bx, by), (32, 8)
     if device.simulated:
         return 1, SIM_THREADS
     work = rows
     for e in inner:
         work *= e
-    blocks = max(1, min((work + THREADS - 1) // THREADS, device.compute_units * 32))
-    return blocks, THREADS
+    return max(1, min((work + THREADS - 1) // THREADS, MAX_GRID_X)), THREADS
 
 
 class GpuLaunch:

@@ -33,7 +33,7 @@ import numpy as np
 from hetflow import dist
 from hetflow.dist import launched_by_mpi
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.append(os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 import heat_distributed as heat  # noqa: E402
 from _common import fmt_s, report  # noqa: E402

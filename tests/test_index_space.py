@@ -118,16 +118,22 @@ def test_rank_extent_root_of_arrays():
 @pytest.mark.skipif(cupy_module() is not None, reason="CuPy with a GPU is present")
 @pytest.mark.parametrize("call", [
     lambda: asarray(np.zeros(2), device="gpu"), lambda: zeros(3, device="cuda:0"),
-    lambda: empty(3, device=0)])
+    lambda: empty(3, device=0), lambda: empty(3, device="gpu0")])
 def test_gpu_placement_without_cupy_fails_clearly(call):
     with pytest.raises(NoDeviceError, match="needs CuPy with a CUDA GPU, and none is available"):
         call()
 
 
-@pytest.mark.parametrize("device", ["tpu", "cuda:x", 1.5, object()])
+@pytest.mark.parametrize("device", ["tpu", "cuda:x", "gpux", "tpu0", 1.5, object()])
 def test_unknown_devices_are_rejected(device):
     with pytest.raises(IndexTypeError, match="unknown device"):
         zeros(2, device=device)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu0", "host"])
+def test_host_placements_give_numpy_arrays(device):
+    a = zeros((2, 3), device=device)
+    assert type(a) is np.ndarray and a.shape == (2, 3) and not a.any()
 
 
 @pytest.mark.simgpu

@@ -7,6 +7,7 @@ is; new arrays go to the host), ``"cpu"``/``"host"``, ``"gpu"``/``"cuda"`` or
 attribute (``"cpu"`` or ``"gpu"``) and optionally an ``ordinal``.
 """
 import contextlib
+import re
 
 import numpy as np
 
@@ -53,13 +54,14 @@ def _placement(device):
     if isinstance(device, int) and not isinstance(device, bool):
         return "gpu", device
     if isinstance(device, str):
-        kind, _, ordinal = device.lower().partition(":")
+        # 'cuda:1' and 'gpu1' (the ids hetflow.devices() prints) name the same GPU.
+        kind, ordinal = re.fullmatch(r"([a-z]*):?(.*)", device.lower()).groups()
         kinds = {"cpu": "cpu", "host": "cpu", "gpu": "gpu", "cuda": "gpu"}
         if kind in kinds and (not ordinal or ordinal.isdigit()):
-            return kinds[kind], int(ordinal) if ordinal else None
+            return kinds[kind], int(ordinal) if ordinal and kinds[kind] == "gpu" else None
     elif getattr(device, "kind", None) in ("cpu", "gpu"):
         return device.kind, getattr(device, "ordinal", None)
-    raise IndexTypeError(f"unknown device {device!r}: use None, 'cpu', 'gpu', 'cuda:N', "
+    raise IndexTypeError(f"unknown device {device!r}: use None, 'cpu', 'gpu', 'cuda:N', 'gpuN', "
                          "a GPU ordinal, or a device with kind 'cpu' or 'gpu'")
 
 

@@ -59,7 +59,21 @@ class Lowering:
 
 def lowering(view, prefix):
     """Lower ``view`` (or a plain array: the identity) for a kernel; every generated name
-    starts with ``prefix``, which must make identifiers (e.g. ``"v0_"``)."""
+    starts with ``prefix``, which must make identifiers (e.g. ``"v0_"``).
+
+    Views are immutable, so a view keeps its lowerings (one per prefix): launching with
+    the same views again, as iterative programs do, costs no lowering.
+    """
+    if not is_view(view):
+        return _lower(view, prefix)
+    cache = view.__dict__.setdefault("_lowerings", {})
+    found = cache.get(prefix)
+    if found is None:
+        found = cache[prefix] = _lower(view, prefix)
+    return found
+
+
+def _lower(view, prefix):
     if not (prefix + "p0").isidentifier():
         raise ViewError(f"lowering: prefix {prefix!r} does not start valid identifiers")
     shape = tuple(extent_of(view)) + tuple(element_extent_of(view))

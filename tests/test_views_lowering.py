@@ -251,3 +251,21 @@ def test_lowered_source_runs_in_simulated_cuda_kernels(case):
 def test_lowered_source_compiles_for_cuda(case, cast):
     view = _kernel_cases()[case]
     assert np.array_equal(_cuda_reads(view, cast), view.numpy())
+
+
+def test_a_view_is_lowered_once_per_prefix_and_the_same_view_runs_again():
+    import hetflow
+
+    @hetflow.kernel
+    def double(i, j, src, dst):
+        dst[i, j] = 2.0 * src[i, j]
+
+    a = np.arange(36.0).reshape(6, 6)
+    out = np.zeros((6, 6))
+    src, dst = interior(cshift(a, 0, 1), 1), interior(out, 1)
+    first = lowering(src, "s_")
+    assert lowering(src, "s_") is first and lowering(src, "t_") is not first
+    for _ in range(2):
+        out[...] = 0
+        hetflow.forall(src.extent, double, src, dst)
+        np.testing.assert_array_equal(out[1:-1, 1:-1], 2.0 * np.roll(a, -1, 0)[1:-1, 1:-1])

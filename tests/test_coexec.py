@@ -73,6 +73,41 @@ def test_views_co_executed_merge_rows_back(gpu_device):
     np.testing.assert_array_equal(v, _jacobi_numpy(u))
 
 
+@hetflow.kernel
+def transposed_copy(i, j, out, x):
+    out[i, j] = x[i, j] + 1.0
+
+
+@pytest.mark.simgpu
+@pytest.mark.parametrize("shares", [[0.0, 1.0], [0.5, 0.5]])
+def test_whole_copies_move_in_pieces_and_only_computed_rows_come_back(gpu_device, monkeypatch, shares):
+    monkeypatch.setattr(coexec.GpuChunks, "PIECE_BYTES", 256)   # 40 x 12 float64: 15 pieces
+    copied_home = []
+    original = coexec.GpuChunks.merge_back
+    monkeypatch.setattr(coexec.GpuChunks, "merge_back",
+                        lambda self, ranges: copied_home.extend(ranges) or original(self, ranges))
+    u = np.random.default_rng(6).random((40, 12))
+    v = u.copy()
+    args = (interior(v, 1), interior(cshift(u, 0, -1), 1), interior(cshift(u, 0, 1), 1),
+            interior(cshift(u, 1, -1), 1), interior(cshift(u, 1, 1), 1))
+    report = hetflow.forall(args[0].shape, jacobi, *args, device=["cpu0", gpu_device.id],
+                            schedule="static", shares=shares)
+    np.testing.assert_array_equal(v, _jacobi_numpy(u))
+    gpu_rows = sum(w.indices for w in report.workers if w.kind == "gpu")
+    assert gpu_rows == round(38 * shares[1]) and sum(hi - lo for lo, hi in copied_home) == gpu_rows
+
+
+@pytest.mark.simgpu
+def test_a_written_view_that_is_no_box_of_its_root_merges_through_index_arrays(gpu_device):
+    x = np.random.default_rng(7).random((16, 10))
+    out = np.zeros((10, 16))
+    target = hetflow.transpose(out, 0, 1)
+    assert target.root_box() is None
+    hetflow.forall(x.shape, transposed_copy, target, x, device=["cpu0", gpu_device.id],
+                   schedule="static", shares=[0.5, 0.5])
+    np.testing.assert_array_equal(out, (x + 1.0).T)
+
+
 @pytest.mark.simgpu
 def test_gpu_failing_mid_loop_loses_nothing(gpu_device, monkeypatch):
     calls = {"n": 0}

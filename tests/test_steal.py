@@ -529,3 +529,53 @@ def test_simulated_gpu_kernel_and_cpu_cores_share_one_loop():
     i = np.arange(n)
     assert np.array_equal(out, i * i + 1)
     assert_events_partition(report, n)
+
+
+def test_a_worker_still_in_setup_is_left_behind_when_the_others_finish():
+    n = 200
+    counts = np.zeros(n, dtype=np.int64)
+    seen = {}
+
+    def slow_setup(stopped):         # a GPU copying data in: gives up once the loop is over
+        deadline = time.perf_counter() + 30
+        while not stopped() and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        seen["stopped"] = stopped()
+
+    cpu = Device("c", "cpu", counts, 10)
+    gpu = Device("g", "gpu", counts, 50, inflight=2)
+    gpu.worker.setup = slow_setup
+    report = run_loop(n, [gpu.worker, cpu.worker], shares=[0.8, 0.2])
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    assert seen["stopped"] and report.by_name["g"].indices == 0 and report.by_name["c"].indices == n
+    assert report.by_name["c"].steals_succeeded["cpu->gpu"] >= 1 and not report.failures
+
+
+def test_a_worker_whose_setup_fails_leaves_its_chunks_to_the_others():
+    n = 120
+    counts = np.zeros(n, dtype=np.int64)
+
+    def broken(stopped):
+        raise ChunkFailed("no memory for the copy")
+
+    gpu, cpu = Device("g", "gpu", counts, 40, inflight=2), Device("c", "cpu", counts, 8)
+    gpu.worker.setup = broken
+    report = run_loop(n, [gpu.worker, cpu.worker], schedule="static", shares=[0.5, 0.5])
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    assert report.by_name["g"].failed and "no memory for the copy" in report.failures[0].error
+
+
+def test_perfmodel_saves_at_most_every_interval_and_the_rest_at_exit(tmp_path, monkeypatch):
+    import atexit
+
+    hooks = []
+    monkeypatch.setattr(atexit, "register", hooks.append)
+    counts = np.zeros(100, dtype=np.int64)
+    model = PerfModel(tmp_path / FILE_NAME)
+    model.update("k", run_loop(100, [Device("a", "cpu", counts, 10).worker]))   # saved now
+    first = json.loads((tmp_path / FILE_NAME).read_text())["entries"]["k"]["cpu-a"]["samples"]
+    model.update("k", run_loop(100, [Device("a", "cpu", counts, 10).worker]))   # within the interval
+    on_disk = json.loads((tmp_path / FILE_NAME).read_text())["entries"]["k"]["cpu-a"]["samples"]
+    assert first == on_disk == 1 and len(hooks) == 1
+    hooks[0]()                                                                  # the process exits
+    assert json.loads((tmp_path / FILE_NAME).read_text())["entries"]["k"]["cpu-a"]["samples"] == 2

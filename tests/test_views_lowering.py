@@ -269,3 +269,21 @@ def test_a_view_is_lowered_once_per_prefix_and_the_same_view_runs_again():
         out[...] = 0
         hetflow.forall(src.extent, double, src, dst)
         np.testing.assert_array_equal(out[1:-1, 1:-1], 2.0 * np.roll(a, -1, 0)[1:-1, 1:-1])
+
+
+@pytest.mark.parametrize("make, box", [
+    (lambda a: interior(a, 1), (slice(1, 5), slice(1, 7))),
+    (lambda a: section(interior(a, 1), (1, 2), (2, 3)), (slice(2, 4), slice(3, 6))),
+    (lambda a: interior(cshift(a, 0, 1), 1), (slice(2, 6), slice(1, 7))),   # cannot wrap
+    (lambda a: cshift(a, 0, 1), None),                                       # wraps
+    (lambda a: transpose(a, 0, 1), None),
+    (lambda a: project(a, 0, 2), None),
+])
+def test_root_box_only_for_translations_and_it_matches_the_elements(make, box):
+    a = np.arange(48.0).reshape(6, 8)
+    view = make(a)
+    assert view.root_box() == box
+    if box is not None:
+        np.testing.assert_array_equal(a[box], view.numpy())
+        view.assign(-1.0)
+        assert (a[box] == -1.0).all() and (a == -1.0).sum() == view.numpy().size

@@ -10,7 +10,7 @@ with the same key.
 from dataclasses import dataclass
 
 from hetflow.errors import ViewError
-from hetflow.index.expr import LowerContext, Var
+from hetflow.index.expr import Add, Const, LowerContext, Param, Var
 from hetflow.index.views import element_extent_of, extent_of, is_view, rank, root_of
 
 
@@ -21,7 +21,8 @@ class Lowering:
     ``root``: the array the kernel indexes; ``key``: hashable structure of the chain;
     ``param_names``/``params``: launch parameters and their values for this view;
     ``globals``: co-map functions by the names the expressions call them;
-    ``exprs``: the root index expressions over the variables ``var_names``.
+    ``exprs``: the root index expressions over the variables ``var_names``, which run
+    over ``shape`` (the view's extent, then its element extent).
     """
 
     root: object
@@ -31,6 +32,7 @@ class Lowering:
     globals: dict
     exprs: tuple
     var_names: tuple
+    shape: tuple
 
     @property
     def rank(self):
@@ -52,9 +54,44 @@ class Lowering:
         sources = (e.render(names) for e in self.exprs)
         return tuple(f"{cast}({s})" if cast else s for s in sources)
 
+    @property
+    def box(self):
+        """The view as one box of its root, a slice per root dimension, when every root
+        index is its own view index plus a constant (interior, section, a cshift that
+        cannot wrap over the view); else None. Such a view is read and written by
+        slicing, without index arrays."""
+        shape = getattr(self.root, "shape", None)
+        if shape is None or not len(self.var_names) == len(self.exprs) == len(shape) > 0:
+            return None
+        env = dict(zip(self.param_names, self.params))
+        box = []
+        for var, expr in zip(self.var_names, self.exprs):
+            found = _translation(expr, env)
+            if found is None or found[0] != var:
+                return None
+            start = found[1]
+            box.append(slice(start, start + self.shape[len(box)]))
+        return tuple(box)
+
     def __repr__(self):
         return (f"Lowering(key={self.key!r}, params={dict(zip(self.param_names, self.params))}, "
                 f"index={self.index_source(self.var_names)})")
+
+
+def _translation(expr, env):
+    """(variable name, offset) when ``expr`` is one variable plus numbers, else None."""
+    terms, stack = [], [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Add):
+            stack += [e.a, e.b]
+        else:
+            terms.append(e)
+    names = [t.name for t in terms if isinstance(t, Var)]
+    numbers = [t for t in terms if not isinstance(t, Var)]
+    if len(names) != 1 or not all(isinstance(t, (Const, Param)) for t in numbers):
+        return None
+    return names[0], sum(t.bounds(env)[0] for t in numbers)
 
 
 def lowering(view, prefix):
@@ -86,4 +123,4 @@ def _lower(view, prefix):
         exprs, node = node._lower_full(exprs, ctx), node.parent
     key = (len(shape), rank(node), tuple(ctx.key))
     return Lowering(root_of(view), key, tuple(ctx.param_names), tuple(ctx.params),
-                    dict(ctx.globals), exprs, var_names)
+                    dict(ctx.globals), exprs, var_names, shape)

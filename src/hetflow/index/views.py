@@ -270,10 +270,20 @@ class View(abc.ABC):
             idx, node = node._descend(idx), node.parent
         return tuple(xp.broadcast_to(xp.asarray(c), shape) for c in idx)
 
+    def root_box(self):
+        """The view as a box of its root (a slice per root dimension), or None: see
+        ``Lowering.box``. Boxes are read and written by slicing, not index arrays."""
+        from hetflow.index.lowering import lowering  # lowering imports this module
+
+        return lowering(self, "box_").box
+
     def _gather(self, xp):
         root = xp.asarray(self.root)
         if root.ndim == 0:  # root[()] would be a view of the root, not a copy
             return root.copy()
+        box = self.root_box()
+        if box is not None:
+            return root[box].copy()
         return xp.asarray(root[self._root_index(xp)])
 
     def numpy(self):
@@ -300,8 +310,11 @@ class View(abc.ABC):
         root = xp.asarray(self.root)
         shape = tuple(self.extent) + tuple(self.element_extent)
         values = xp.broadcast_to(xp.asarray(values, dtype=root.dtype), shape)
+        box = None if root.ndim == 0 else self.root_box()
         if root.ndim == 0:
             root[()] = values
+        elif box is not None:
+            root[box] = values
         else:
             root[self._root_index(xp)] = values
 

@@ -20,12 +20,14 @@ import threading
 import numpy as np
 
 from ..index import views as _views
+from ..index.lowering import lowering
 from ..index.operators import section
 from ..platform.cuda_compat import cuda_module
 from . import cpu
 from .gpu import launch_config
 from .launch import SCALARS, Launch, bind, normalize_extent
-from .perfmodel import PerfModel
+from ..platform.repository import default_root
+from .perfmodel import FILE_NAME, PerfModel
 from .report import RunReport
 from ..trace.recorder import notify as trace_notify
 from .steal import Worker, cpu_chunk_size, gpu_chunk_size, run_loop
@@ -44,9 +46,10 @@ def last_report() -> RunReport | None:
 
 def perf_model() -> PerfModel:
     global _model
+    path = default_root() / FILE_NAME  # follows HETFLOW_CACHE_DIR
     with _model_lock:
-        if _model is None or _model.path != PerfModel().path:
-            _model = PerfModel()
+        if _model is None or _model.path != path:
+            _model = PerfModel(path)
         return _model
 
 
@@ -59,49 +62,84 @@ def _device_key(device) -> str:
 
 
 class GpuChunks:
-    """A launch's data on one GPU, moved per chunk where the access pattern allows."""
+    """A launch's data on one GPU, moved per chunk where the access pattern allows.
+
+    Nothing moves at construction: ``setup`` runs in the GPU worker's thread while the
+    CPU workers already compute. Arrays that cannot move per chunk are copied whole, in
+    pieces of ``PIECE_BYTES``, and the GPU gives up as soon as the CPUs have finished the
+    loop without it: a GPU whose copies take longer than the whole loop on the CPUs
+    (a memory-bound stencil on host arrays) costs the loop at most one piece.
+    """
+
+    PIECE_BYTES = 8 << 20
 
     def __init__(self, launch: Launch):
         self.launch = launch
         self.device = launch.device
         self.cuda = cuda_module()
-        plan = launch.plan
-        data = plan.data
+        self.stream = None
+        self.streamed_in, self.streamed_out, self.merged = [], [], []
+        self.dev_args = ()
+
+    def _context(self):
+        return self.cuda.gpus[self.device.ordinal]
+
+    def setup(self, stopped=lambda: False) -> None:
+        """Allocate and copy in what the chunks need (returns early once ``stopped()``)."""
+        plan = self.launch.plan
         with self._context():
             self.stream = self.cuda.stream()
-            self.streamed_in, self.streamed_out, self.merged = [], [], []
-            dev_args, host_seen = [], {}
-            for name, arg in zip(data, launch.args):
-                row_wise = (type(arg) is np.ndarray and name in plan.access.rows
-                            and arg.flags.c_contiguous)
-                if _views.is_view(arg):
-                    root = arg.root
-                    if id(root) not in host_seen:
-                        host_seen[id(root)] = self.cuda.to_device(np.ascontiguousarray(root), stream=self.stream)
-                    from ..index.lowering import lowering
+            dev_args, copies = [], {}
 
-                    dev_args.extend([host_seen[id(root)], *lowering(arg, f"{name}__p").params])
+            def whole(host):  # one device copy per host array, shared by its views
+                if stopped():
+                    return None
+                if id(host) not in copies:
+                    copies[id(host)] = self._copy_in(host, stopped)
+                return copies[id(host)]
+
+            for name, arg in zip(plan.data, self.launch.args):
+                if _views.is_view(arg):
+                    dev = whole(arg.root)
+                    if dev is None:
+                        return
+                    dev_args.extend([dev, *lowering(arg, f"{name}__p").params])
                     if plan.access.writes(name):
-                        self.merged.append((arg, host_seen[id(root)]))
+                        self.merged.append((arg, dev))
                 elif isinstance(arg, np.ndarray):
-                    if row_wise:  # allocated only; rows move with their chunk
+                    if name in plan.access.rows and arg.flags.c_contiguous:
+                        # allocated only: rows move with their chunk
                         dev = self.cuda.device_array(arg.shape, arg.dtype, stream=self.stream)
                         if plan.access.reads(name):
                             self.streamed_in.append((arg, dev))
                         if plan.access.writes(name):
                             self.streamed_out.append((arg, dev))
                     else:
-                        dev = self.cuda.to_device(np.ascontiguousarray(arg), stream=self.stream)
+                        dev = whole(arg)
+                        if dev is None:
+                            return
                         if plan.access.writes(name):
                             self.merged.append((arg, dev))
                     dev_args.append(dev)
                 else:
                     dev_args.append(arg)
             self.dev_args = tuple(dev_args)
-            self.stream.synchronize()
 
-    def _context(self):
-        return self.cuda.gpus[self.device.ordinal]
+    def _copy_in(self, host, stopped):
+        """A device copy of ``host``, made piece by piece; None if ``stopped()`` first."""
+        host = np.ascontiguousarray(host)
+        dev = self.cuda.device_array(host.shape, host.dtype, stream=self.stream)
+        if host.ndim == 0 or host.nbytes <= self.PIECE_BYTES:
+            dev.copy_to_device(host, stream=self.stream)
+            self.stream.synchronize()
+            return dev
+        step = max(1, self.PIECE_BYTES * host.shape[0] // host.nbytes)
+        for lo in range(0, host.shape[0], step):
+            dev[lo:lo + step].copy_to_device(host[lo:lo + step], stream=self.stream)
+            self.stream.synchronize()
+            if stopped():
+                return None
+        return dev
 
     def run_chunk(self, lo: int, hi: int) -> None:
         with self._context():
@@ -118,26 +156,46 @@ class GpuChunks:
             self.stream.synchronize()
 
     def merge_back(self, ranges) -> None:
-        """Copy the rows this GPU computed of every non-streamed written array home."""
+        """Copy home the rows this GPU computed of every written array copied whole:
+        just those rows where they form a box of the array, else the whole copy."""
         if not self.merged or not ranges:
             return
         with self._context():
             for target, dev in self.merged:
-                result = dev.copy_to_host(stream=self.stream)
-                self.stream.synchronize()
-                for lo, hi in ranges:
-                    _merge_rows(target, result, lo, hi)
+                whole = None
+                for lo, hi in _coalesce(ranges):
+                    rows = _row_section(target, lo, hi)
+                    home = target.root if _views.is_view(target) else target
+                    box = rows.root_box() if _views.is_view(rows) else (slice(lo, hi),)
+                    if box is not None:
+                        part = dev[box[0]].copy_to_host(stream=self.stream)
+                        self.stream.synchronize()
+                        home[box] = part[(slice(None),) + box[1:]]
+                        continue
+                    if whole is None:
+                        whole = dev.copy_to_host(stream=self.stream)
+                        self.stream.synchronize()
+                    idx = rows._root_index(np)
+                    home[idx] = whole[idx]
 
 
-def _merge_rows(target, result: np.ndarray, lo: int, hi: int) -> None:
-    """target[rows lo:hi] = the same elements of ``result`` (a copy of target's root)."""
+def _coalesce(ranges):
+    """Sorted ``(lo, hi)`` ranges with touching neighbours joined."""
+    out = []
+    for lo, hi in sorted(ranges):
+        if out and out[-1][1] == lo:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _row_section(target, lo: int, hi: int):
+    """Rows ``[lo, hi)`` of ``target`` (a view of them, or the plain array's slice)."""
     if not _views.is_view(target):
-        target[lo:hi] = result[lo:hi]
-        return
+        return target[lo:hi]
     ext = tuple(target.extent)
-    rows = section(target, (lo,) + (0,) * (len(ext) - 1), (hi - lo,) + ext[1:])
-    idx = rows._root_index(np)
-    target.root[idx] = result[idx]
+    return section(target, (lo,) + (0,) * (len(ext) - 1), (hi - lo,) + ext[1:])
 
 
 def _cpu_workers(launch: Launch, rows: int, count: int) -> list[Worker]:
@@ -154,7 +212,8 @@ def _gpu_worker(launch: Launch) -> tuple[Worker, GpuChunks]:
     # The simulator runs a launch as OS threads: few, large chunks keep tests quick.
     threads = 64 if dev.simulated else gpu_chunk_size(dev.compute_units, dev.simd_width, 32, waves=4)
     size = max(1, threads // per_row)
-    worker = Worker(dev.id, "gpu", chunks.run_chunk, size, dev.id, inflight=2, sync=chunks.sync)
+    worker = Worker(dev.id, "gpu", chunks.run_chunk, size, dev.id, inflight=2, sync=chunks.sync,
+                    setup=chunks.setup)
     return worker, chunks
 
 

@@ -7,13 +7,16 @@ range each worker starts with, so stealing only has to fix the residual error.
 
 The history is one JSON file, ``perfmodel.json`` in the code repository directory
 (``$HETFLOW_CACHE_DIR``, else ``~/.cache/hetflow``). It is written atomically (a temporary
-file then ``os.replace``), and merged with what other processes wrote meanwhile.
+file then ``os.replace``), and merged with what other processes wrote meanwhile; a
+loop run hundreds of times a second saves at most every ``SAVE_INTERVAL`` seconds, and
+what is left is saved when the process exits.
 Keys are opaque strings; device keys should name the kind of unit, not its slot (e.g.
 one key for every core of a CPU model, one per GPU model), so that history carries over
 between machines of the same build.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -28,6 +31,7 @@ from ..platform.repository import default_root
 log = logging.getLogger(__name__)
 
 FILE_NAME = "perfmodel.json"
+SAVE_INTERVAL = 2.0
 _VERSION = 1
 
 
@@ -46,6 +50,8 @@ class PerfModel:
         self._entries: dict[str, dict[str, dict]] | None = None
         self._dirty: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
+        self._saved_at = -float("inf")
+        self._exit_hook = False
 
     # reading -------------------------------------------------------------------------
     def _read_file(self) -> dict[str, dict[str, dict]]:
@@ -123,6 +129,17 @@ class PerfModel:
         for key, values in rates.items():
             self.observe(kernel_key, key, sum(values) / len(values))
         if save and rates:
+            self._save_throttled()
+
+    def _save_throttled(self) -> None:
+        if time.monotonic() - self._saved_at >= SAVE_INTERVAL:
+            self.save()
+        elif not self._exit_hook:
+            self._exit_hook = True
+            atexit.register(self._save_if_dirty)
+
+    def _save_if_dirty(self) -> None:
+        if self._dirty:
             self.save()
 
     # writing ---------------------------------------------------------------------------
@@ -146,3 +163,4 @@ class PerfModel:
                 raise
             self._entries = merged
             self._dirty.clear()
+            self._saved_at = time.monotonic()

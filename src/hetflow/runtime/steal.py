@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import queue
 import threading
 import time
 from typing import Callable
@@ -74,7 +75,7 @@ STOP = 3            # acquire status: the EMPTY token is in this worker's queue
 HELD = 0            # ctl word: ranges taken and not completed
 EPOCH = 8           # ctl word: pushes made after the initial distribution
 _MIN_BACKOFF = 2e-5
-_MAX_BACKOFF = 1e-3
+_MAX_BACKOFF = 2e-4
 
 
 @dataclasses.dataclass
@@ -84,7 +85,11 @@ class Worker:
     ``run_chunk(lo, hi)`` executes indices ``[lo, hi)``; a CPU worker's should release
     the GIL (a Numba ``nogil`` function). A GPU worker's may return before the work is
     done: give it ``sync`` (waits for everything launched) and ``inflight`` > 1, and up
-    to ``inflight`` chunks are launched before ``sync`` is called.
+    to ``inflight`` chunks are launched before ``sync`` is called. ``setup(stopped)``,
+    if given, runs in the worker's thread before it takes any work (a GPU copying its
+    data in); it should return early once ``stopped()`` says the loop is over, and if it
+    raises, the worker fails and the others run its chunks. Meanwhile the other workers
+    steal from its deque.
     """
 
     name: str
@@ -94,6 +99,7 @@ class Worker:
     device_id: str
     inflight: int = 1
     sync: Callable[[], object] | None = None
+    setup: Callable[[Callable[[], bool]], object] | None = None
 
     def __post_init__(self):
         if self.kind not in ("cpu", "gpu"):
@@ -242,6 +248,45 @@ def _distribute(state, buf, capacity, q, lo, hi, chunk_size):
 
 
 # -- one loop ------------------------------------------------------------------------------
+class _Threads:
+    """Worker threads kept between loops: a forall over 16 cores would otherwise start
+    16 threads each time, which costs more than a small loop itself. An idle thread
+    takes the next job; when none is idle, a new one starts (so loops running at the
+    same time never wait for each other's threads)."""
+
+    def __init__(self):
+        self._idle: list[queue.SimpleQueue] = []
+        self._lock = threading.Lock()
+
+    def start(self, job, name: str) -> threading.Event:
+        """Run ``job()`` on a kept thread; the returned event is set when it returns."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(inbox,), daemon=True).start()
+        done = threading.Event()
+        inbox.put((job, name, done))
+        return done
+
+    def _serve(self, inbox):
+        while True:
+            job, name, done = inbox.get()
+            threading.current_thread().name = name
+            try:
+                job()
+            except BaseException:        # keep the thread: its inbox goes back to the idle list
+                log.exception("hetflow worker thread %s: job failed", name)
+            finally:
+                threading.current_thread().name = "hetflow-idle"
+                with self._lock:
+                    self._idle.append(inbox)
+                done.set()
+
+
+_THREADS = _Threads()
+
+
 class _WorkerLog:
     """What one worker thread records; only that thread writes it while the loop runs."""
 
@@ -299,6 +344,11 @@ class _Loop:
     def _work(self, me, log_):
         w = self.workers[me]
         d = self.deques
+        if w.setup is not None:
+            try:
+                w.setup(lambda: d.has_empty_token(me))
+            except Exception as exc:
+                return self._fail(me, [], exc)
         held = []                        # (lo, hi, victim, t_start) of ranges taken
         group_start = 0.0
         backoff = _MIN_BACKOFF
@@ -382,19 +432,17 @@ class _Loop:
 
     # The calling thread --------------------------------------------------------------
     def run(self):
-        threads = [threading.Thread(target=self.work, args=(i,), daemon=True,
-                                    name=f"hetflow-{w.name}")
-                   for i, w in enumerate(self.workers)]
         self.t0 = time.perf_counter()
+        done = []
         try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            for i, w in enumerate(self.workers):
+                done.append(_THREADS.start(lambda i=i: self.work(i), f"hetflow-{w.name}"))
+            for d in done:
+                d.wait()
         except BaseException:            # Ctrl-C: stop the workers after their chunk
             self.deques.write_empty_token()
-            for t in threads:
-                t.join()
+            for d in done:
+                d.wait()
             raise
         return time.perf_counter() - self.t0
 

@@ -28,7 +28,7 @@ import hetflow
 from hetflow.ir import RuleSet
 from hetflow.platform.cuda_compat import cuda_module, cupy_module
 
-sys.path.append(os.path.dirname(__file__))  # appended: bench/queue.py must not shadow the stdlib
+sys.path.append(os.path.dirname(__file__))
 from _common import best_time, fmt_s, report  # noqa: E402
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import hetflow
 from hetflow.library import axpy
 
-sys.path.append(os.path.dirname(__file__))  # appended: bench/queue.py must not shadow the stdlib
+sys.path.append(os.path.dirname(__file__))
 from _common import best_time, fmt_s, per_call, report  # noqa: E402
 
 

@@ -51,7 +51,7 @@ import hetflow
 from hetflow.errors import RuntimeFailure
 from hetflow.platform.cuda_compat import cupy_module
 
-sys.path.append(os.path.dirname(__file__))  # appended: bench/queue.py must not shadow the stdlib
+sys.path.append(os.path.dirname(__file__))
 from _common import fmt_s, report  # noqa: E402
 
 IRREGULAR = (-2.0, 0.5, 0.0, 1.25)   # x_min, x_max, y_min, y_max

@@ -31,7 +31,7 @@ from hetflow.platform.cuda_compat import cuda_module, cupy_module
 from hetflow.runtime.reductions import reduce
 from hetflow.runtime.scan_sort import scan, sort
 
-sys.path.append(os.path.dirname(__file__))  # appended: bench/queue.py must not shadow the stdlib
+sys.path.append(os.path.dirname(__file__))
 from _common import fmt_s, report  # noqa: E402
 
 

@@ -43,13 +43,19 @@ def _cmd_demo(args) -> int:
     return run_demo(args)
 
 
+def _bench_files() -> dict[str, Path]:
+    """Benchmark name -> file. A ``_bench`` suffix keeps a file from shadowing a standard
+    module when bench/ is on the path (``queue_bench.py`` is ``hetflow bench queue``)."""
+    return {p.stem.removesuffix("_bench"): p for p in BENCH_DIR.glob("*.py") if not p.stem.startswith("_")}
+
+
 def _bench_names() -> list[str]:
-    return sorted(p.stem for p in BENCH_DIR.glob("*.py") if not p.stem.startswith("_"))
+    return sorted(_bench_files())
 
 
 def _cmd_bench(args) -> int:
-    path = BENCH_DIR / f"{args.name}.py"
-    if not path.exists():
+    path = _bench_files().get(args.name)
+    if path is None:
         raise SystemExit(f"hetflow: no benchmark {args.name!r}; available: {', '.join(_bench_names())}")
     spec = importlib.util.spec_from_file_location(f"hetflow_bench_{args.name}", path)
     module = importlib.util.module_from_spec(spec)

@@ -9,24 +9,20 @@ graph handed to Dask) to the last result. Ratios are hetflow's speed-up (> 1: fa
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+import time
 
-# This file is named like the standard library's ``queue`` (which dask imports): keep
-# bench/ at the end of the path, where it cannot shadow it, even when run as a script.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE] + [_HERE]
+import dask
+import dask.threaded
+import numpy as np
 
-import argparse  # noqa: E402
-import time  # noqa: E402
+import hetflow
+from hetflow.runtime.queue import Queue
 
-import dask  # noqa: E402
-import dask.threaded  # noqa: E402
-import numpy as np  # noqa: E402
+sys.path.append(os.path.dirname(__file__))
 from _common import fmt_s, report  # noqa: E402
-
-import hetflow  # noqa: E402
-from hetflow.runtime.queue import Queue  # noqa: E402
 
 
 @hetflow.kernel

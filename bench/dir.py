@@ -97,14 +97,14 @@ def cpu_rows(n, repeat):
     for y in (y_plain, y_fused, y_np, y_nb):
         np.testing.assert_allclose(y, expected, rtol=1e-12)
     check_fused(fused, temps)
-    return [
-        dict(name=f"4 ops n={n:.0e} vs unfused graph", baseline=fmt_s(t_plain), hetflow=fmt_s(t_fused),
-             ratio=t_plain / t_fused, target=">= 2.5x"),
-        dict(name=f"4 ops n={n:.0e} vs numpy (out=)", baseline=fmt_s(t_numpy), hetflow=fmt_s(t_fused),
-             ratio=t_numpy / t_fused, target=""),
-        dict(name=f"4 ops n={n:.0e} vs numba, fused by hand", baseline=fmt_s(t_numba),
-             hetflow=fmt_s(t_fused), ratio=t_numba / t_fused, target=""),
-    ]
+    return table("", n, t_fused, [("unfused graph", t_plain, ">= 2.5x"), ("numpy (out=)", t_numpy, ""),
+                                  ("numba, fused by hand", t_numba, "")])
+
+
+def table(prefix, n, t_fused, baselines):
+    """Rows of the fused graph's time against each ``(name, seconds, target)`` baseline."""
+    return [dict(name=f"{prefix}4 ops n={n:.0e} vs {name}", baseline=fmt_s(t), hetflow=fmt_s(t_fused),
+                 ratio=t / t_fused, target=target) for name, t, target in baselines]
 
 
 def real_gpu() -> bool:
@@ -146,14 +146,8 @@ def gpu_rows(n, repeat):
         # FMA contraction on the GPU changes the last bits; the oracle is NumPy-style CuPy.
         cp.testing.assert_allclose(y, expected, rtol=1e-12)
     check_fused(fused, temps)
-    return [
-        dict(name=f"GPU 4 ops n={n:.0e} vs unfused graph", baseline=fmt_s(t_plain), hetflow=fmt_s(t_fused),
-             ratio=t_plain / t_fused, target=">= 2x"),
-        dict(name=f"GPU 4 ops n={n:.0e} vs cupy (out=)", baseline=fmt_s(t_cp), hetflow=fmt_s(t_fused),
-             ratio=t_cp / t_fused, target=""),
-        dict(name=f"GPU 4 ops n={n:.0e} vs numba-cuda, fused by hand", baseline=fmt_s(t_cu),
-             hetflow=fmt_s(t_fused), ratio=t_cu / t_fused, target=""),
-    ]
+    return table("GPU ", n, t_fused, [("unfused graph", t_plain, ">= 2x"), ("cupy (out=)", t_cp, ""),
+                                      ("numba-cuda, fused by hand", t_cu, "")])
 
 
 SECTIONS = [cpu_rows, gpu_rows]

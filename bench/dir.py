@@ -12,24 +12,38 @@ The program (10^7 float64 by default) is captured once per contender with
 
 Baselines in the same process: the unfused graph (the figure the target is about),
 NumPy with preallocated outputs, and a hand-fused Numba ``prange`` loop. Ratios are
-speed-ups of the fused graph (baseline time / fused time). Each section is a function
-returning table rows; further sections (GPU, adaptive Jacobi) go in ``SECTIONS``.
+speed-ups of the fused graph (baseline time / fused time).
+
+On a machine with an NVIDIA GPU (and CuPy), two more sections: the same chain in GPU
+memory, and an **adaptive Jacobi**: an iterative 2-D Jacobi program (two captured
+steps per iteration, arrays in managed memory) runs on the GPU while a second process
+starts loading that GPU partway through. "static" keeps the launches on the GPU;
+"adaptive" runs with ``examples/rules/move_off_busy_gpu.toml``, whose rules move the
+launches to the CPU cores at the next safe point (between iterations) once the monitor
+sees another process on the GPU. Ratio: static time / adaptive time. Each section is a
+function of the parsed arguments returning table rows and notes (``SECTIONS``).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 
 import numba
 import numpy as np
 
 import hetflow
-from hetflow.ir import RuleSet
+from hetflow.ir import Interpreter, Monitor, NodePattern, Partition, Rule, RuleSet
 from hetflow.platform.cuda_compat import cuda_module, cupy_module
 
 sys.path.append(os.path.dirname(__file__))
 from _common import best_time, fmt_s, report  # noqa: E402
+from _gpuload import GpuHog  # noqa: E402
+
+MOVE_RULES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "examples", "rules", "move_off_busy_gpu.toml")
 
 
 @hetflow.kernel
@@ -76,7 +90,8 @@ def check_fused(fused, temps) -> None:
         raise RuntimeError(f"the chain was not fused as expected:\n{fused.describe()}")
 
 
-def cpu_rows(n, repeat):
+def cpu_rows(args):
+    n, repeat = args.n, args.repeat
     x = np.random.default_rng(0).random(n)
     expected = (2.0 * x + 1.0) ** 2 - x
     y_plain, y_fused, y_np, y_nb = (np.empty(n) for _ in range(4))
@@ -98,7 +113,7 @@ def cpu_rows(n, repeat):
         np.testing.assert_allclose(y, expected, rtol=1e-12)
     check_fused(fused, temps)
     return table("", n, t_fused, [("unfused graph", t_plain, ">= 2.5x"), ("numpy (out=)", t_numpy, ""),
-                                  ("numba, fused by hand", t_numba, "")])
+                                  ("numba, fused by hand", t_numba, "")]), []
 
 
 def table(prefix, n, t_fused, baselines):
@@ -111,11 +126,12 @@ def real_gpu() -> bool:
     return any(d.kind == "gpu" and not d.simulated for d in hetflow.devices())
 
 
-def gpu_rows(n, repeat):
+def gpu_rows(args):
     """The same chain on the first GPU: inputs, outputs and intermediates in GPU memory."""
+    n, repeat = args.n, args.repeat
     cp, cuda = cupy_module(), cuda_module()
     if cp is None or not real_gpu():
-        return []
+        return [], []
 
     @cuda.jit
     def cuda_chain(x, y):
@@ -147,10 +163,110 @@ def gpu_rows(n, repeat):
         cp.testing.assert_allclose(y, expected, rtol=1e-12)
     check_fused(fused, temps)
     return table("GPU ", n, t_fused, [("unfused graph", t_plain, ">= 2x"), ("cupy (out=)", t_cp, ""),
-                                      ("numba-cuda, fused by hand", t_cu, "")])
+                                      ("numba-cuda, fused by hand", t_cu, "")]), []
 
 
-SECTIONS = [cpu_rows, gpu_rows]
+# -- adaptive Jacobi: the GPU taken by another process partway ----------------------------------
+@hetflow.kernel
+def dir_jacobi(i, j, n, s, e, w, out):
+    out[i, j] = 0.25 * (n[i, j] + s[i, j] + e[i, j] + w[i, j])
+
+
+@numba.njit(parallel=True, nogil=True)
+def numba_jacobi(u, v, steps):
+    """The oracle: ``steps`` Jacobi steps by hand, alternating u -> v and v -> u."""
+    for k in range(steps):
+        a, b = (u, v) if k % 2 == 0 else (v, u)
+        for i in numba.prange(1, a.shape[0] - 1):
+            for j in range(1, a.shape[1] - 1):
+                b[i, j] = 0.25 * (a[i - 1, j] + a[i + 1, j] + a[i, j + 1] + a[i, j - 1])
+
+
+def jacobi_step(u, v) -> None:
+    """One step of u's interior into v's, written with views (captured inside a graph)."""
+    inner = hetflow.interior(v, 1)
+    views = [hetflow.interior(hetflow.cshift(u, d, s), 1) for d, s in ((0, -1), (0, 1), (1, 1), (1, -1))]
+    hetflow.forall(inner, dir_jacobi, *views, inner)
+
+
+def placed_on(kind) -> RuleSet:
+    return RuleSet([Rule(f"stay-on-{kind}", match=NodePattern(op="forall"), then=Partition(kinds=[kind]))])
+
+
+class JacobiProgram:
+    """Two Jacobi steps per iteration over managed arrays, captured once, with a monitor
+    that samples NVML and psutil at safe points every ``period`` seconds."""
+
+    def __init__(self, size, period):
+        self.start = np.random.default_rng(1).random((size, size))
+        self.u = hetflow.empty((size, size), device="managed")
+        self.v = hetflow.empty((size, size), device="managed")
+        monitor = Monitor(mode="periodic", period=period)
+        with hetflow.graph("jacobi", interpreter=Interpreter(monitor)) as self.graph:
+            jacobi_step(self.u, self.v)
+            jacobi_step(self.v, self.u)
+
+    def reset(self) -> None:
+        self.u[...] = self.start
+        self.v[...] = self.start
+
+    def run(self, rules, iterations) -> float:
+        """Seconds for ``iterations`` iterations from the start grid."""
+        self.reset()
+        t0 = time.perf_counter()
+        self.graph.run(rules=rules, iterations=iterations)
+        return time.perf_counter() - t0
+
+    def placements(self, since) -> list:
+        """The device kinds the launches ran on, version by version, from version ``since``."""
+        return [",".join(sorted({d.rstrip("0123456789") for n in v.nodes for d in n.attrs.get("devices") or ()}))
+                for v in self.graph.versions[since:]]
+
+
+def adaptive_rows(args):
+    """Static vs adaptive placement of an iterative Jacobi while another process loads the GPU."""
+    gpus = [d for d in hetflow.devices() if d.kind == "gpu" and not d.simulated]
+    if cupy_module() is None or not gpus:
+        return [], []
+    size, iterations = args.jacobi_size, args.jacobi_iterations
+    prog = JacobiProgram(size, args.period)
+    on_cpu, static, adaptive = placed_on("cpu"), placed_on("gpu"), RuleSet.load(MOVE_RULES)
+    per_it = {}
+    for label, rules in (("cpu", on_cpu), ("gpu", static)):  # compiles both, then times each alone
+        prog.run(rules, 2)
+        per_it[label] = prog.run(rules, iterations // 10) / (iterations // 10)
+    expected_u, expected_v = prog.start.copy(), prog.start.copy()
+    numba_jacobi(expected_u, expected_v, 2 * iterations)
+    delay = args.hog_delay * iterations * per_it["gpu"]
+    hog = GpuHog(gpus[0].ordinal, args.hog_size, args.hog_copy_mb)
+    times, moves, steps = {"static": [], "adaptive": []}, [], []
+    try:
+        for k in range(args.rounds):
+            for label in (("static", "adaptive") if k % 2 == 0 else ("adaptive", "static")):
+                first = len(prog.graph.versions)
+                rules = static if label == "static" else adaptive
+                seconds, n_steps = hog.during(lambda: prog.run(rules, iterations), delay)
+                np.testing.assert_allclose(prog.u, expected_u, rtol=1e-12, err_msg=f"{label} run")
+                times[label].append(seconds)
+                steps.append(n_steps)
+                if label == "adaptive":
+                    moves.append(" -> ".join(prog.placements(first)) or "unchanged")
+    finally:
+        hog.close()
+    t_static, t_adaptive = statistics.median(times["static"]), statistics.median(times["adaptive"])
+    name = f"Jacobi {size}^2 x {iterations} it, GPU taken partway: adaptive vs static"
+    rows = [dict(name=name, baseline=fmt_s(t_static), hetflow=fmt_s(t_adaptive), ratio=t_static / t_adaptive,
+                 target=">= 1.3x")]
+    notes = [f"adaptive Jacobi: per iteration (2 steps) unloaded: GPU {fmt_s(per_it['gpu'])}, "
+             f"CPU {fmt_s(per_it['cpu'])}; load from {fmt_s(delay)} on ({args.hog_size}^2 f32 matmuls + "
+             f"{args.hog_copy_mb} MiB copies; load steps per run {min(steps)}..{max(steps)})",
+             f"adaptive placements by version: {'; '.join(moves)}; times static "
+             f"{', '.join(fmt_s(t) for t in times['static'])}, adaptive "
+             f"{', '.join(fmt_s(t) for t in times['adaptive'])} (median of {args.rounds})"]
+    return rows, notes
+
+
+SECTIONS = [cpu_rows, gpu_rows, adaptive_rows]
 
 
 def main(argv=None) -> int:
@@ -159,13 +275,29 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     p.add_argument("-n", type=int, default=None, help="elements (default 10^7; --quick: 10^5)")
+    p.add_argument("--only", choices=("chain", "adaptive"), help="run one part only")
+    p.add_argument("--jacobi-size", type=int, default=2048, help="adaptive Jacobi grid side")
+    p.add_argument("--jacobi-iterations", type=int, default=1000, help="adaptive Jacobi iterations")
+    p.add_argument("--period", type=float, default=0.05, help="monitor sampling period (s)")
+    p.add_argument("--hog-delay", type=float, default=0.25,
+                   help="load starts after this fraction of the unloaded GPU run")
+    p.add_argument("--hog-size", type=int, default=8192, help="load process's matmul side")
+    p.add_argument("--hog-copy-mb", type=int, default=256, help="load process's copy size (MiB)")
+    p.add_argument("--rounds", type=int, default=2, help="adaptive Jacobi runs per contender")
     args = p.parse_args(argv)
-    n = args.n or (10**5 if args.quick else 10**7)
-    repeat = 2 if args.quick else 7
-    rows = [row for section in SECTIONS for row in section(n, repeat)]
+    args.n = args.n or (10**5 if args.quick else 10**7)
+    args.repeat = 2 if args.quick else 7
+    sections = {"chain": SECTIONS[:2], "adaptive": SECTIONS[2:]}.get(args.only, SECTIONS)
+    rows, notes = [], []
+    for section in sections:
+        more_rows, more_notes = section(args)
+        rows += more_rows
+        notes += more_notes
     cpu = hetflow.get_device("cpu0")
     report(rows, args.json, f"hetflow bench dir ({cpu.name}, {cpu.compute_units} cores); "
-                            f"ratio = baseline time / fused graph time")
+                            f"ratio = baseline time / hetflow time")
+    if not args.json:
+        print("\n".join(notes))
     return 0
 
 

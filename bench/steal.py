@@ -38,9 +38,7 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
-import threading
 import time
 
 import numba
@@ -53,6 +51,7 @@ from hetflow.platform.cuda_compat import cupy_module
 
 sys.path.append(os.path.dirname(__file__))
 from _common import fmt_s, report  # noqa: E402
+from _gpuload import GpuHog  # noqa: E402
 
 IRREGULAR = (-2.0, 0.5, 0.0, 1.25)   # x_min, x_max, y_min, y_max
 UNIFORM = (-0.5, 0.0, 0.0, 0.3)      # inside the main cardioid: no pixel escapes
@@ -315,88 +314,6 @@ def _steals(rep):
 
 
 # -- the GPU loaded partway by another process ----------------------------------------------------
-HOG = r"""
-import os, select, sys
-import cupy as cp
-ordinal, size, copy_mb = (int(a) for a in sys.argv[1:4])
-cp.cuda.Device(ordinal).use()
-a = cp.random.random((size, size), dtype=cp.float32)
-b = cp.random.random((size, size), dtype=cp.float32)
-host = cp.asnumpy(cp.ones(copy_mb << 18, dtype=cp.float32))
-dev = cp.empty(host.shape, host.dtype)
-pending = []
-
-def step():
-    a @ b
-    dev.set(host)
-    cp.cuda.Device().synchronize()
-
-def command():
-    while not pending:
-        data = os.read(0, 64).decode()
-        if not data:
-            return "quit"
-        pending.extend(data.split())
-    return pending.pop(0)
-
-step()
-print("ready", flush=True)
-while command() == "go":
-    count = 0
-    while not pending and not select.select([0], [], [], 0)[0]:
-        step()
-        count += 1
-    command()                          # "stop" (or end of input)
-    print(f"idle {count}", flush=True)
-"""
-
-
-class GpuHog:
-    """Another process that, on demand, keeps the GPU busy with matmuls and copies."""
-
-    def __init__(self, ordinal, size, copy_mb):
-        self.proc = subprocess.Popen([sys.executable, "-c", HOG, str(ordinal), str(size), str(copy_mb)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, bufsize=1)
-        line = self.proc.stdout.readline().strip()
-        if line != "ready":
-            self.close()
-            raise RuntimeFailure(f"the GPU load process did not start: {self.proc.stderr.read()[-2000:]}")
-
-    def _send(self, command):
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-
-    def during(self, run, delay):
-        """Run ``run()`` with the load starting ``delay`` s after it; (result, load steps)."""
-        started = threading.Event()
-
-        def go():
-            self._send("go")
-            started.set()
-
-        timer = threading.Timer(delay, go)
-        timer.start()
-        try:
-            result = run()
-        finally:
-            timer.cancel()
-            timer.join()
-            steps = 0
-            if started.is_set():
-                self._send("stop")
-                steps = int(self.proc.stdout.readline().split()[1])
-        return result, steps
-
-    def close(self):
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def loaded_case(chain, devs, speed_shares, t_static, args, gpu):
     """Steal and static, both from the unloaded speed shares, with the GPU loaded from
     ``args.hog_delay`` x (the unloaded static time) on."""

@@ -17,6 +17,7 @@ from hetflow.platform.devices import devices, get_device
 from hetflow.platform.repository import repository
 
 EXAMPLE_RULES = Path(__file__).resolve().parents[1] / "examples" / "rules" / "fuse_and_repartition.toml"
+MOVE_RULES = EXAMPLE_RULES.with_name("move_off_busy_gpu.toml")
 
 
 @hetflow.kernel
@@ -139,6 +140,22 @@ def test_4_gpu_shared_with_another_process_adds_a_rule_at_run_time():
     assert placements(g)[0][2] == {"cpu0": 0.8, "gpu3": 0.2}
     assert [v.number for v in g.versions] == [0, 1, 2, 3]
     np.testing.assert_array_equal(out, expected)
+
+
+def test_4_launches_leave_a_gpu_another_process_takes_and_come_back():
+    gpu = simulated_device("gpu", 3)
+    interp = interpreter(get_device("cpu0"), gpu)
+    g, out, expected = saxpy_graph(interp)
+    rules = RuleSet.load(MOVE_RULES)
+    for value, kind in ((0.0, "gpu3"), (0.9, "cpu0"), (0.1, "gpu3")):   # free, taken, left again
+        interp.monitor.inject("utilization", device="gpu3", value=value)
+        out[:] = 0
+        g.run(rules=rules, iterations=2)
+        assert placements(g)[0][1] == (kind,)
+        np.testing.assert_array_equal(out, expected)
+    assert [v.reason for v in g.versions[1:]] == [
+        "rules: run-on-free-gpu; events: utilization", "rules: leave-busy-gpu; events: utilization",
+        "rules: run-on-free-gpu; events: utilization"]
 
 
 def test_5_coarse_partition_is_refined_by_each_node():

@@ -4,7 +4,8 @@ object) on a GPU, with zero-copy interop between them and DLPack producers.
 A ``device`` argument names where an array should live: ``None`` (leave it where it
 is; new arrays go to the host), ``"cpu"``/``"host"``, ``"gpu"``/``"cuda"`` or
 ``"cuda:N"``/``"gpu:N"``, an integer GPU ordinal, or a device object with a ``kind``
-attribute (``"cpu"`` or ``"gpu"``) and optionally an ``ordinal``.
+attribute (``"cpu"`` or ``"gpu"``) and optionally an ``ordinal``. New arrays may also
+go to ``"managed"`` memory (see :mod:`hetflow.index.managed`).
 """
 import contextlib
 import re
@@ -107,6 +108,10 @@ def asarray(x, device=None, dtype=None):
 
 
 def _new(fill, shape, dtype, device):
+    if isinstance(device, str) and device.lower() == "managed":
+        from hetflow.index.managed import managed
+
+        return managed(fill, shape, dtype)
     kind, ordinal = _placement(device)
     if kind == "gpu":
         cupy, where = _on_gpu(ordinal)
@@ -128,10 +133,11 @@ def _allocate(fill, shape, dtype, device):
 
 
 def zeros(shape, dtype=np.float64, device=None):
-    """A new zero-filled array of ``shape`` on the host, or on a GPU via CuPy."""
+    """A new zero-filled array of ``shape`` on the host, on a GPU via CuPy, or (``device=
+    "managed"``) a host array in CUDA managed memory that GPU launches use in place."""
     return _allocate("zeros", shape, dtype, device)
 
 
 def empty(shape, dtype=np.float64, device=None):
-    """A new uninitialised array of ``shape`` on the host, or on a GPU via CuPy."""
+    """A new uninitialised array of ``shape``, placed as for :func:`zeros`."""
     return _allocate("empty", shape, dtype, device)

@@ -1,7 +1,8 @@
 """The monitor: feedback about the machine and the program, as variables and events.
 
 Variables are dotted names read by rule expressions: ``cpu.utilization``,
-``gpu.utilization`` (the busiest GPU), ``gpu0.utilization``, ``free_memory`` (host
+``gpu.utilization`` (the busiest GPU), ``gpu0.utilization`` (measured: by processes
+other than this one), ``gpu0.device_utilization`` (all of it), ``free_memory`` (host
 bytes available), ``gpu.free_memory``, ``throughput.cpu0`` (items per second from run
 reports), ``input.size``, ``input.dtype``, ``complexity`` and anything a rule or the
 program sets. Events record what happened since the last safe point:
@@ -41,6 +42,7 @@ import numpy as np
 import psutil
 
 from ..errors import MonitorError
+from ..runtime.status import _others_utilisation
 from .topology import Topology
 
 log = logging.getLogger("hetflow.ir.monitor")
@@ -71,7 +73,7 @@ class PsutilSource:
 
 
 class NvmlSource:
-    """Per-GPU utilisation and free memory through NVML (nvidia-ml-py)."""
+    """Per-GPU utilisation by other processes, the device's own, and free memory (NVML)."""
 
     name = "nvml"
 
@@ -90,9 +92,15 @@ class NvmlSource:
         return cls(pynvml, count) if count else None
 
     def sample(self) -> dict:
+        # Rules move work off a GPU that *others* use: this process's own kernels must not
+        # count, or a program would chase itself off its GPU. Where NVML has no per-process
+        # samples, the whole device's utilisation is all we know.
         values = {}
         for i, handle in enumerate(self._handles):
-            values[f"gpu{i}.utilization"] = self._nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
+            device = self._nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
+            others = _others_utilisation(self._nvml, handle)
+            values[f"gpu{i}.utilization"] = device if others is None else others
+            values[f"gpu{i}.device_utilization"] = device
             values[f"gpu{i}.free_memory"] = int(self._nvml.nvmlDeviceGetMemoryInfo(handle).free)
         return values
 

@@ -1,7 +1,8 @@
 """Running bound launches on an NVIDIA GPU (real, or Numba's CUDA simulator).
 
 Host (NumPy) arrays are copied to the GPU once per launch and the ones the kernel
-writes are copied back; CuPy / CUDA arrays are used in place. Chunks are grid-stride
+writes are copied back; CuPy / CUDA arrays, and host arrays in managed memory, are
+used in place. Chunks are grid-stride
 launches over ``[lo, hi)`` rows.
 """
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba.core.errors import NumbaError
 
+from ..index.managed import device_view
 from ..platform.cuda_compat import cuda_module
 from .launch import Launch, is_device_array
 
@@ -62,6 +64,9 @@ class GpuLaunch:
             return arg
         known = self._host_to_dev.get(id(arg))
         if known is None:
+            in_place = device_view(arg)
+            if in_place is not None:
+                return in_place
             host = np.ascontiguousarray(arg)
             dev = self.cuda.to_device(host, stream=self.stream) if self.stream else self.cuda.to_device(host)
             known = (arg, dev)

@@ -223,6 +223,9 @@ class JacobiProgram:
                 for v in self.graph.versions[since:]]
 
 
+SETTLE_S = 1.5  # NVML reports the last second's use: let the load's trace fade between runs
+
+
 def adaptive_rows(args):
     """Static vs adaptive placement of an iterative Jacobi while another process loads the GPU."""
     gpus = [d for d in hetflow.devices() if d.kind == "gpu" and not d.simulated]
@@ -251,6 +254,7 @@ def adaptive_rows(args):
                 steps.append(n_steps)
                 if label == "adaptive":
                     moves.append(" -> ".join(prog.placements(first)) or "unchanged")
+                time.sleep(SETTLE_S)
     finally:
         hog.close()
     t_static, t_adaptive = statistics.median(times["static"]), statistics.median(times["adaptive"])
@@ -276,8 +280,8 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     p.add_argument("-n", type=int, default=None, help="elements (default 10^7; --quick: 10^5)")
     p.add_argument("--only", choices=("chain", "adaptive"), help="run one part only")
-    p.add_argument("--jacobi-size", type=int, default=2048, help="adaptive Jacobi grid side")
-    p.add_argument("--jacobi-iterations", type=int, default=1000, help="adaptive Jacobi iterations")
+    p.add_argument("--jacobi-size", type=int, default=4096, help="adaptive Jacobi grid side")
+    p.add_argument("--jacobi-iterations", type=int, default=300, help="adaptive Jacobi iterations")
     p.add_argument("--period", type=float, default=0.05, help="monitor sampling period (s)")
     p.add_argument("--hog-delay", type=float, default=0.25,
                    help="load starts after this fraction of the unloaded GPU run")

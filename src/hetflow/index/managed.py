@@ -1,7 +1,7 @@
 """Managed (CUDA unified) memory: one host array that the CPU cores and a GPU both use in place.
 
 ``hetflow.empty(shape, device="managed")`` (and ``zeros``) returns a plain NumPy array
-whose buffer is CUDA managed memory (``cuMemAllocManaged`` through numba-cuda). To
+whose buffer is CUDA managed memory (``cuMemAllocManaged`` through numba-cuda's context). To
 hetflow and to the user it is a host array: views, CPU kernels and NumPy work on it as
 on any other. A launch on a real GPU passes its pointer to the kernel instead of copying
 the array in and out: the driver migrates pages to whichever processor touches them.
@@ -19,6 +19,16 @@ from hetflow.errors import NoDeviceError
 from hetflow.platform.cuda_compat import cuda_available, cuda_module, simulated
 
 
+class _ManagedMemory:
+    """A managed allocation, exported to NumPy as bytes; the base of every managed array."""
+
+    def __init__(self, nbytes: int):
+        # The context's allocator (cuMemAllocManaged, attached globally) frees it with us.
+        self.memory = cuda_module().current_context().memallocmanaged(max(nbytes, 1))
+        self.__array_interface__ = {"data": (self.memory.device_ctypes_pointer.value, False),
+                                    "shape": (nbytes,), "typestr": "|u1", "version": 3}
+
+
 def managed(fill: str, shape, dtype) -> np.ndarray:
     """A new NumPy array in managed memory (``fill``: 'empty' or 'zeros')."""
     if not cuda_available():
@@ -26,27 +36,25 @@ def managed(fill: str, shape, dtype) -> np.ndarray:
                             "(real or simulated) is available")
     if simulated():  # the simulator has no managed memory: its GPU reads host arrays anyway
         return getattr(np, fill)(shape, dtype=dtype)
-    owner = cuda_module().managed_array(shape, dtype=dtype)
-    array = np.asarray(owner)  # a plain ndarray whose base, the owner, keeps the memory alive
+    dtype = np.dtype(dtype)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    array = np.asarray(_ManagedMemory(nbytes)).view(dtype).reshape(shape)
     if fill == "zeros":
         array[...] = 0
     return array
 
 
-def _owner(array: np.ndarray):
-    """The numba-cuda managed allocation under ``array``, or None."""
-    managed_type = cuda_module().cudadrv.devicearray.ManagedNDArray
+def _is_managed(array: np.ndarray) -> bool:
     base = array
     while isinstance(base, np.ndarray):
-        if isinstance(base, managed_type):
-            return base
         base = base.base
-    return None
+    return isinstance(base, _ManagedMemory)
 
 
 def device_view(array: np.ndarray):
     """A device array over ``array``'s own memory when it is managed (no copy), else None."""
-    if simulated() or not isinstance(array, np.ndarray) or cuda_module() is None or _owner(array) is None:
+    if simulated() or not isinstance(array, np.ndarray) or not _is_managed(array):
         return None
     desc = {"shape": array.shape, "strides": array.strides, "data": (array.ctypes.data, False),
             "typestr": array.dtype.str, "version": 3}

@@ -52,7 +52,7 @@ class GpuLaunch:
         self.device = launch.device
         self.cuda = cuda_module()
         self.stream = stream
-        self._host_to_dev: dict[int, tuple[np.ndarray, object]] = {}
+        self._host_to_dev: dict[int, tuple[np.ndarray | None, object]] = {}  # None: managed
         with self._context():
             self.dev_args = tuple(self._to_device(a) for a in launch.entry_args)
 
@@ -65,7 +65,8 @@ class GpuLaunch:
         known = self._host_to_dev.get(id(arg))
         if known is None:
             in_place = device_view(arg)
-            if in_place is not None:
+            if in_place is not None:  # managed memory: nothing to copy in or back
+                self._host_to_dev[id(arg)] = (None, in_place)
                 return in_place
             host = np.ascontiguousarray(arg)
             dev = self.cuda.to_device(host, stream=self.stream) if self.stream else self.cuda.to_device(host)
@@ -97,7 +98,7 @@ class GpuLaunch:
             written_roots.add(id(root))
         with self._context():
             for key, (host, dev) in self._host_to_dev.items():
-                if key in written_roots:
+                if key in written_roots and host is not None:
                     host[...] = dev.copy_to_host(stream=self.stream) if self.stream else dev.copy_to_host()
 
 

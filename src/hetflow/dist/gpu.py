@@ -7,8 +7,8 @@ the user's op) on a *compute* stream; events order them, so segment j-1 is reduc
 while segment j moves, with no host synchronisation inside the collective. The host
 waits once at the end, polling an event against the timeout.
 
-Without NCCL (or with HETFLOW_NCCL=0), data goes through host memory and the MPI
-engine.
+Without NCCL (or with HETFLOW_NCCL=0), and where ranks share a GPU (NCCL allows one
+rank per GPU), data goes through host memory and the MPI engine.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def collective(comm, name, x, reduce_op, root, out, segments, check, to_all):
     is_root = to_all or comm.rank == root
     out = _check_out(cp, x, out) if is_root else None
     with x.device:
-        if comm.size > 1 and _nccl() is None:
+        if comm.size > 1 and (_nccl() is None or not _gpus_distinct(comm, cp)):
             return _staged(comm, name, cp, x, reduce_op, root, out, segments, check,
                            to_all)
         small = collectives.is_small(comm, x.nbytes)
@@ -317,6 +317,17 @@ def _cupy():
         raise DeviceError("a GPU array was passed but CuPy with a working GPU is not "
                           "available; install cupy for your CUDA version")
     return cp
+
+
+def _gpus_distinct(comm, cp):
+    """Whether no two ranks use the same GPU; asked of all ranks once per communicator,
+    so every rank takes the same path."""
+    link = comm.link
+    if link.gpus_distinct is None:
+        bus_id = cp.cuda.runtime.deviceGetPCIBusId(cp.cuda.Device().id)
+        ids = comm.allgather((os.uname().nodename, bus_id))
+        link.gpus_distinct = len(set(ids)) == len(ids)
+    return link.gpus_distinct
 
 
 def _nccl():

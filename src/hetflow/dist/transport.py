@@ -36,6 +36,7 @@ class Link:
         self.broken = None  # the reason, once a collective timed out
         self.buffers = {}  # reusable scratch, by role: faulting fresh pages is costly
         self.device_state = None  # gpu.DeviceState, built by the first GPU collective
+        self.gpus_distinct = None  # whether every rank has a GPU of its own (NCCL needs it)
 
     def ensure_usable(self):
         if self.broken:

@@ -18,8 +18,9 @@ import pytest
 import hetflow
 from hetflow import dist
 from hetflow.dist import schedule
+from hetflow.dist.comm import check_launch
 from hetflow.dist.ops import resolve_op
-from hetflow.errors import CommArgumentError, DTypeError, ShapeError, UnknownOpError
+from hetflow.errors import CommArgumentError, CommError, DTypeError, ShapeError, UnknownOpError
 
 SCRIPTS = Path(__file__).parent / "mpi"
 LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -70,6 +71,13 @@ def test_failures_raise_on_every_rank(mode, ranks):
 
 
 @pytest.mark.mpi
+def test_a_launcher_of_another_mpi_is_named(monkeypatch):
+    monkeypatch.setenv("PMI_SIZE", "4")
+    check_launch(4)
+    with pytest.raises(CommError, match=r"started 4 processes \(PMI_SIZE\) but MPI joined 1"):
+        check_launch(1)
+
+
 def test_kernel_as_reduction_op():
     assert "kernel op ok" in run_mpi(2, "kernel_op.py")
 
@@ -81,7 +89,7 @@ def test_gpu_buffers(nccl):
     output = run_mpi(2, "gpu_collectives.py", env={"HETFLOW_NCCL": nccl,
                                                    "NUMBA_ENABLE_CUDASIM": "0"},
                      timeout=300)
-    assert "gpu collectives ok" in output, output
+    assert "gpu collectives ok" in output and "on 2 ranks" in output, output
 
 
 # -- the schedule, executed for all ranks in one process ------------------------------------

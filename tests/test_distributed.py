@@ -22,7 +22,7 @@ from hetflow.dist import central, darray, launch, local
 from hetflow.errors import (CommArgumentError, DTypeError, GraphError, IndexTypeError,
                             KernelArgumentError, NoDeviceError, RuleError, RuleSyntaxError, ShapeError,
                             UnknownOpError, ViewError)
-from hetflow.ir import simulated_device
+from hetflow.ir import runner, simulated_device
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).parent / "mpi"
@@ -357,6 +357,12 @@ def test_injected_feedback_rebalances_rows():
 
 
 @pytest.mark.mpi
+def test_the_early_report_replaces_a_poor_first_guess():
+    output = run_script(2, "distributed_rebalance.py", "early")
+    assert "rank 0: rebalance ok" in output and "rank 1: rebalance ok" in output, output
+
+
+@pytest.mark.mpi
 @pytest.mark.simgpu
 def test_rebalance_moves_rows_between_simulated_gpus():
     output = run_script(2, "distributed_rebalance.py", "sim")
@@ -382,3 +388,19 @@ def test_bench_quick_runs_under_mpiexec():
     rows = json.loads(proc.stdout)["rows"]
     assert [r["ranks"] for r in rows if ", cpu" in r["name"]] == [1, 2, 1, 2]
     assert all(r["ratio"] > 0 and r["eff_hetflow"] > 0 for r in rows)
+
+
+def test_local_rules_drop_a_device_that_keeps_running_nothing():
+    program, u, _ = heat.setup(16)
+    c = central.CentralInterpreter(program.nodes, 1, 16, 1)
+    c.capacities([{"capacity": 1}])
+    c.adjust()
+    gpu = simulated_device("gpu", 7)
+    mine = local.LocalInterpreter(0, [hetflow.get_device("cpu0"), gpu])
+    mine.materialise(central.partial_version(c.description(), program.nodes), u.distribution.bounds)
+    mine.monitor.inject("utilization", device="gpu7", value=0.6)  # share-busy-devices active too
+    for _ in range(runner.IDLE_RUNS):  # gpu7's copies outlast the loop: it runs nothing
+        runner._count_idle(mine.monitor, heat.heat_step.name, {"cpu0": 14 * 14, "gpu7": 0})
+    version = mine.adjust()
+    assert "drop-idle-devices" in version.reason
+    assert [n.attrs["shares"] for n in version.nodes] == [{"cpu0": 1.0}] * 2

@@ -1,4 +1,5 @@
 """Rules, patterns, actions and the interpreter's evaluation (rounds, errors, loops)."""
+import functools
 import logging
 
 import numpy as np
@@ -8,7 +9,7 @@ import hetflow
 from hetflow.errors import RuleError, RuleLoopError, RuleSyntaxError
 from hetflow.ir import (AddRule, Chain, ChangeRule, Compile, Interpreter, Monitor, NodePattern, Partition,
                         RemoveRule, Rule, RuleSet, Set, Split, Substitute, Topology, TopologyPattern, graph,
-                        simulated_device)
+                        runner, simulated_device)
 from hetflow.platform.devices import get_device
 
 
@@ -345,3 +346,32 @@ def test_local_interpreters_need_a_place_and_rules():
         machine().add_child(machine())
     with pytest.raises(RuleError, match="max_rounds must be >= 1"):
         Interpreter(Monitor(sources=[]), max_rounds=0)
+
+
+def test_default_rules_drop_a_device_that_keeps_running_nothing():
+    # gpu8 is planned for, not run on, so only the counts given here reach the monitor
+    interp = machine(simulated_device("gpu", 8))
+    g, x, y = one_launch(interp)
+    rules = RuleSet.default()
+    rules.add(Rule("both", match=NodePattern(op="forall", attrs={"devices": None}),
+                   then=Partition(kinds=["cpu", "gpu"]), priority=10))
+    g.run(rules=rules)
+    assert g.current.nodes[0].attrs["devices"] == ("cpu0", "gpu8")
+    count = functools.partial(runner._count_idle, interp.monitor, scale.name)
+    for ran in ({"cpu0": 16, "gpu8": 0}, {"cpu0": 16, "gpu8": 0}, {"cpu0": 8, "gpu8": 8}):
+        count(ran)  # a device that ran some indices starts again from zero
+    for _ in range(runner.IDLE_RUNS - 1):
+        count({"cpu0": 16, "gpu8": 0})
+    count({"cpu0": 0, "gpu8": 0})  # nothing ran (an empty launch): not counted
+    g.run(rules=rules)
+    assert g.current.nodes[0].attrs["devices"] == ("cpu0", "gpu8")
+    count({"cpu0": 16, "gpu8": 0})
+    assert interp.monitor["devices.idle"] == 1
+    y[:] = 0
+    g.run(rules=rules)
+    node = g.current.nodes[0]
+    assert "drop-idle-devices" in g.current.reason
+    assert node.attrs["devices"] == ("cpu0",) and node.attrs["shares"] == {"cpu0": 1.0}
+    np.testing.assert_array_equal(y, 2.0 * x)
+    count({"cpu0": 10, "gpu8": 6})  # it ran again (placed there by another rule)
+    assert interp.monitor["devices.idle"] == 0

@@ -8,7 +8,8 @@ rank 1 to rank 0, and both ranks materialise their parts again. The grid must st
 equal NumPy's. ``python distributed_rebalance.py sim`` keeps the blocks on the CUDA
 simulator's GPU, on a smaller grid; ``own``: on each rank's own GPU (GPU 0 for all when
 there are fewer GPUs than ranks). Rows then move between GPU memories. Every rank prints
-"rank R: rebalance ok".
+"rank R: rebalance ok". ``early``: with the default report period, rank 1 is 90% taken
+from the start; the early report (iteration FIRST_REPORT) must already rebalance.
 """
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import heat_distributed as heat  # noqa: E402
 
 from hetflow import dist  # noqa: E402
+from hetflow.dist.program import FIRST_REPORT  # noqa: E402
 
 
 def main(where):
@@ -54,5 +56,24 @@ def main(where):
     print(f"rank {comm.rank}: rebalance ok {before} -> {after[4]}", flush=True)
 
 
+def early():
+    comm = dist.world(timeout=60)
+    with dist.distributed(comm):
+        program, u, v = heat.setup(64, comm, threshold=0.5)  # reports every 10 iterations
+        if comm.rank == 1:
+            program.monitor.inject("utilization", device="cpu0", value=0.9)
+        program.run(FIRST_REPORT + 1)
+        grid = u.gather(0)
+    sizes = dict(program.partitions)
+    assert FIRST_REPORT in sizes and sizes[FIRST_REPORT][1] <= 16, program.partitions
+    if comm.rank == 0:
+        error = float(np.max(np.abs(grid - heat.numpy_solve(64, 2 * (FIRST_REPORT + 1)))))
+        assert error <= 1e-12, error
+    print(f"rank {comm.rank}: rebalance ok {program.partitions}", flush=True)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else None)
+    if sys.argv[1:] == ["early"]:
+        early()
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else None)

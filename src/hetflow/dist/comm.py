@@ -180,7 +180,26 @@ def _world_link() -> Link:
     except ImportError as exc:
         raise CommError("started by an MPI launcher but mpi4py is not installed; "
                         "install hetflow[mpi]") from exc
+    check_launch(MPI.COMM_WORLD.Get_size())
     return Link(MPI, MPI.COMM_WORLD.Dup())
+
+
+# What the launcher says the run's size is (set only by launchers, unlike SLURM_NTASKS,
+# which a batch script's own process also sees).
+_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def check_launch(mpi_size: int) -> None:
+    """Raise CommError when the launcher started more processes than MPI joined: each
+    process then runs alone, as if it were the whole run (an ``mpiexec`` of another MPI
+    than the one mpi4py uses)."""
+    for name in _SIZE_VARIABLES:
+        announced = os.environ.get(name, "")
+        if announced.isdigit() and int(announced) != mpi_size:
+            raise CommError(
+                f"the launcher started {announced} processes ({name}) but MPI joined {mpi_size}: "
+                f"mpiexec belongs to another MPI than the one mpi4py was built for; run the "
+                f"mpiexec of that MPI (with hetflow[mpi]: the one beside this Python)")
 
 
 def _resolve_timeout(timeout) -> float:

@@ -8,7 +8,8 @@ launch that reads halo rows written since they were last exchanged. Its own rule
 monitor and topology (this rank's CPU cores and GPUs) then fully materialise the DIR:
 they place launches on the devices (co-executed with work stealing when there are
 several), compile kernels the devices lack, and re-adjust on local feedback — a device
-failing, another process taking part of a device. At report points it tells the
+failing, another process taking part of a device, a device that keeps running none of
+a launch (its copies outlast the loop on the others). At report points it tells the
 central interpreter what it measured: rows run per second of compute, and the share of
 its devices still available (``rank.available``).
 """
@@ -22,7 +23,7 @@ from hetflow.dist.darray import as_view
 from hetflow.dist.plan import plan_for
 from hetflow.ir import Compile, Interpreter, Monitor, NodePattern, Partition, Rule, RuleSet, Topology
 from hetflow.ir.actions import compile_guard
-from hetflow.ir.defaults import drop_lost_devices
+from hetflow.ir.defaults import drop_idle_devices, drop_lost_devices, idle_devices
 from hetflow.ir.graph import Node, Version
 from hetflow.ir.runner import run_version
 
@@ -45,7 +46,9 @@ def _busy_shares(ctx, match):
     """The matched launch spread over this rank's devices in proportion to what other
     work leaves of each (None: already so)."""
     node = match.node
-    shares = {d: max(MIN_SHARE, 1.0 - u) for d, u in _utilizations(ctx).items()}
+    used = _utilizations(ctx)
+    idle = idle_devices(ctx, node, used) if len(used) > 1 else []
+    shares = {d: max(MIN_SHARE, 1.0 - u) for d, u in used.items() if d not in idle or len(idle) == len(used)}
     total = sum(shares.values())
     shares = {d: round(s / total, 6) for d, s in shares.items()}
     if node.attrs.get("shares") == shares:
@@ -74,6 +77,9 @@ def local_rules() -> RuleSet:
     return RuleSet([
         Rule("drop-lost-devices", match=NodePattern(op="forall"), then=drop_lost_devices, priority=90,
              description="take removed or failed devices out of placements"),
+        Rule("drop-idle-devices", when="defined('devices.idle') and devices.idle > 0",
+             match=NodePattern(op="forall"), then=drop_idle_devices, priority=85,
+             description="take a device that keeps running none of a launch out of it"),
         Rule("compile-missing", match=NodePattern(op="forall"), when=_lacks_executable, then=Compile(),
              priority=70, description="compile each kernel for the devices of this rank that lack it"),
         Rule("share-busy-devices", match=NodePattern(op="forall"), when=_shared, then=_busy_shares,
@@ -188,8 +194,9 @@ class LocalInterpreter:
         start = time.perf_counter()
         run_version(self.current, self.monitor)
         compute = time.perf_counter() - start - (self.halo_seconds - halo_before)
-        self._window[0] += self._rows
-        self._window[1] += compute
+        if not self.first_iteration:  # the first one loads kernels and makes device copies
+            self._window[0] += self._rows
+            self._window[1] += compute
         self.first_iteration = False
 
     def capacity(self, cpu_threads: int) -> dict:

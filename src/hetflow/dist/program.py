@@ -12,7 +12,9 @@ Every rank captures the same program. At the first safe point the ranks tell ran
 their capacities (allgather); rank 0's central interpreter partitions the launches over
 the ranks and sends the description (row ranges per rank, and any rules for the local
 interpreters) to all; each rank moves its rows to match and materialises its part.
-Every ``report_every`` iterations the ranks report what they measured; when the
+Every ``report_every`` iterations, and once early (at iteration ``FIRST_REPORT``, so that
+a poor first guess of the capacities is not kept for long), the ranks report what they
+measured (the first iteration after each materialisation not counted); when the
 central interpreter's rules see an imbalance, they re-partition, rows move between
 neighbouring ranks, and each local interpreter materialises its part again. Between
 iterations every rank also checks whether another rank failed (RemoteError).
@@ -28,6 +30,10 @@ from hetflow.dist.local import LocalInterpreter
 from hetflow.dist.plan import plan_for
 from hetflow.errors import GraphError
 from hetflow.ir.rulefile import loads
+
+# The early report: capacities are guesses (a GPU counts its multiprocessors, which
+# overrates it when every step copies host data to it); measured rates replace them here.
+FIRST_REPORT = 3
 
 
 class DistributedProgram:
@@ -93,7 +99,7 @@ class DistributedProgram:
             if self.central is not None:
                 self.central.capacities(facts)
             self._follow(channel)
-        elif self.iteration % self.report_every == 0:
+        elif self.iteration % self.report_every == 0 or self.iteration == FIRST_REPORT < self.report_every:
             self.local.adjust(force=True)  # fold local feedback into the report
             reports = channel.gather(self.local.report())
             if self.central is not None:

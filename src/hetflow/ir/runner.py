@@ -19,6 +19,11 @@ from .values import resolve
 log = logging.getLogger("hetflow.ir")
 
 
+# Co-executed launches a device may sit out in a row before drop-idle-devices takes it
+# out of the launch's placement.
+IDLE_RUNS = 3
+
+
 def run_version(version: Version, monitor) -> None:
     """Execute every node of ``version``; lazy arrays are (re)initialised first."""
     for node in version.nodes:
@@ -62,13 +67,15 @@ def _forall(node: Node, monitor) -> None:
     seconds = time.perf_counter() - start
     workers = getattr(report, "workers", None)
     if workers:
-        _report_workers(monitor, workers)
+        per_device = _report_workers(monitor, workers)
+        _count_idle(monitor, node.kernel.name, per_device)
     elif shares:
         monitor.record_run(shares, node.size, seconds)
 
 
-def _report_workers(monitor, workers) -> None:
-    """Throughput per device from a work-stealing run report (indices over busy time)."""
+def _report_workers(monitor, workers) -> dict:
+    """Throughput per device from a work-stealing run report (indices over busy time);
+    returns device id -> indices it ran."""
     per_device: dict[str, list] = {}
     for stats in workers:
         done = per_device.setdefault(stats.device_id, [0, 0.0])
@@ -77,6 +84,23 @@ def _report_workers(monitor, workers) -> None:
     for device_id, (indices, busy) in per_device.items():
         if busy > 0:
             monitor.set(f"throughput.{device_id}", indices / busy)
+    return {device_id: indices for device_id, (indices, _) in per_device.items()}
+
+
+def _count_idle(monitor, kernel: str, ran: dict) -> None:
+    """``idle.<kernel>.<device>``: consecutive co-executed launches of ``kernel`` in
+    which the device ran no index while the others ran them all (a GPU whose copies
+    outlast the loop on the CPU cores); ``devices.idle``: how many of those counts have
+    reached :data:`IDLE_RUNS` (the default rule ``drop-idle-devices`` watches it)."""
+    if len(ran) < 2 or not any(ran.values()):
+        return
+    for device_id, indices in ran.items():
+        name = f"idle.{kernel}.{device_id}"
+        before = monitor.get(name, 0)
+        count = 0 if indices else before + 1
+        monitor.set(name, count)
+        if (before >= IDLE_RUNS) != (count >= IDLE_RUNS):
+            monitor.set("devices.idle", monitor.get("devices.idle", 0) + (1 if count else -1))
 
 
 def _call(node: Node) -> None:

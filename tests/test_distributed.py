@@ -174,15 +174,21 @@ def test_central_partitions_and_rebalances_four_ranks():
         (0, (0, 19)), (1, (19, 39)), (2, (39, 58)), (3, (58, 62))]
 
 
-def test_local_rules_place_on_every_device_and_follow_utilization():
+def one_rank_on_cpu_and_gpu7():
+    """(local interpreter, its first version): the heat program on one rank whose
+    devices are cpu0 and a simulated gpu7."""
     program, u, _ = heat.setup(16)
     c = central.CentralInterpreter(program.nodes, 1, 16, 1)
     c.capacities([{"capacity": 1}])
     c.adjust()
-    gpu = simulated_device("gpu", 7)
-    mine = local.LocalInterpreter(0, [hetflow.get_device("cpu0"), gpu])
+    mine = local.LocalInterpreter(0, [hetflow.get_device("cpu0"), simulated_device("gpu", 7)])
     version = mine.materialise(central.partial_version(c.description(), program.nodes),
                                u.distribution.bounds)
+    return mine, version
+
+
+def test_local_rules_place_on_every_device_and_follow_utilization():
+    mine, version = one_rank_on_cpu_and_gpu7()
     assert [n.attrs["shares"] for n in version.nodes] == [{"cpu0": 0.5, "gpu7": 0.5}] * 2
     assert version.nodes[0].attrs["compiled"] == ("cpu0", "gpu7")
     assert mine.monitor["rank.available"] == 1.0
@@ -391,13 +397,7 @@ def test_bench_quick_runs_under_mpiexec():
 
 
 def test_local_rules_drop_a_device_that_keeps_running_nothing():
-    program, u, _ = heat.setup(16)
-    c = central.CentralInterpreter(program.nodes, 1, 16, 1)
-    c.capacities([{"capacity": 1}])
-    c.adjust()
-    gpu = simulated_device("gpu", 7)
-    mine = local.LocalInterpreter(0, [hetflow.get_device("cpu0"), gpu])
-    mine.materialise(central.partial_version(c.description(), program.nodes), u.distribution.bounds)
+    mine, _ = one_rank_on_cpu_and_gpu7()
     mine.monitor.inject("utilization", device="gpu7", value=0.6)  # share-busy-devices active too
     for _ in range(runner.IDLE_RUNS):  # gpu7's copies outlast the loop: it runs nothing
         runner._count_idle(mine.monitor, heat.heat_step.name, {"cpu0": 14 * 14, "gpu7": 0})

@@ -231,6 +231,20 @@ def test_deferred_instance_runs_only_once_submitted():
     np.testing.assert_array_equal(x, 4.0)
 
 
+def test_a_long_deferred_chain_runs_in_order_once_submitted():
+    # Each submit without wait_for must not walk everything that waits (it once did:
+    # quadratic, 1.5 ms per submit at 10,000 instances).
+    x = np.zeros(1)
+    with Queue("cpu0") as q:
+        events = [q.enqueue(checked_inc, 1, x, defer=True) for _ in range(3000)]
+        for ev in events:
+            q.submit(ev)
+        q.finish(T)
+    assert x[0] == 3000
+    for first, second in zip(events, events[1:]):
+        ran_before(first, second)
+
+
 def test_cycle_through_wait_for_is_rejected():
     with Queue("cpu0") as q:
         a = q.enqueue(fill, 2, np.zeros(2), 1.0, defer=True)

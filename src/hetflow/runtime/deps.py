@@ -226,6 +226,8 @@ def host_wrote_locked(obj) -> None:
 def check_cycle_locked(event, wait_for) -> None:
     """Raise DependencyCycleError if ``event`` waiting for ``wait_for`` closes a cycle:
     if one of them already waits, transitively, for ``event``."""
+    if not wait_for:  # nothing new to wait for: no walk over everything that waits
+        return
     targets = set(wait_for)
     parent = {event: None}
     stack = [event]

@@ -121,6 +121,8 @@ def _extent_checks(data: list[str], args: tuple, access) -> tuple:
 def _check_extent(kernel: Kernel, extent: tuple, args: tuple, checks: tuple) -> None:
     for pos, name, k, view in checks:
         shape = tuple(args[pos].shape)
+        if k == 1 and not view and shape and shape[0] >= extent[0]:
+            continue  # the common case (a 1-D launch over an array), kept cheap
         if len(shape) < k or any((s != e) if view else (s < e) for s, e in zip(shape[:k], extent[:k])):
             what = "view" if view else "array"
             raise ShapeError(
@@ -135,13 +137,15 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     extent = normalize_extent(extent)
     ndim = len(extent)
     names = kernel.params[ndim:]
-    plain = all(type(a) in _PLAIN for a in args)
-    lowerings = {} if plain else {name: lowering(arg, f"{name}__p")
-                                  for name, arg in zip(names, args) if _views.is_view(arg)}
     repo = repository()
-    key = (repo, device.id, ndim, tuple(map(_arg_key, args)),
-           tuple(_arg_key(low.root) for low in lowerings.values()),
-           tuple(low.key for low in lowerings.values()))
+    if all(type(a) in _PLAIN for a in args):  # no views: the common case, kept cheap
+        lowerings = {}
+        key = (repo, device.id, ndim, tuple(map(_arg_key, args)))
+    else:
+        lowerings = {name: lowering(arg, f"{name}__p") for name, arg in zip(names, args) if _views.is_view(arg)}
+        key = (repo, device.id, ndim, tuple(map(_arg_key, args)),
+               tuple(_arg_key(low.root) for low in lowerings.values()),
+               tuple(low.key for low in lowerings.values()))
     plan = kernel.plans.get(key)
     if plan is None:
         data = _check_arguments(kernel, ndim, args)

@@ -47,8 +47,9 @@ def _busy_shares(ctx, match):
     work leaves of each (None: already so)."""
     node = match.node
     used = _utilizations(ctx)
-    idle = idle_devices(ctx, node, used) if len(used) > 1 else []
-    shares = {d: max(MIN_SHARE, 1.0 - u) for d, u in used.items() if d not in idle or len(idle) == len(used)}
+    idle = idle_devices(ctx, node, used)
+    kept = [d for d in used if d not in idle] or list(used)  # drop-idle-devices keeps one too
+    shares = {d: max(MIN_SHARE, 1.0 - used[d]) for d in kept}
     total = sum(shares.values())
     shares = {d: round(s / total, 6) for d, s in shares.items()}
     if node.attrs.get("shares") == shares:

@@ -99,7 +99,7 @@ class DistributedProgram:
             if self.central is not None:
                 self.central.capacities(facts)
             self._follow(channel)
-        elif self.iteration % self.report_every == 0 or self.iteration == FIRST_REPORT < self.report_every:
+        elif self._report_due():
             self.local.adjust(force=True)  # fold local feedback into the report
             reports = channel.gather(self.local.report())
             if self.central is not None:
@@ -107,6 +107,12 @@ class DistributedProgram:
             self._follow(channel)
         else:
             self.local.adjust()
+
+    def _report_due(self) -> bool:
+        """Every ``report_every`` iterations, and at FIRST_REPORT when that comes sooner."""
+        if self.iteration % self.report_every == 0:
+            return True
+        return self.iteration == FIRST_REPORT and FIRST_REPORT < self.report_every
 
     def _follow(self, channel) -> None:
         """Rank 0 decides, every rank applies what it decided."""

@@ -138,14 +138,12 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     ndim = len(extent)
     names = kernel.params[ndim:]
     repo = repository()
-    if all(type(a) in _PLAIN for a in args):  # no views: the common case, kept cheap
-        lowerings = {}
-        key = (repo, device.id, ndim, tuple(map(_arg_key, args)))
-    else:
+    key = (repo, device.id, ndim, tuple(map(_arg_key, args)))
+    lowerings = {}
+    if not all(type(a) in _PLAIN for a in args):  # views (plain arrays: the common case)
         lowerings = {name: lowering(arg, f"{name}__p") for name, arg in zip(names, args) if _views.is_view(arg)}
-        key = (repo, device.id, ndim, tuple(map(_arg_key, args)),
-               tuple(_arg_key(low.root) for low in lowerings.values()),
-               tuple(low.key for low in lowerings.values()))
+        key += (tuple(_arg_key(low.root) for low in lowerings.values()),
+                tuple(low.key for low in lowerings.values()))
     plan = kernel.plans.get(key)
     if plan is None:
         data = _check_arguments(kernel, ndim, args)

@@ -90,3 +90,22 @@ def test_cli_devices_json():
     assert set(records[0]) >= {"kind", "vendor", "name", "version", "compute_units", "simd_width",
                                "global_memory", "local_memory", "fp64", "atomics", "host_shared",
                                "simulated"}
+
+
+def test_numba_cuda_is_used_where_its_pth_file_was_not_processed():
+    """A venv that adds another environment's site-packages by path skips that
+    environment's .pth files, so numba-cuda's redirect of ``numba.cuda`` is not installed
+    and Numba's old CUDA target fails on hetflow's kernels; hetflow installs it itself."""
+    import site
+    from pathlib import Path
+
+    import hetflow as hf
+
+    paths = [str(Path(hf.__file__).parents[1]), *site.getsitepackages()]
+    code = ("import sys; sys.path[:0] = %r\n"
+            "from hetflow.platform.cuda_compat import cuda_module\n"
+            "print(cuda_module().__file__)") % paths
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "NUMBA_ENABLE_CUDASIM": "1"})
+    assert out.returncode == 0, out.stderr
+    assert "numba_cuda" in out.stdout, out.stdout

@@ -6,6 +6,7 @@ shim is guarded: it only adds the name when it is missing.
 """
 import functools
 import os
+import sys
 
 import numpy as np
 
@@ -15,10 +16,27 @@ def _patch_numpy():
         np.row_stack = np.vstack
 
 
+def _use_numba_cuda():
+    """Make ``numba.cuda`` the numba-cuda package wherever it is installed.
+
+    numba-cuda replaces Numba's own deprecated CUDA target through a finder installed by
+    a ``.pth`` file; where that file is not processed (a venv that adds another
+    environment's site-packages by path, ``python -S``), ``numba.cuda`` would be the old
+    target, which fails on hetflow's kernels ("Signature mismatch"). Installing the finder
+    ourselves is what the ``.pth`` line does.
+    """
+    if "numba.cuda" not in sys.modules:
+        try:
+            import _numba_cuda_redirector  # noqa: F401  (installs the finder on import)
+        except ImportError:  # numba-cuda absent: numba.cuda is whatever Numba ships
+            pass
+
+
 @functools.lru_cache(maxsize=1)
 def cuda_module():
     """Return ``numba.cuda``, or None when numba-cuda is not installed or fails to import."""
     _patch_numpy()
+    _use_numba_cuda()
     try:
         from numba import cuda
     except Exception:  # numba-cuda absent, or broken CUDA install: no GPU backend

@@ -112,6 +112,38 @@ def gpu_rows(n, repeat):
              ratio=t_cuda / t_het, target=">= 0.9x"),
         dict(name=f"GPU axpy n={n:.0e} vs cupy", baseline=fmt_s(t_cupy), hetflow=fmt_s(t_het),
              ratio=t_cupy / t_het, target=""),
+        *gpu_launch_rows(cp, cuda, cuda_axpy, calls=200 if n < 10**6 else 5000),
+    ]
+
+
+def gpu_launch_rows(cp, cuda, cuda_axpy, calls):
+    """Host time of one warm launch (no synchronisation: what the caller waits for)."""
+    from hetflow import cshift, interior
+    from hetflow.cli.demo import heat_step
+
+    x, y, out = cp.ones(1), cp.ones(1), cp.empty(1)
+    t_cuda = per_call(lambda: cuda_axpy[1, 32](2.0, x, y, out), calls)
+    t_cupy = per_call(lambda: cp.add(cp.multiply(2.0, x, out=out), y, out=out), calls)
+    het = lambda: hetflow.forall(1, axpy, 2.0, x, y, out, device="gpu0")  # noqa: E731
+    het()
+    t_het = per_call(het, calls)
+    u, v = cp.zeros((64, 64)), cp.zeros((64, 64))
+
+    def heat():  # views built afresh each call, as users write them
+        hetflow.forall((62, 62), heat_step, interior(v, 1), interior(u, 1), interior(cshift(u, 0, -1), 1),
+                       interior(cshift(u, 0, 1), 1), interior(cshift(u, 1, -1), 1),
+                       interior(cshift(u, 1, 1), 1), 0.1, device="gpu0")
+
+    heat()
+    t_heat = per_call(heat, calls)
+    cp.cuda.Device().synchronize()
+    return [
+        dict(name="GPU launch host time, 4 args, vs numba-cuda", baseline=fmt_s(t_cuda),
+             hetflow=fmt_s(t_het), ratio=t_cuda / t_het, target="<= 20 us"),
+        dict(name="GPU launch host time, 4 args, vs cupy a*x+y", baseline=fmt_s(t_cupy),
+             hetflow=fmt_s(t_het), ratio=t_cupy / t_het, target=""),
+        dict(name="GPU heat step, 7 args, views built per call", baseline=fmt_s(t_cupy),
+             hetflow=fmt_s(t_heat), ratio=t_cupy / t_heat, target="<= 30 us (baseline: cupy a*x+y)"),
     ]
 
 

@@ -24,7 +24,7 @@ from ..index.lowering import lowering
 from ..index.operators import section
 from ..platform.cuda_compat import cuda_module
 from . import cpu
-from .gpu import launch_config
+from .gpu import core_stream, launch_rows
 from .launch import SCALARS, Launch, bind, normalize_extent
 from ..platform.repository import default_root
 from .perfmodel import FILE_NAME, PerfModel
@@ -89,6 +89,7 @@ class GpuChunks:
         plan = self.launch.plan
         with self._context():
             self.stream = self.cuda.stream()
+            self.core = None if self.device.simulated else core_stream(self.stream)
             dev_args, copies = [], {}
 
             def whole(host):  # one device copy per host array, shared by its views
@@ -145,9 +146,7 @@ class GpuChunks:
         with self._context():
             for host, dev in self.streamed_in:
                 dev[lo:hi].copy_to_device(host[lo:hi], stream=self.stream)
-            blocks, threads = launch_config(self.device, hi - lo, self.launch.inner)
-            entry = self.launch.executable.entry[blocks, threads, self.stream]
-            entry(lo, hi, *self.launch.inner, *self.dev_args)
+            launch_rows(self.launch, self.stream, lo, hi, self.dev_args, self.core)
             for host, dev in self.streamed_out:
                 dev[lo:hi].copy_to_host(host[lo:hi], stream=self.stream)
 

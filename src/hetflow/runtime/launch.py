@@ -58,6 +58,7 @@ class Plan:
     written: tuple
     compiled: bool = False   # the chunk entry is compiled for these argument types
     parallel_compiled: bool = False  # the CPU parallel entry too
+    fast_entry: object = False  # GPU: runtime.gpu.FastEntry (False: not built yet; None: none)
 
 
 @dataclasses.dataclass
@@ -90,6 +91,9 @@ def _arg_key(a):
     if type(a) is np.ndarray:
         f = a.flags
         return (a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable)
+    flags = getattr(a, "flags", None)
+    if flags is not None and hasattr(a, "dtype"):  # CuPy and other device arrays
+        return (type(a), a.dtype, a.ndim, flags.c_contiguous, flags.f_contiguous)
     return type(a)
 
 

@@ -1,15 +1,56 @@
-"""The command line: demo, devices, bench, version, and errors without tracebacks."""
+"""The command line: demo, devices, bench, version, and errors without tracebacks.
+
+The demo under mpiexec (marked ``mpi``) is checked against the one-process demo: the
+same residual, one summary whose rows add up to the grid, one trace and one picture.
+"""
+import functools
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import hetflow
+from hetflow.cli.demo import STARTUP
 
 
-def _hetflow(*args, cwd=None, env=None):
-    return subprocess.run([sys.executable, "-m", "hetflow", *args], capture_output=True, text=True,
-                          cwd=cwd, env=dict(os.environ, **(env or {})), timeout=300)
+def _environment(env=None):
+    """This checkout's hetflow first on the path, whatever the current directory."""
+    environment = dict(os.environ, **(env or {}))
+    package_root = str(Path(hetflow.__file__).parents[1])
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [package_root] + [p for p in [environment.get("PYTHONPATH")] if p])
+    return environment
+
+
+def _hetflow(*args, cwd=None, env=None, launcher=()):
+    return subprocess.run([*launcher, sys.executable, "-m", "hetflow", *args], capture_output=True, text=True,
+                          cwd=cwd, env=_environment(env), timeout=300)
+
+
+def _lines(out, prefix):
+    return [ln for ln in out.stdout.splitlines() if ln.startswith(prefix)]
+
+
+def _residual(out) -> float:
+    (line,) = _lines(out, "residual: ")
+    return float(line.split()[1])
+
+
+def _table(out) -> list[list[str]]:
+    """The summary table's body rows, as cells."""
+    return [[c.strip() for c in ln.strip("│ ").split("│")] for ln in out.stdout.splitlines()
+            if ln.startswith("│")]
+
+
+def _trace_line(out) -> tuple[int, int, int]:
+    """(chunks, lanes, steals) that the ``trace:`` line says the picture drew."""
+    (line,) = _lines(out, "trace: ")
+    return tuple(map(int, re.search(r"\((\d+) chunks on (\d+) lanes, (\d+) steals\)", line).groups()))
 
 
 def test_demo_runs_verifies_and_writes_trace_and_timeline(tmp_path):
@@ -18,11 +59,20 @@ def test_demo_runs_verifies_and_writes_trace_and_timeline(tmp_path):
                    "--trace", str(trace), "--timeline", str(picture))
     assert out.returncode == 0, out.stderr
     assert "verification: passed" in out.stdout
-    residual = [ln for ln in out.stdout.splitlines() if ln.startswith("residual: ")]
-    assert residual and float(residual[0].split()[1]) > 0
+    assert _residual(out) > 0
     events = json.loads(trace.read_text())["traceEvents"]
     assert any(e.get("ph") == "X" for e in events)
     assert picture.stat().st_size > 10_000
+    # The picture's steals are the table's (and the reports' in the trace).
+    (row,) = _table(out)
+    loop_steals = sum(e["args"]["steals"] for e in events if e.get("cat") == "loop")
+    assert _trace_line(out)[2] == int(row[4]) == loop_steals
+    # The time before the first loop is the named start-up phase, which holds the first loops.
+    chunks = [e for e in events if e.get("cat") == "chunk"]
+    (startup,) = [e for e in events if e.get("cat") == "phase" and e["name"] == STARTUP]
+    assert startup["ts"] <= min(e["ts"] for e in chunks)
+    first_loop = min((e for e in events if e.get("cat") == "loop"), key=lambda e: e["ts"])
+    assert first_loop["ts"] + first_loop["dur"] <= startup["ts"] + startup["dur"]
 
 
 def test_demo_with_a_rules_file(tmp_path):
@@ -47,3 +97,44 @@ def test_version_and_unknown_benchmark():
     assert _hetflow("--version").stdout.strip() == f"hetflow {hetflow.__version__}"
     out = _hetflow("bench", "no-such-bench")
     assert out.returncode != 0 and "no benchmark 'no-such-bench'; available:" in out.stderr
+
+
+@functools.lru_cache(maxsize=1)
+def _mpiexec():
+    beside = Path(sys.executable).with_name("mpiexec")
+    exe = str(beside) if beside.exists() else shutil.which("mpiexec")
+    if exe is None:
+        pytest.skip("mpiexec not found (install hetflow[mpi])")
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    return (exe, "--oversubscribe") if "Open MPI" in version else (exe,)
+
+
+@pytest.mark.mpi
+def test_demo_under_mpiexec_splits_the_grid_over_the_ranks(tmp_path):
+    n, steps, ranks = 384, 30, 3
+    size = ("--size", str(n), "--iterations", str(steps))
+    alone, together = tmp_path / "alone", tmp_path / "together"
+    alone.mkdir(), together.mkdir()
+    one = _hetflow("demo", *size, "--trace", "one.json", "--timeline", "one.png", cwd=alone)
+    assert one.returncode == 0, one.stdout + one.stderr
+    out = _hetflow("demo", *size, "--trace", "all.json", "--timeline", "all.png", cwd=together,
+                   launcher=(*_mpiexec(), "-n", str(ranks)))
+    assert out.returncode == 0, out.stdout + out.stderr
+    # One summary, from rank 0.
+    assert len(_lines(out, "ranks: 3")) == 1 and not _lines(out, "devices: ")
+    assert out.stdout.count("heat diffusion") == 1 and len(_lines(out, "verification: passed")) == 1
+    rows = _table(out)
+    assert {int(r[0]) for r in rows} == set(range(ranks))
+    assert sum(int(r[6]) for r in rows) == (n - 2) * steps        # every interior row, every step
+    (split,) = _lines(out, "rows per rank: ")
+    parts = re.match(r"rows per rank: ([\d + ]+) = (\d+);", split).groups()
+    assert len(parts[0].split(" + ")) == ranks and sum(map(int, parts[0].split(" + "))) == int(parts[1]) == n
+    assert _residual(out) == pytest.approx(_residual(one), rel=1e-12)
+    # One trace, with every rank's lanes, and one picture.
+    assert sorted(p.name for p in together.iterdir()) == ["all.json", "all.png"]
+    events = json.loads((together / "all.json").read_text())["traceEvents"]
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    busy = {threads[(e["pid"], e["tid"])].split(" · ")[0] for e in events if e.get("cat") == "chunk"}
+    assert busy == {f"rank {r}" for r in range(ranks)}
+    assert _trace_line(out)[2] == sum(int(r[5]) for r in rows)     # the picture's steals: the table's
+    assert (together / "all.png").read_bytes()[:4] == b"\x89PNG"

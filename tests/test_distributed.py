@@ -114,6 +114,24 @@ def test_read_only_array_has_its_halo_exchanged_once_per_run():
     np.testing.assert_array_equal(out.gather(), np.roll(x * 10, -1))
 
 
+def test_a_captured_schedule_holds_for_each_ranks_part():
+    """schedule='steal' co-executes a rank's part (a run report per launch, which the
+    trace draws); without it one device runs the part whole (no report)."""
+    x = np.arange(64.0)
+    ran = []
+    for schedule in ("steal", None):
+        src = dist.asarray(x)
+        out = dist.zeros_like(src)
+        with hetflow.graph("copy") as g:
+            dist.forall(64, copy, out, src, schedule=schedule)
+        program = dist.DistributedProgram(g)
+        with hetflow.trace.record() as rec:
+            program.run(2)
+        np.testing.assert_array_equal(out.gather(), x)
+        ran.append([lp.report.n for lp in rec.loops])
+    assert ran == [[64, 64], []]
+
+
 def test_rule_file_from_rank_0_joins_the_local_rules(tmp_path):
     path = tmp_path / "extra.toml"
     path.write_text('[[rule]]\nname = "mark"\nthen = [ { action = "set", var = "rank.marked", value = 2 } ]\n')

@@ -107,6 +107,31 @@ def many_lanes_report(n=4_000, cpus=16):
     return report
 
 
+def gathered_steals_report(n=256):
+    """A loop in which a GPU-like thief gathers adjacent entries: steals outnumber the
+    stolen chunks.
+
+    'cpu' (chunk 8) holds the whole range and blocks in its first chunk until 'gpu'
+    (chunk 64, an empty queue) has run one; so the gpu's first steal takes the top
+    entry and the seven adjacent below it (eight steals) as one chunk of 64.
+    """
+    counts = np.zeros(n, dtype=np.int64)
+    gpu_ran = threading.Event()
+
+    def cpu(lo, hi):
+        assert gpu_ran.wait(timeout=30)
+        count(lo, hi, counts)
+
+    def gpu(lo, hi):
+        count(lo, hi, counts)
+        gpu_ran.set()
+
+    report = run_loop(n, [Worker("cpu", "cpu", cpu, 8, "cpu0"), Worker("gpu", "gpu", gpu, 64, "gpu0")],
+                      shares=[1, 0])
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    return report
+
+
 # -- structural checks of the Chrome trace format ------------------------------------------------
 REQUIRED = {"X": {"name", "ph", "ts", "dur", "pid", "tid"}, "i": {"name", "ph", "ts", "pid", "tid", "s"},
             "M": {"name", "ph", "pid", "args"}, "s": {"name", "ph", "ts", "pid", "tid", "id"},
@@ -244,6 +269,41 @@ def test_reports_without_start_times_are_laid_end_to_end():
     assert len(chunk_events(events)) == len(first.events) + len(second.events)
 
 
+def test_ranks_traces_merge_into_one_with_a_group_of_processes_per_rank(tmp_path):
+    reports = [steal_and_failure_report(), many_lanes_report()]
+    traces = []
+    for rank, report in enumerate(reports):
+        with ht.record() as rec:
+            with rec.phase("start-up"):
+                ht.notify(report, label="step")
+        traces.append(rec.to_chrome_trace(rank=rank))
+    merged = ht.merge_chrome_traces(traces)
+    events = check_structure(merged)
+    processes = {ev["args"]["name"] for ev in events if ev["name"] == "process_name"}
+    assert processes == {"hetflow · rank 0", "rank 0 · cpu0", "rank 0 · gpu0",
+                         "hetflow · rank 1", "rank 1 · cpu0", "rank 1 · gpu0"}
+    assert merged["otherData"]["ranks"] == 2 and merged["otherData"]["loops"] == 2
+    contents = ht.read_chrome_trace(merged)
+    expected = [f"rank {r} · {w.name}" for r, report in enumerate(reports) for w in report.workers]
+    assert sorted(lane.worker for lane in contents.lanes) == sorted(expected)
+    assert sorted((s.group, s.steals) for s in contents.loops) \
+        == [(f"rank {r}", reports[r].steals) for r in (0, 1)]
+    assert sorted(s.group for s in contents.phases) == ["rank 0", "rank 1"]
+    # every stolen chunk names a victim on its own rank
+    for c in contents.chunks:
+        rank = contents.lanes[c.lane].worker.split(" · ")[0]
+        assert c.stolen_from is None or c.stolen_from.startswith(f"{rank} · ")
+    stolen = sum(e.stolen_from is not None for report in reports for e in report.events)
+    drawn = ht.plot_timeline(merged, tmp_path / "ranks.png")
+    assert (drawn.lanes, drawn.stolen, drawn.steals, drawn.loops, drawn.phases) \
+        == (len(expected), stolen, sum(r.steals for r in reports), 2, 2)
+    with pytest.raises(TraceError, match="traces 0 and 1 both use process id 1: make each with "
+                                         r"to_chrome_trace\(..., rank=r\)"):
+        ht.merge_chrome_traces([ht.to_chrome_trace(reports[0]), ht.to_chrome_trace(reports[1])])
+    with pytest.raises(TraceError, match="rank must be an integer >= 0 or None, got -1"):
+        ht.to_chrome_trace(reports[0], rank=-1)
+
+
 def test_write_and_read_back(tmp_path):
     report = steal_and_failure_report()
     path = ht.write_chrome_trace(tmp_path / "run.json", report)
@@ -306,7 +366,7 @@ def test_timeline_draws_one_bar_per_chunk(tmp_path):
     drawn = ht.plot_timeline(report, tmp_path / "t.png")
     stolen = sum(e.stolen_from is not None for e in report.events)
     assert (drawn.lanes, drawn.bars, drawn.stolen, drawn.steals, drawn.failures, drawn.loops) \
-        == (len(report.workers), len(report.events), stolen, stolen, 1, 1)
+        == (len(report.workers), len(report.events), stolen, report.steals, 1, 1)
     data = (tmp_path / "t.png").read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
     height, width, _ = png_size(tmp_path / "t.png")
@@ -317,9 +377,28 @@ def test_timeline_of_sixteen_cpu_lanes_and_a_gpu(tmp_path):
     report = many_lanes_report()
     drawn = ht.plot_timeline(report, tmp_path / "many.png", title="16 cores + 1 GPU")
     assert drawn.lanes == 17 and drawn.bars == len(report.events)
-    assert drawn.steals == sum(e.stolen_from is not None for e in report.events)
+    assert drawn.stolen == sum(e.stolen_from is not None for e in report.events)
+    assert drawn.steals == report.steals
     height, _, _ = png_size(tmp_path / "many.png")
     assert height > png_size(ht.plot_timeline(forall_report(), tmp_path / "two.png").path)[0]
+
+
+def test_timeline_counts_steals_as_the_run_report_does(tmp_path):
+    """The picture's steal count is the run's table's (the reports' steals), also when a
+    thief gathered several entries into one chunk; the stolen chunks are counted apart."""
+    report = gathered_steals_report()
+    stolen = sum(e.stolen_from is not None for e in report.events)
+    assert report.steals >= stolen + 7                    # the first steal gathered eight entries
+    with ht.record() as rec:
+        ht.notify(report, label="gathered")
+        ht.notify(report, label="again")
+    live = rec.plot(tmp_path / "live.png")
+    assert (live.steals, live.stolen) == (2 * report.steals, 2 * stolen)
+    rec.save(tmp_path / "run.json")
+    assert ht.plot_timeline(tmp_path / "run.json", tmp_path / "saved.png").steals == 2 * report.steals
+    # Bare events say nothing of the reports: their stolen chunks are the count.
+    events = [ev for ev in rec.to_chrome_trace()["traceEvents"] if ev.get("cat") != "loop"]
+    assert ht.plot_timeline(events, tmp_path / "bare.png").steals == 2 * stolen
 
 
 def test_timeline_window_draws_only_what_overlaps_it(tmp_path):

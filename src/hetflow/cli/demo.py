@@ -3,22 +3,31 @@
 Heat diffusion on a 2-D grid, one explicit step written with ``interior`` and
 ``cshift`` views, captured as a DIR (two steps: u -> v, v -> u) and run under the
 default adaptive rules, co-executed on every local device with work stealing; checked
-against NumPy. Under ``mpiexec -n K hetflow demo`` the grid is split by rows over the
-ranks (see :mod:`hetflow.dist`). Writes a Chrome/Perfetto trace and a timeline picture.
+against NumPy. Writes a Chrome/Perfetto trace and a timeline picture, in which the
+start-up (compiling kernels, first transfers) is a named phase.
+
+Under ``mpiexec -n K hetflow demo`` the grid is split by rows over the ranks: the same
+two steps run as a :class:`hetflow.dist.DistributedProgram` (rank 0's central
+interpreter cuts the rows over the ranks and rebalances them; each rank's local
+interpreter co-executes its part on its own devices; halos are exchanged between
+steps). Rank 0 prints one summary, with rows per rank and device, checks the gathered
+grid against NumPy, and writes one trace holding every rank's lanes and one picture.
 """
 from __future__ import annotations
 
+import io
+import sys
 import time
 
 import numpy as np
 
-from .. import trace
-from ..index import cshift, interior
+from .. import dist, trace
 from ..ir import RuleSet, graph
 from ..kernels import kernel
 from ..platform.devices import devices, get_device
 
 ALPHA = 0.1
+STARTUP = "start-up (compile, first transfers)"
 
 
 @kernel
@@ -28,10 +37,11 @@ def heat_step(i, j, new, centre, north, south, west, east, alpha):
 
 
 def step_views(src, dst):
-    """The arguments of one step from ``src`` into ``dst`` (all views: nothing copied)."""
-    return (interior(dst, 1), interior(src, 1),
-            interior(cshift(src, 0, -1), 1), interior(cshift(src, 0, 1), 1),
-            interior(cshift(src, 1, -1), 1), interior(cshift(src, 1, 1), 1), ALPHA)
+    """The arguments of one step from ``src`` into ``dst`` (all views: nothing copied);
+    ``dist``'s view functions are hetflow's own for arrays that are not distributed."""
+    return (dist.interior(dst, 1), dist.interior(src, 1),
+            dist.interior(dist.cshift(src, 0, -1), 1), dist.interior(dist.cshift(src, 0, 1), 1),
+            dist.interior(dist.cshift(src, 1, -1), 1), dist.interior(dist.cshift(src, 1, 1), 1), ALPHA)
 
 
 def numpy_step(u):
@@ -48,29 +58,52 @@ def initial(n):
     return u
 
 
+def grids(n, distributed: bool):
+    """The two grids the steps go between, both holding the initial state (v's border is
+    u's and never changes): NumPy arrays, or arrays split by rows over the ranks."""
+    if not distributed:
+        return initial(n), initial(n)
+    u = dist.asarray(initial(n))
+    return u, dist.asarray(initial(n), like=u)
+
+
 def add_arguments(p):
     p.add_argument("--size", type=int, default=1024, help="grid points per side (default 1024)")
     p.add_argument("--iterations", type=int, default=100, help="diffusion steps (even; default 100)")
     p.add_argument("--devices", default=None,
-                   help="comma-separated device ids (default: every real device found)")
-    p.add_argument("--rules", default=None, help="a TOML rule file to use instead of the default rules")
+                   help="comma-separated device ids (default: every real device found; under "
+                        "mpiexec, each rank's own: its share of the cores and its GPUs)")
+    p.add_argument("--rules", default=None,
+                   help="a TOML rule file to use instead of the default rules (under mpiexec: "
+                        "rank 0 reads it and its rules join every rank's local rules)")
     p.add_argument("--trace", default="hetflow-trace.json", help="where to write the Chrome/Perfetto trace")
     p.add_argument("--timeline", default="hetflow-timeline.png", help="where to draw the timeline")
 
 
-def solve(u, iterations, targets, rules, on_iteration=lambda k: None):
-    """Run ``iterations`` (even) steps on ``u`` in place; returns the graph that ran."""
-    v = u.copy()
+def capture(u, v, device=None):
+    """The DIR of two steps, u -> v and v -> u, each co-executed with work stealing."""
     with graph("heat") as g:
-        shape = interior(u, 1).shape
-        from ..runtime.forall import forall
-
-        forall(shape, heat_step, *step_views(u, v), device=targets, schedule="steal")
-        forall(shape, heat_step, *step_views(v, u), device=targets, schedule="steal")
-    for k in range(iterations // 2):
-        g.run(rules=rules)  # a safe point: the rules see the monitor's feedback first
-        on_iteration(2 * (k + 1))
+        shape = dist.interior(u, 1).shape
+        for src, dst in ((u, v), (v, u)):
+            dist.forall(shape, heat_step, *step_views(src, dst), device=device, schedule="steal")
     return g
+
+
+def diffuse(setup, iterations, rec, bar):
+    """(grid, seconds) after ``iterations`` (even) steps. ``setup()`` returns the grid
+    and a function running two steps; it and the first two steps are the start-up phase
+    of the trace (compiling kernels, first transfers), so the picture names that time."""
+    began = time.perf_counter()
+    with rec.phase(STARTUP):
+        u, two_steps = setup()
+        two_steps()
+        bar.advance(2)
+    if iterations > 2:
+        with rec.phase(f"steps 3-{iterations}"):
+            for _ in range(iterations // 2 - 1):
+                two_steps()  # a safe point first: the rules see the monitor's feedback
+                bar.advance(2)
+    return u, time.perf_counter() - began
 
 
 def summary_rows(recorder):
@@ -88,46 +121,118 @@ def summary_rows(recorder):
     return rows
 
 
-def print_summary(rows, n, iterations, seconds):
+def print_summary(rows, title, cells, seconds):
+    """``rows``: (rank, device) -> counters; a rank column unless the rank is None."""
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"heat diffusion {n}x{n}, {iterations} iterations, {seconds:.2f} s")
-    for col in ("device", "kind", "workers", "chunks", "steals", "rows run", "share"):
-        t.add_column(col, justify="right" if col not in ("device", "kind") else "left")
+    ranked = any(rank is not None for rank, _ in rows)
+    t = Table(title=f"{title}, {seconds:.2f} s")
+    for col in ("rank",) * ranked + ("device", "kind", "workers", "chunks", "steals", "rows run", "share"):
+        t.add_column(col, justify="left" if col in ("device", "kind") else "right")
     total = sum(r["indices"] for r in rows.values()) or 1
-    for dev, r in sorted(rows.items()):
-        t.add_row(dev, r["kind"], str(len(r["workers"])), str(r["chunks"]), str(r["steals"]),
-                  str(r["indices"]), f"{100 * r['indices'] / total:.1f}%")
+    for (rank, dev), r in sorted(rows.items(), key=lambda item: (item[0][0] or 0, item[0][1])):
+        t.add_row(*(str(rank),) * ranked, dev, r["kind"], str(len(r["workers"])), str(r["chunks"]),
+                  str(r["steals"]), str(r["indices"]), f"{100 * r['indices'] / total:.1f}%")
     Console().print(t)
-    cells = (n - 2) ** 2 * iterations
     print(f"throughput: {cells / seconds / 1e6:.1f} Mcell/s")
+
+
+def print_files(args, picture) -> None:
+    print(f"trace: {args.trace} ({picture.bars} chunks on {picture.lanes} lanes, {picture.steals} steals); "
+          f"timeline: {args.timeline}")
+
+
+def check(grid, n, iterations) -> bool:
+    """Print the grid against NumPy's steps, and its residual; True when it matches."""
+    reference = initial(n)
+    for _ in range(iterations):
+        reference = numpy_step(reference)
+    error = float(np.max(np.abs(grid - reference)))
+    residual = float(np.sqrt(np.mean((numpy_step(grid) - grid) ** 2)))
+    ok = error <= 1e-9 * max(1.0, float(np.max(np.abs(reference))))
+    print(f"max |error| vs NumPy: {error:.3e}")
+    print(f"residual: {residual:.15e}")
+    print(f"verification: {'passed' if ok else 'failed'}")
+    return ok
+
+
+def _targets(args) -> list | None:
+    return [get_device(d.strip()).id for d in args.devices.split(",")] if args.devices else None
 
 
 def run_demo(args) -> int:
     if args.iterations < 2 or args.iterations % 2:
         raise SystemExit("hetflow demo: --iterations must be even and >= 2")
-    targets = ([get_device(d.strip()).id for d in args.devices.split(",")] if args.devices
-               else [d.id for d in devices() if not d.simulated])
+    if dist.launched_by_mpi() and dist.session().size > 1:
+        return dist.run_distributed(_run_ranks, args)
+    return _run_one(args)
+
+
+def _run_one(args) -> int:
+    targets = _targets(args) or [d.id for d in devices() if not d.simulated]
     rules = RuleSet.load(args.rules) if args.rules else RuleSet.default()
     n = args.size
-    u = initial(n)
-    reference = initial(n)
     print(f"devices: {', '.join(targets)}; rules: {args.rules or 'default'}")
+
+    def setup():
+        u, v = grids(n, distributed=False)
+        g = capture(u, v, device=targets)
+        return u, lambda: g.run(rules=rules)
+
     with trace.record() as rec, trace.progress(args.iterations, "diffusing") as bar:
-        t0 = time.perf_counter()
-        solve(u, args.iterations, targets, rules, on_iteration=lambda k: bar.advance(2))
-        seconds = time.perf_counter() - t0
-    for _ in range(args.iterations):
-        reference = numpy_step(reference)
-    print_summary(summary_rows(rec), n, args.iterations, seconds)
-    error = float(np.max(np.abs(u - reference)))
-    residual = float(np.sqrt(np.mean((numpy_step(u) - u) ** 2)))
-    ok = error <= 1e-9 * max(1.0, float(np.max(np.abs(reference))))
+        u, seconds = diffuse(setup, args.iterations, rec, bar)
+    rows = {(None, dev): r for dev, r in summary_rows(rec).items()}
+    print_summary(rows, f"heat diffusion {n}x{n}, {args.iterations} iterations",
+                  (n - 2) ** 2 * args.iterations, seconds)
     rec.save(args.trace)
-    picture = rec.plot(args.timeline)
-    print(f"trace: {args.trace} ({picture.bars} chunks on {picture.lanes} lanes); timeline: {args.timeline}")
-    print(f"max |error| vs NumPy: {error:.3e}")
-    print(f"residual: {residual:.6e}")
-    print(f"verification: {'passed' if ok else 'failed'}")
-    return 0 if ok else 1
+    print_files(args, rec.plot(args.timeline))
+    return 0 if check(u, n, args.iterations) else 1
+
+
+def _run_ranks(args) -> int:
+    """The demo on every rank of an mpiexec run (inside dist.run_distributed: a rank that
+    fails stops the others); rank 0 reports for all."""
+    current = dist.session()
+    channel, rank = current.channel, current.rank
+    here = tuple(_targets(args) or current.devices)
+    n = args.size
+    listed = channel.gather(here)
+    if rank == 0:
+        shared = " (oversubscribed: ranks share cores)" if current.oversubscribed else ""
+        print(f"ranks: {current.size}{shared}; devices: "
+              + " · ".join(f"rank {r}: {', '.join(ids)}" for r, ids in enumerate(listed))
+              + f"; rules: {args.rules or 'default'}")
+    program = None
+
+    def setup():
+        nonlocal program
+        u, v = grids(n, distributed=True)
+        program = dist.DistributedProgram(capture(u, v), devices=here, rule_file=args.rules)
+        return u, lambda: program.run(1)
+
+    channel.barrier()  # the ranks begin recording together: one clock for the merged trace
+    bar_file = sys.stdout if rank == 0 else io.StringIO()  # only rank 0 draws a progress bar
+    with trace.record() as rec, trace.progress(args.iterations, "diffusing", file=bar_file) as bar:
+        u, seconds = diffuse(setup, args.iterations, rec, bar)
+    grid = u.gather(0)
+    gathered = channel.gather((rec.to_chrome_trace(rank=rank), summary_rows(rec)))
+    ok = True
+    if rank == 0:
+        ok = _report_ranks(args, gathered, grid, program.partitions, seconds)
+    return 0 if channel.bcast(ok) else 1
+
+
+def _report_ranks(args, gathered, grid, partitions, seconds) -> bool:
+    """Rank 0: one summary, one trace, one picture, the check."""
+    n, ranks = args.size, len(gathered)
+    rows = {(r, dev): row for r, (_, per_device) in enumerate(gathered) for dev, row in per_device.items()}
+    print_summary(rows, f"heat diffusion {n}x{n} on {ranks} ranks, {args.iterations} iterations",
+                  (n - 2) ** 2 * args.iterations, seconds)
+    final = partitions[-1][1]
+    print(f"rows per rank: {' + '.join(map(str, final))} = {sum(final)}; partitions (iteration: rows "
+          f"per rank): " + "; ".join(f"{it}: {list(sizes)}" for it, sizes in partitions))
+    merged = trace.merge_chrome_traces(t for t, _ in gathered)
+    trace.write_chrome_trace(args.trace, merged)
+    print_files(args, trace.plot_timeline(merged, args.timeline, title=f"{ranks} ranks"))
+    return check(grid, n, args.iterations)

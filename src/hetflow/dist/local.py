@@ -159,9 +159,12 @@ class LocalInterpreter:
                 exchanged.add(arr.serial)
             part = plan.localise(whole.args, self.rank, bounds)
             if part is not None:
+                # the captured schedule holds for every rank's part (placement does not:
+                # this rank's rules place its part on its own devices)
+                schedule = {"schedule": whole.attrs["schedule"]} if "schedule" in whole.attrs else {}
                 nodes.append(Node(next(self._ids), "forall", part[1], whole.modes, whole.kernel, part[0],
                                   attrs={"place": self.rank, "rows": piece.attrs["rows"],
-                                         "piece": piece.attrs["piece"]},
+                                         "piece": piece.attrs["piece"], **schedule},
                                   rules=whole.rules, origin=(whole.id,)))
             dirty |= {_base(piece, k).serial for k in plan.written}
         self._rows = sum(n.extent[0] for n in nodes if n.op == "forall")

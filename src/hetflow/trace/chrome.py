@@ -12,6 +12,11 @@ Open the JSON in https://ui.perfetto.dev or ``chrome://tracing``. Layout:
 * a ``hetflow`` process above them with the loops (one span each, named by kernel or
   label, with the report's totals in ``args``) and the user's phases.
 
+A distributed run's ranks each make their trace with ``rank=r``, which names every
+process and worker after the rank (``hetflow · rank 1``, ``rank 1 · cpu0``,
+``rank 1 · cpu0/core0``) and numbers them apart from the other ranks';
+:func:`merge_chrome_traces` then puts them into one trace, a group of processes per rank.
+
 Times are microseconds since recording began (``ts``/``dur``, three decimals).
 :func:`read_chrome_trace` turns such a file back into lanes and spans, which is what
 the timeline picture is drawn from, so a saved trace draws the same picture.
@@ -30,6 +35,8 @@ HETFLOW_PROCESS = "hetflow"
 _HETFLOW_PID = 1
 _LOOPS_TID = 1
 _PHASES_TID = 2
+_RANK_PIDS = 1000         # process ids per rank: rank r's are r * 1000 + 1, ...
+_RANK_FLOWS = 1 << 40     # flow ids per rank, likewise
 
 
 # -- what goes in ------------------------------------------------------------------------
@@ -65,6 +72,36 @@ def _normalise(source) -> tuple[list[RecordedLoop], list[Phase], float]:
     return loops, [], min((lp.start for lp in loops), default=0.0)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Naming:
+    """Names and numbers of one recording's processes, workers and flows: as they are
+    for a process of its own (``rank`` None), else made unique among a run's ranks."""
+
+    rank: int | None = None
+
+    def __post_init__(self):
+        if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int)
+                                      or self.rank < 0):
+            raise TraceError(f"rank must be an integer >= 0 or None, got {self.rank!r}")
+
+    @property
+    def hetflow(self) -> str:
+        return HETFLOW_PROCESS if self.rank is None else f"{HETFLOW_PROCESS} · rank {self.rank}"
+
+    def __call__(self, name: str) -> str:
+        """A device's or worker's name in the trace."""
+        return name if self.rank is None else f"rank {self.rank} · {name}"
+
+    @property
+    def pid(self) -> int:
+        """The hetflow process's id; the devices' follow it."""
+        return (self.rank or 0) * _RANK_PIDS + _HETFLOW_PID
+
+    def flow_ids(self):
+        first = (self.rank or 0) * _RANK_FLOWS + 1
+        return iter(range(first, first + _RANK_FLOWS - 1))
+
+
 @dataclasses.dataclass
 class _Thread:
     tid: int
@@ -79,7 +116,7 @@ class _Process:
     threads: dict[str, _Thread] = dataclasses.field(default_factory=dict)
 
 
-def _layout(loops) -> dict[str, _Process]:
+def _layout(loops, naming) -> dict[str, _Process]:
     """Processes (devices, GPUs first) and threads (workers) in order of appearance."""
     seen: dict[str, _Process] = {}
     for lp in loops:
@@ -88,7 +125,7 @@ def _layout(loops) -> dict[str, _Process]:
             proc.threads.setdefault(w.name, _Thread(0, w.name))
     ordered = sorted(seen.values(), key=lambda p: p.kind != "gpu")   # stable: keeps appearance
     tid = _PHASES_TID
-    for pid, proc in enumerate(ordered, start=_HETFLOW_PID + 1):
+    for pid, proc in enumerate(ordered, start=naming.pid + 1):
         proc.pid = pid
         for thread in proc.threads.values():
             tid += 1
@@ -101,20 +138,23 @@ def _meta(kind, pid, tid, **args):
     return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": args}
 
 
-def _metadata(processes, with_phases) -> list[dict]:
-    out = [_meta("process_name", _HETFLOW_PID, 0, name=HETFLOW_PROCESS),
-           _meta("process_sort_index", _HETFLOW_PID, 0, sort_index=0),
-           _meta("thread_name", _HETFLOW_PID, _LOOPS_TID, name="loops"),
-           _meta("thread_sort_index", _HETFLOW_PID, _LOOPS_TID, sort_index=0)]
+def _metadata(processes, with_phases, naming) -> list[dict]:
+    pid = naming.pid
+    out = [_meta("process_name", pid, 0, name=naming.hetflow),
+           _meta("process_sort_index", pid, 0, sort_index=pid - _HETFLOW_PID),
+           _meta("thread_name", pid, _LOOPS_TID, name="loops"),
+           _meta("thread_sort_index", pid, _LOOPS_TID, sort_index=0)]
+    if naming.rank is not None:  # the label the reader groups a rank's loops and phases by
+        out.append(_meta("process_labels", pid, 0, labels=f"rank {naming.rank}"))
     if with_phases:
-        out += [_meta("thread_name", _HETFLOW_PID, _PHASES_TID, name="phases"),
-                _meta("thread_sort_index", _HETFLOW_PID, _PHASES_TID, sort_index=1)]
+        out += [_meta("thread_name", pid, _PHASES_TID, name="phases"),
+                _meta("thread_sort_index", pid, _PHASES_TID, sort_index=1)]
     for proc in processes.values():
-        out += [_meta("process_name", proc.pid, 0, name=proc.device_id),
+        out += [_meta("process_name", proc.pid, 0, name=naming(proc.device_id)),
                 _meta("process_labels", proc.pid, 0, labels=proc.kind),
                 _meta("process_sort_index", proc.pid, 0, sort_index=proc.pid)]
         for k, thread in enumerate(proc.threads.values()):
-            out += [_meta("thread_name", proc.pid, thread.tid, name=thread.worker),
+            out += [_meta("thread_name", proc.pid, thread.tid, name=naming(thread.worker)),
                     _meta("thread_sort_index", proc.pid, thread.tid, sort_index=k)]
     return out
 
@@ -137,7 +177,7 @@ class _Clock:
         return {"ts": ts, "dur": max(0.0, round(self.us(end) - ts, 3))}
 
 
-def _loop_events(k, lp, processes, clock, flow_ids) -> list[dict]:
+def _loop_events(k, lp, processes, clock, flow_ids, naming) -> list[dict]:
     report, start = lp.report, lp.start
     where = {w.name: processes[w.device_id] for w in report.workers}
 
@@ -149,7 +189,7 @@ def _loop_events(k, lp, processes, clock, flow_ids) -> list[dict]:
         return {"pid": proc.pid, "tid": proc.threads[worker].tid}
 
     out = [{"name": lp.label, "cat": "loop", "ph": "X",
-            **clock.span(start, start + report.wall_s), "pid": _HETFLOW_PID, "tid": _LOOPS_TID,
+            **clock.span(start, start + report.wall_s), "pid": naming.pid, "tid": _LOOPS_TID,
             "args": {"loop": k, "n": report.n, "schedule": report.schedule,
                      "wall_ms": report.wall_s * 1e3, "chunks": len(report.events),
                      "steals": report.steals,
@@ -160,55 +200,99 @@ def _loop_events(k, lp, processes, clock, flow_ids) -> list[dict]:
         span = clock.span(start + e.t_start, start + e.t_end)
         out.append({"name": f"chunk [{e.lo}, {e.hi})", "cat": "chunk", "ph": "X", **span, **thief,
                     "args": {"lo": e.lo, "hi": e.hi, "indices": e.hi - e.lo,
-                             "stolen_from": e.stolen_from, "loop": lp.label}})
+                             "stolen_from": e.stolen_from and naming(e.stolen_from), "loop": lp.label}})
         if e.stolen_from is not None:
             victim = place(e.stolen_from)
             ts = span["ts"]
             flow = next(flow_ids)
-            out += [{"name": f"steal from {e.stolen_from}", "cat": "steal", "ph": "i", "s": "t",
-                     "ts": ts, **thief, "args": {"victim": e.stolen_from, "lo": e.lo, "hi": e.hi}},
+            out += [{"name": f"steal from {naming(e.stolen_from)}", "cat": "steal", "ph": "i", "s": "t",
+                     "ts": ts, **thief, "args": {"victim": naming(e.stolen_from), "lo": e.lo, "hi": e.hi}},
                     {"name": "steal", "cat": "steal", "ph": "s", "id": flow, "ts": ts, **victim},
                     {"name": "steal", "cat": "steal", "ph": "f", "bp": "e", "id": flow, "ts": ts,
                      **thief}]
     for f in report.failures:
-        out.append({"name": f"{f.worker} failed", "cat": "failure", "ph": "i", "s": "t",
+        out.append({"name": f"{naming(f.worker)} failed", "cat": "failure", "ph": "i", "s": "t",
                     "ts": clock.us(start + f.t), **place(f.worker),
-                    "args": {"error": f.error, "device_id": f.device_id,
+                    "args": {"error": f.error, "device_id": naming(f.device_id),
                              "requeued": [list(r) for r in f.requeued], "loop": lp.label}})
     return out
 
 
-def _phase_event(p: Phase, clock) -> dict:
+def _phase_event(p: Phase, clock, naming) -> dict:
     return {"name": p.name, "cat": "phase", "ph": "X", **clock.span(p.start, p.end),
-            "pid": _HETFLOW_PID, "tid": _PHASES_TID, "args": {"depth": p.depth}}
+            "pid": naming.pid, "tid": _PHASES_TID, "args": {"depth": p.depth}}
 
 
-def to_chrome_trace(source) -> dict:
+def _by_time(ev) -> tuple:
+    """One global order by time, enclosing spans first: every thread's ts stays monotone."""
+    return ev["ts"], -ev.get("dur", 0.0)
+
+
+def to_chrome_trace(source, *, rank: int | None = None) -> dict:
     """A Chrome / Perfetto trace (a JSON-ready dict) of ``source``.
 
     ``source`` is a :class:`~hetflow.trace.Recorder`, a
     :class:`~hetflow.runtime.report.RunReport`, or a list of reports (laid end to end).
+    ``rank``: this process's rank in a distributed run, for :func:`merge_chrome_traces`.
     """
     from .. import __version__
 
+    naming = _Naming(rank)
     loops, phases, t0 = _normalise(source)
     clock = _Clock(t0)
-    processes = _layout(loops)
-    flow_ids = iter(range(1, 1 << 62))
-    timed = [ev for k, lp in enumerate(loops) for ev in _loop_events(k, lp, processes, clock, flow_ids)]
-    timed += [_phase_event(p, clock) for p in phases]
-    # One global order by time (enclosing spans first) keeps every thread's ts monotone.
-    timed.sort(key=lambda ev: (ev["ts"], -ev.get("dur", 0.0)))
-    return {"traceEvents": _metadata(processes, bool(phases)) + timed,
-            "displayTimeUnit": "ms",
-            "otherData": {"generator": "hetflow.trace", "hetflow_version": __version__,
-                          "loops": len(loops), "clock": "microseconds since recording began"}}
+    processes = _layout(loops, naming)
+    flow_ids = naming.flow_ids()
+    timed = [ev for k, lp in enumerate(loops)
+             for ev in _loop_events(k, lp, processes, clock, flow_ids, naming)]
+    timed += [_phase_event(p, clock, naming) for p in phases]
+    timed.sort(key=_by_time)
+    other = {"generator": "hetflow.trace", "hetflow_version": __version__, "loops": len(loops),
+             "clock": "microseconds since recording began"}
+    if rank is not None:
+        other["rank"] = rank
+    return {"traceEvents": _metadata(processes, bool(phases), naming) + timed,
+            "displayTimeUnit": "ms", "otherData": other}
+
+
+def merge_chrome_traces(traces) -> dict:
+    """One trace of a distributed run: the ranks' traces, each made by
+    ``to_chrome_trace(..., rank=r)``, side by side.
+
+    Each rank's clock starts when its recording began, so start the recordings together
+    (after a barrier): the ranks then line up to within the barrier's skew.
+    """
+    from .. import __version__
+
+    traces = list(traces)
+    meta, timed, owner = [], [], {}
+    for k, trace in enumerate(traces):
+        events = trace.get("traceEvents") if isinstance(trace, dict) else None
+        if not isinstance(events, list):
+            raise TraceError(f"trace {k} is not a Chrome trace (a dict with a 'traceEvents' list)")
+        for ev in events:
+            first = owner.setdefault(ev.get("pid"), k)
+            if first != k:
+                raise TraceError(f"traces {first} and {k} both use process id {ev.get('pid')}: "
+                                 f"make each with to_chrome_trace(..., rank=r), r its own rank")
+            (meta if ev.get("ph") == "M" else timed).append(ev)
+    timed.sort(key=_by_time)
+    loops = sum(t.get("otherData", {}).get("loops", 0) for t in traces)
+    return {"traceEvents": meta + timed, "displayTimeUnit": "ms",
+            "otherData": {"generator": "hetflow.trace", "hetflow_version": __version__, "loops": loops,
+                          "ranks": len(traces), "clock": "microseconds since each rank's recording "
+                                                         "began (the ranks began together)"}}
+
+
+def _is_trace(source) -> bool:
+    return isinstance(source, dict) and "traceEvents" in source
 
 
 def write_chrome_trace(path, source) -> Path:
-    """Write :func:`to_chrome_trace` of ``source`` to ``path``; returns the path."""
+    """Write :func:`to_chrome_trace` of ``source`` (or ``source`` itself, when it is
+    already a trace, such as :func:`merge_chrome_traces` returns) to ``path``; returns
+    the path."""
     path = Path(os.fspath(path))
-    trace = to_chrome_trace(source)
+    trace = source if _is_trace(source) else to_chrome_trace(source)
     try:
         path.write_text(json.dumps(trace, separators=(",", ":")))
     except OSError as exc:
@@ -247,12 +331,16 @@ class FailureMark:
 
 @dataclasses.dataclass(frozen=True)
 class Span:
-    """A loop or a phase: ``name`` from ``start`` to ``end`` seconds, ``depth`` for nesting."""
+    """A loop or a phase: ``name`` from ``start`` to ``end`` seconds, ``depth`` for nesting;
+    ``group``: the rank it ran on (``"rank 1"``) in a distributed run's trace, else "";
+    ``steals``: a loop's steals as its run report counts them (None: not in the trace)."""
 
     name: str
     start: float
     end: float
     depth: int = 0
+    group: str = ""
+    steals: int | None = None
 
 
 @dataclasses.dataclass
@@ -308,6 +396,11 @@ def _events(source) -> tuple[list[dict], str]:
     return events, where
 
 
+def is_hetflow_process(name) -> bool:
+    """Whether a process of the trace is hetflow's own (loops, phases), not a device."""
+    return name == HETFLOW_PROCESS or str(name).startswith(f"{HETFLOW_PROCESS} · ")
+
+
 def _processes_and_threads(events):
     """Process names, process kinds (their labels) and thread names from the metadata."""
     names, kinds, threads = {}, {}, {}
@@ -351,7 +444,7 @@ def read_chrome_trace(source) -> TraceContents:
         return index[(pid, tid)]
 
     for pid, tid in threads:                       # declared workers first, in trace order
-        if names.get(pid) != HETFLOW_PROCESS:
+        if not is_hetflow_process(names.get(pid)):
             lane({"pid": pid, "tid": tid})
     for ev in events:
         cat, ph, args, ts = ev.get("cat"), ev["ph"], ev.get("args") or {}, ev.get("ts", 0) * 1e-6
@@ -362,6 +455,8 @@ def read_chrome_trace(source) -> TraceContents:
         elif ph == "i" and cat == "failure":
             contents.failures.append(FailureMark(lane(ev), ts, str(args.get("error", ev["name"]))))
         elif ph == "X" and cat in ("loop", "phase"):
-            span = Span(ev["name"], ts, ts + ev["dur"] * 1e-6, int(args.get("depth", 0)))
+            steals = args.get("steals") if cat == "loop" else None
+            span = Span(ev["name"], ts, ts + ev["dur"] * 1e-6, int(args.get("depth", 0)),
+                        kinds.get(ev["pid"], ""), None if steals is None else int(steals))
             (contents.loops if cat == "loop" else contents.phases).append(span)
     return contents

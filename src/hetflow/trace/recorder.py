@@ -174,11 +174,12 @@ class Recorder:
         return _PhaseSpan(self, name)
 
     # -- output ----------------------------------------------------------------------------
-    def to_chrome_trace(self) -> dict:
-        """The recording as a Chrome / Perfetto trace (see :mod:`hetflow.trace.chrome`)."""
+    def to_chrome_trace(self, *, rank: int | None = None) -> dict:
+        """The recording as a Chrome / Perfetto trace (see :mod:`hetflow.trace.chrome`);
+        ``rank``: this process's rank in a distributed run, for ``merge_chrome_traces``."""
         from .chrome import to_chrome_trace
 
-        return to_chrome_trace(self)
+        return to_chrome_trace(self, rank=rank)
 
     def save(self, path) -> None:
         """Write the recording as a Chrome trace JSON file (open it in ui.perfetto.dev)."""

@@ -6,8 +6,14 @@ is coloured by its device's kind and hatched when its range was stolen from anot
 worker's queue, with a thin line from the victim's lane to the thief's at the moment of
 the steal; a red X marks a worker failure. Chunks a GPU had in flight together share
 their lane in thinner sub-rows. The top rows show the loops (by kernel name or label)
-and the phases the user marked. Rendering uses matplotlib's Agg canvas directly, never
-pyplot, so it changes no global state and needs no display.
+and the phases the user marked (a distributed run's trace: a loops row and phase rows
+per rank). Rendering uses matplotlib's Agg canvas directly, never pyplot, so it changes
+no global state and needs no display.
+
+Steals are counted as the run reports count them (the ``steals`` column of a run's
+table): every entry taken from another worker's queue. A thief with a large chunk size
+(a GPU) may gather several adjacent entries into one chunk, so there can be fewer
+stolen chunks (hatched bars, each with its line) than steals; the title gives both.
 """
 from __future__ import annotations
 
@@ -28,8 +34,10 @@ _BAR = 0.8          # lane height taken by bars (the rest separates lanes)
 
 @dataclasses.dataclass(frozen=True)
 class TimelineSummary:
-    """What :func:`plot_timeline` drew: counts of the drawn artists (``steals`` counts the
-    victim-to-thief lines), and ``span_ms``, the time range drawn."""
+    """What :func:`plot_timeline` drew: counts of the drawn artists (``stolen``: the stolen
+    chunks, each a hatched bar with a line from victim to thief), ``steals`` as the run
+    reports of the loops drawn count them (see the module docstring; the stolen chunks
+    when the trace does not say), and ``span_ms``, the time range drawn."""
 
     path: Path
     lanes: int
@@ -74,12 +82,29 @@ def _rect(x0, x1, y, h):
 
 
 class _Rows:
-    """y positions, top to bottom: the loops row, one row per phase depth, the lanes."""
+    """y positions, top to bottom: per group (a rank; one group "" for a process of its
+    own) the loops row and one row per phase depth; then the lanes."""
 
     def __init__(self, contents: TraceContents):
-        self.phase_rows = 1 + max((p.depth for p in contents.phases), default=-1)
-        self.first_lane = 1 + self.phase_rows
+        depths = 1 + max((p.depth for p in contents.phases), default=-1)
+        # "rank 2" before "rank 10"
+        groups = sorted({s.group for s in contents.loops + contents.phases}, key=lambda g: (len(g), g)) or [""]
+        self.labels, self._at = [], {}
+        for group in groups:
+            prefix = f"{group} · " if group else ""
+            self._at[(group, None)] = len(self.labels)
+            self.labels.append(f"{prefix}loops")
+            for d in range(depths):
+                self._at[(group, d)] = len(self.labels)
+                self.labels.append(f"{prefix}phases {d}" if depths > 1 else f"{prefix}phases")
+        self.first_lane = len(self.labels)
         self.count = self.first_lane + len(contents.lanes)
+
+    def loop(self, span) -> float:
+        return float(self._at[(span.group, None)])
+
+    def phase(self, span) -> float:
+        return float(self._at[(span.group, span.depth)])
 
     def lane(self, k: int) -> float:
         return float(self.first_lane + k)
@@ -150,6 +175,15 @@ def _draw_failures(ax, contents, rows, window) -> int:
     return len(contents.failures)
 
 
+def _fitting(name: str, points: float) -> str | None:
+    """``name``, or its head before `` (`` or ``:`` (``start-up`` of ``start-up (compile,
+    first transfers)``), whichever fits in ``points``; None if neither does."""
+    for text in (name, name.split(" (")[0].split(":")[0]):
+        if points > 5.5 * len(text) + 6:
+            return text
+    return None
+
+
 def _draw_spans(ax, spans, y_of, colour, window, width_in) -> None:
     """Loop or phase spans as labelled bars in their header rows."""
     from matplotlib.collections import PolyCollection
@@ -161,9 +195,10 @@ def _draw_spans(ax, spans, y_of, colour, window, width_in) -> None:
     points_per_ms = width_in * 72 / (window[1] - window[0])
     for s in spans:
         visible_ms = min(s.end * 1e3, window[1]) - max(s.start * 1e3, window[0])
-        if visible_ms * points_per_ms > 5.5 * len(s.name) + 6:            # only labels that fit
+        text = _fitting(s.name, visible_ms * points_per_ms)
+        if text is not None:
             middle = (max(s.start * 1e3, window[0]) + min(s.end * 1e3, window[1])) / 2
-            ax.text(middle, y_of(s), s.name, ha="center", va="center",
+            ax.text(middle, y_of(s), text, ha="center", va="center",
                     fontsize=7, color="black", zorder=3, clip_on=True)
 
 
@@ -185,7 +220,14 @@ def _legend(ax, kinds, stolen, steals, failures):
               frameon=False, borderaxespad=0.0)
 
 
-def _title(contents, span_ms, steals) -> str:
+def _steals(contents, stolen: int) -> int:
+    """The loops' steals as their reports count them; the stolen chunks when the trace
+    does not say (a trace of bare events)."""
+    counted = [s.steals for s in contents.loops if s.steals is not None]
+    return sum(counted) if contents.loops and len(counted) == len(contents.loops) else stolen
+
+
+def _title(contents, span_ms, steals, stolen) -> str:
     indices = Counter()
     for c in contents.chunks:
         indices[contents.lanes[c.lane].kind or "other"] += c.hi - c.lo
@@ -193,7 +235,8 @@ def _title(contents, span_ms, steals) -> str:
     shares = " / ".join(f"{k} {100 * v / total:.0f}%" for k, v in sorted(indices.items())) if total else ""
     devices = len({lane.device_id for lane in contents.lanes})
     parts = [f"{len(contents.loops)} loop(s)", f"{total} indices in {len(contents.chunks)} chunks",
-             f"{len(contents.lanes)} workers on {devices} device(s)", f"{steals} steal(s)",
+             f"{len(contents.lanes)} workers on {devices} device(s)",
+             f"{steals} steal(s)" + (f" ({stolen} stolen chunk(s))" if stolen != steals else ""),
              f"{len(contents.failures)} failure(s)", f"{span_ms:.4g} ms"]
     return " · ".join(parts) + (f"\nindices by kind: {shares}" if shares else "")
 
@@ -259,15 +302,14 @@ def plot_timeline(source, path, *, title: str | None = None, window=None, width:
     fig = Figure(figsize=(width, height), dpi=dpi)
     ax = fig.add_subplot()
     bars, stolen = _draw_chunks(ax, contents, rows)
-    steals = _draw_steals(ax, contents, rows)
+    lines = _draw_steals(ax, contents, rows)
     failures = _draw_failures(ax, contents, rows, window)
     plot_width_in = width * 0.75
-    _draw_spans(ax, contents.loops, lambda s: 0.0, "#B0B0B0", window, plot_width_in)
-    _draw_spans(ax, contents.phases, lambda s: 1.0 + s.depth, "#E6C87A", window, plot_width_in)
+    _draw_spans(ax, contents.loops, rows.loop, "#B0B0B0", window, plot_width_in)
+    _draw_spans(ax, contents.phases, rows.phase, "#E6C87A", window, plot_width_in)
     _device_bands(ax, contents, rows)
     ax.set_yticks(range(rows.count))
-    ax.set_yticklabels(["loops"] + [f"phases {d}" if rows.phase_rows > 1 else "phases"
-                                    for d in range(rows.phase_rows)] + _lane_labels(contents),
+    ax.set_yticklabels(rows.labels + _lane_labels(contents),
                        fontsize=8 if len(contents.lanes) <= 12 else 7)
     ax.set_ylim(rows.count - 0.5, -0.5)
     ax.set_xlim(window[0], window[1] + 0.01 * (window[1] - window[0]))
@@ -275,9 +317,10 @@ def plot_timeline(source, path, *, title: str | None = None, window=None, width:
     ax.grid(axis="x", color="#DDDDDD", linewidth=0.6, zorder=0)
     ax.set_axisbelow(True)
     kinds = sorted({lane.kind for lane in contents.lanes}, key=lambda k: (k != "gpu", k))
-    _legend(ax, kinds, stolen, steals, failures)
+    _legend(ax, kinds, stolen, lines, failures)
     span_ms = window[1] - window[0]
-    heading = _title(contents, span_ms, steals)
+    steals = _steals(contents, stolen)
+    heading = _title(contents, span_ms, steals, stolen)
     ax.set_title(f"{title}\n{heading}" if title else heading, fontsize=9, loc="left")
     path = Path(os.fspath(path))
     try:

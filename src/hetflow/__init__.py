@@ -12,7 +12,7 @@ from .kernels import Kernel, kernel
 from .platform import Context, Device, LogicalDevice, devices, get_device, select
 from .ir import Monitor, Rule, RuleSet, graph
 from .runtime.coexec import last_report
-from .runtime.buffers import Buffer
+from .runtime.buffers import Buffer, array
 from .runtime.events import Event, UserEvent
 from .runtime.forall import forall
 from .runtime.queue import Queue

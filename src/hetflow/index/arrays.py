@@ -29,8 +29,8 @@ def is_host_array(x):
 
 
 def is_array(x):
-    """True for arrays that can be the root of a view."""
-    return is_device_array(x) or is_host_array(x)
+    """True for arrays that can be the root of a view (hetflow's coherent Buffers too)."""
+    return is_device_array(x) or is_host_array(x) or getattr(type(x), "hetflow_coherent", False)
 
 
 def required_cupy(why):

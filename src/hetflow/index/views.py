@@ -14,7 +14,7 @@ holds each element's block, so ``numpy()`` has shape ``extent + element_extent``
 """
 import abc
 import operator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
 import numpy as np
@@ -136,6 +136,11 @@ class View(abc.ABC):
     def __post_init__(self):
         require_indexable(self.parent, self.op)
         self._check(extent_of(self.parent))
+
+    def on_root(self, root):
+        """The same chain of views over ``root`` (an array shaped as this chain's root)."""
+        parent = self.parent.on_root(root) if is_view(self.parent) else root
+        return replace(self, parent=parent)
 
     @abc.abstractmethod
     def _check(self, pext):
@@ -307,7 +312,8 @@ class View(abc.ABC):
     def assign(self, values):
         """Write ``values`` (broadcast to ``numpy()``'s shape) through to the root."""
         xp = array_module(self.root)
-        root = xp.asarray(self.root)
+        # a coherent Buffer's host copy, made current and the only valid one
+        root = self.root.map() if hasattr(self.root, "map") else xp.asarray(self.root)
         shape = tuple(self.extent) + tuple(self.element_extent)
         values = xp.broadcast_to(xp.asarray(values, dtype=root.dtype), shape)
         box = None if root.ndim == 0 else self.root_box()

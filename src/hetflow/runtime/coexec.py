@@ -25,7 +25,7 @@ from ..index.operators import section
 from ..platform.cuda_compat import cuda_module
 from . import cpu
 from .gpu import core_stream, launch_rows
-from .launch import SCALARS, Launch, bind, normalize_extent
+from .launch import SCALARS, Launch, bind, coherent, normalize_extent
 from ..platform.repository import default_root
 from .perfmodel import FILE_NAME, PerfModel
 from .report import RunReport
@@ -233,6 +233,17 @@ def _worker_shares(shares, targets, workers) -> list[float]:
     return [per_device[w.device_id] / counts[w.device_id] for w in workers]
 
 
+def _on_host(arg):
+    """A Buffer argument (or a view's Buffer root) as its host copy, made current and the
+    only valid one: the workers read and write host arrays, and GPU workers stage the
+    rows they run (device-resident partitions across launches are not built yet)."""
+    root = _views.root_of(arg) if not isinstance(arg, SCALARS) else None
+    if not coherent(root):
+        return arg
+    host = root.map()
+    return host if arg is root else arg.on_root(host)
+
+
 def co_executable(launch: Launch) -> bool:
     """May this launch be split over devices? Only if every written array is written at
     the launch index alone, so each device's rows are its own."""
@@ -245,6 +256,7 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
     """Run one forall over every device of ``targets`` at once."""
     extent = normalize_extent(extent)
     rows = extent[0]
+    args = tuple(map(_on_host, args))
     launches = [bind(kernel, extent, args, dev) for dev in targets]
     if not co_executable(launches[0]):
         fastest = max(launches, key=lambda L: (L.device.kind == "gpu" and not L.device.simulated,

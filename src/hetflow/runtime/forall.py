@@ -14,6 +14,7 @@ from ..platform.context import Context
 from ..platform.devices import Device, cpu_device, devices, get_device
 from ..platform.matching import LogicalDevice
 from . import cpu, gpu
+from .buffers import acquired, wrote
 from .launch import bind, is_device_array
 
 
@@ -73,4 +74,10 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
         from .coexec import co_forall
 
         return co_forall(extent, kernel, args, targets, schedule=schedule or "steal", shares=shares)
-    run_on(bind(kernel, extent, args, targets[0]))
+    launch = bind(kernel, extent, args, targets[0])
+    if launch.plan.buffers:
+        launch = acquired(launch)
+        run_on(launch)
+        wrote(launch, launch.written)
+        return
+    run_on(launch)

@@ -26,6 +26,11 @@ def is_device_array(x) -> bool:
         and not isinstance(x, np.ndarray)
 
 
+def coherent(x) -> bool:
+    """A coherent array (:class:`hetflow.Buffer`), whose copy a launch acquires per device."""
+    return getattr(type(x), "hetflow_coherent", False)
+
+
 def normalize_extent(extent) -> tuple[int, ...]:
     """An int, a tuple of ints, an array or a view, as a launch extent."""
     if type(extent) is int and extent >= 0:  # the common case, kept cheap
@@ -59,6 +64,7 @@ class Plan:
     compiled: bool = False   # the chunk entry is compiled for these argument types
     parallel_compiled: bool = False  # the CPU parallel entry too
     fast_entry: object = False  # GPU: runtime.gpu.FastEntry (False: not built yet; None: none)
+    buffers: bool = False       # some argument (or view root) is a coherent Buffer
 
 
 @dataclasses.dataclass
@@ -91,6 +97,8 @@ def _arg_key(a):
     if type(a) is np.ndarray:
         f = a.flags
         return (a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable)
+    if coherent(a):  # a Buffer: every copy is C-contiguous
+        return (type(a), a.dtype, a.ndim)
     flags = getattr(a, "flags", None)
     if flags is not None and hasattr(a, "dtype"):  # CuPy and other device arrays
         return (type(a), a.dtype, a.ndim, flags.c_contiguous, flags.f_contiguous)
@@ -107,7 +115,7 @@ def _check_arguments(kernel: Kernel, ndim: int, args: tuple) -> list[str]:
             f"kernel {kernel.name!r} takes {len(data)} data argument(s) ({', '.join(data)}) after its "
             f"{ndim} index parameter(s) ({', '.join(kernel.params[:ndim])}), but {len(args)} were given")
     for name, arg in zip(data, args):
-        if not (isinstance(arg, (np.ndarray, *SCALARS)) or is_device_array(arg) or _views.is_view(arg)):
+        if not (isinstance(arg, (np.ndarray, *SCALARS)) or coherent(arg) or is_device_array(arg) or _views.is_view(arg)):
             raise KernelArgumentError(
                 f"kernel {kernel.name!r} argument {name!r}: {type(arg).__name__} is not an array, "
                 f"a view or a scalar")
@@ -154,7 +162,9 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         access = kernel.access(ndim)
         exe = repo.executable(kernel, device, ndim, lowerings)
         written = tuple(k for k, name in enumerate(data) if access.writes(name))
-        plan = kernel.plans[key] = Plan(data, access, _extent_checks(data, args, access), exe, written)
+        plan = kernel.plans[key] = Plan(data, access, _extent_checks(data, args, access), exe, written,
+                                        buffers=any(coherent(_views.root_of(a)) for a in args
+                                                    if not isinstance(a, SCALARS)))
     if plan.checks:
         _check_extent(kernel, extent, args, plan.checks)
     if not lowerings:

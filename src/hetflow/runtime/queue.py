@@ -41,7 +41,7 @@ from ..kernels.kernel import Kernel
 from ..platform.context import Context
 from ..platform.devices import Device
 from . import coexec, cpu, gpu, status
-from .buffers import Buffer
+from .buffers import Buffer, acquired, wrote
 from .deps import READ, WRITE, accesses, check_cycle_locked, depend_locked, track_locked, untrack_locked
 from .events import (CANCELLED, COMPLETE, FAILED, LOCK, RUNNING, Event, cancelled_error, failed_error,
                      settle_locked)
@@ -270,9 +270,7 @@ class _Core:
                     launch = bind(launch.kernel, launch.extent, launch.args, device)
                 shape = _run_whole(launch, device, inst.work)
                 if inst.buffers is not None:
-                    for k in inst.buffers:
-                        if inst.modes[k] & WRITE:
-                            inst.args[k].wrote(device)
+                    wrote(launch, [k for k in inst.buffers if inst.modes[k] & WRITE])
             error = None
         except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
             error = exc
@@ -311,13 +309,10 @@ def _slots(device: Device, slots) -> int:
 
 def _with_buffers(inst: Instance, device):
     """The launch of ``inst`` on ``device`` with each Buffer's copy there made current."""
-    args = list(inst.args)
-    for k in inst.buffers:
-        args[k] = args[k].acquire(device)
     launch = inst.launch
-    if device.kind == "cpu" and launch.device is device:
-        return launch  # bound to the host copies already
-    return bind(launch.kernel, launch.extent, tuple(args), device)
+    if launch.device is not device:
+        launch = bind(launch.kernel, launch.extent, inst.args, device)
+    return acquired(launch)
 
 
 def _run_whole(launch, device, work: int) -> tuple:
@@ -412,15 +407,12 @@ class Queue:
             priority = _priority(priority)
         if wait_for:
             wait_for = _events(wait_for)
-        bound, buffers = args, None
-        if Buffer in map(type, args):  # bind checks the host copies
-            buffers = [k for k, a in enumerate(args) if type(a) is Buffer]
-            bound = tuple(a._host if type(a) is Buffer else a for a in args)
+        buffers = [k for k, a in enumerate(args) if type(getattr(a, "root", a)) is Buffer] or None
         if core.single is not None and device is None:
             lanes, pinned = (core.single,), True
         else:
             lanes, pinned = core.route(extent, args, device)
-        launch = bind(kernel, extent, bound, lanes[0].device)
+        launch = bind(kernel, extent, args, lanes[0].device)
         modes = rec.modes.get(len(launch.extent)) or rec.learn(launch)
         inst = Instance(core, rec, launch, args, modes, priority, lanes, pinned, buffers)
         if len(lanes) > 1:

@@ -3,10 +3,13 @@
 A :class:`Buffer` (made by ``hetflow.array(data)``) is passed to ``forall``, ``reduce``,
 ``scan``, ``sort`` and ``queue.enqueue`` like an array, and views over it work as
 views over arrays do. The runtime keeps its
-copies coherent by tracking which of them hold the current contents (the *valid*
-copies): before an instance runs on a device, a stale copy there is refreshed from a
-valid one (through the host when it comes from another GPU); after an instance wrote
-the buffer on a device, that device's copy is the only valid one. The CPU works on the
+copies coherent by tracking which rows (ranges of the first dimension) of each copy
+hold the current contents (the *valid* rows): before a launch runs rows on a device,
+the rows it touches that are stale there are copied from a copy where they are valid
+(through the host when that is another GPU); after it wrote rows on a device, those
+rows are valid there alone. A launch on one device touches every row; a co-executed
+launch (:mod:`hetflow.runtime.coexec`) touches per chunk the rows its views reach, so
+each device keeps its block between launches and only halo and stolen rows move. The CPU works on the
 host copy itself. Device copies are allocated on first use and kept for later launches,
 so a chain of kernels on one GPU moves no data until the host asks for it.
 
@@ -60,18 +63,21 @@ class Buffer:
             if host.dtype == object:
                 raise QueueError(f"Buffer needs numeric data, got {type(data).__name__} of objects")
         self._devices: dict[str, tuple] = {}  # device id -> (CUDA ordinal, device array)
-        self._valid = {HOST}
         self._lock = threading.Lock()          # transfers; the runtime orders the rest
         self.moved = {"to_device": 0, "to_host": 0}  # bytes copied each way
+        where = HOST
         if host is None:
             cupy = cupy_module()
             ordinal = data.device.id if hasattr(data, "device") else 0
             with cupy.cuda.Device(ordinal):
                 copy = cupy.array(data, dtype=dtype, order="C", copy=True)
             host = np.empty(copy.shape, copy.dtype)
-            self._devices[f"gpu{ordinal}"] = (ordinal, copy)
-            self._valid = {f"gpu{ordinal}"}
+            where = f"gpu{ordinal}"
+            self._devices[where] = (ordinal, copy)
         self._host = host
+        self.rows = host.shape[0] if host.ndim else 1   # a 0-d buffer moves as one row
+        self._all = self.all_rows = [(0, self.rows)]
+        self._valid: dict[str, list] = {where: self._all}  # copy -> its valid row ranges
 
     # -- facts ---------------------------------------------------------------------------
     @property
@@ -93,7 +99,7 @@ class Buffer:
     @property
     def valid(self) -> tuple[str, ...]:
         """Where the current contents are: ``'host'`` and/or device ids."""
-        return tuple(sorted(self._valid))
+        return tuple(sorted(c for c, r in self._valid.items() if r == self._all))
 
     def __repr__(self):
         return f"<hetflow Buffer {self.shape} {self.dtype} valid on {', '.join(self.valid)}>"
@@ -131,18 +137,18 @@ class Buffer:
         dev = get_device(device)
         self._wait(write=True, timeout=None)
         with self._lock:
-            self._to_device(dev)
-            self._valid = {dev.id}
+            self._take(dev.id, self._all)
+            self._valid = {dev.id: self._all}
             return self._devices[dev.id][1]
 
     def __dlpack_device__(self):
-        gpu = next((d for d in self._valid if d != HOST), None)
+        gpu = next((d for d in self.valid if d != HOST), None)
         return self._devices[gpu][1].__dlpack_device__() if gpu else self._host.__dlpack_device__()
 
     def __dlpack__(self, **kwargs):
         """A GPU copy where one is current, else the host copy (the consumer may write:
         that copy becomes the only valid one)."""
-        gpu = next((d for d in self._valid if d != HOST), None)
+        gpu = next((d for d in self.valid if d != HOST), None)
         return (self.cupy(gpu) if gpu else self.map()).__dlpack__(**kwargs)
 
     # -- host access -------------------------------------------------------------------------
@@ -166,7 +172,7 @@ class Buffer:
         self._wait(write=True, timeout=timeout, check=False)
         with self._lock:
             self._host[...] = data
-            self._valid = {HOST}
+            self._valid = {HOST: self._all}
         with LOCK:
             deps.host_wrote_locked(self)
 
@@ -180,7 +186,7 @@ class Buffer:
         self._wait(write=True, timeout=timeout)
         with self._lock:
             self._to_host()
-            self._valid = {HOST}
+            self._valid = {HOST: self._all}
         return self._host
 
     def _wait(self, write: bool, timeout: float | None, check: bool = True) -> None:
@@ -201,61 +207,127 @@ class Buffer:
     # -- runtime side ------------------------------------------------------------------------
     def acquire(self, device) -> object:
         """The copy ``device`` works on, made current (called by the runtime before a run)."""
+        where = HOST if device.kind == "cpu" else device.id
+        if self._valid.get(where) != self._all:  # iterative programs skip the lock
+            with self._lock:
+                self._take(where, self._all)
+        return self._host if where == HOST else self._devices[where][1]
+
+    def acquire_rows(self, device, ranges) -> None:
+        """Make rows ``ranges`` (sorted, disjoint ``(lo, hi)``) current on ``device``."""
+        where = HOST if device.kind == "cpu" else device.id
+        if _minus(ranges, self._valid.get(where, ())):
+            with self._lock:
+                self._take(where, ranges)
+
+    def copy_on(self, device) -> object:
+        """``device``'s copy as it is (allocated on first use), current or not."""
         if device.kind == "cpu":
-            if HOST in self._valid:  # the iterative case: no lock, nothing to move
-                return self._host
-        elif device.id in self._valid:
-            return self._devices[device.id][1]
+            return self._host
         with self._lock:
-            if device.kind == "cpu":
-                self._to_host()
-                return self._host
-            self._to_device(device)
-            return self._devices[device.id][1]
+            self._allocate(device.id, device.ordinal)
+        return self._devices[device.id][1]
 
     def wrote(self, device) -> None:
         """An instance wrote the buffer on ``device``: only that copy is current now."""
         with self._lock:
-            self._valid = {HOST if device.kind == "cpu" else device.id}
+            self._valid = {HOST if device.kind == "cpu" else device.id: self._all}
 
-    def _to_device(self, device) -> None:
-        cupy = cupy_module()
-        if device.id not in self._devices:
-            self._devices[device.id] = (device.ordinal, _allocate(cupy, device, self.shape, self.dtype))
-        if device.id not in self._valid:
-            self._to_host()
-            array = self._devices[device.id][1]
-            if cupy is not None:
-                with cupy.cuda.Device(device.ordinal):
-                    array.set(self._host)
-            else:
-                with cuda_module().gpus[device.ordinal]:
-                    array.copy_to_device(self._host)
-            self.moved["to_device"] += self._host.nbytes
-            self._valid.add(device.id)
+    def wrote_rows(self, device, ranges) -> None:
+        """Rows ``ranges`` were written on ``device``: current there alone."""
+        where = HOST if device.kind == "cpu" else device.id
+        with self._lock:
+            for copy in self._valid:
+                if copy != where:
+                    self._valid[copy] = _minus(self._valid[copy], ranges)
+            self._valid[where] = _union(self._valid.get(where, []), ranges)
 
     def _to_host(self) -> None:
-        if HOST in self._valid:
+        self._take(HOST, self._all)
+
+    def _take(self, where: str, ranges) -> None:
+        """Copy the rows of ``ranges`` that are stale on ``where`` from copies where they
+        are current (the host first; another GPU's rows come through the host)."""
+        missing = _minus(ranges, self._valid.get(where, ()))
+        if not missing:
             return
-        ordinal, array = self._devices[next(iter(self._valid))]
-        cupy = cupy_module()
-        if cupy is not None:
-            with cupy.cuda.Device(ordinal):
-                array.get(out=self._host)
+        if where != HOST:
+            self._take(HOST, missing)
+            self._allocate(where, int(where.removeprefix("gpu")))
+            self._copy(where, missing, to_host=False)
         else:
-            with cuda_module().gpus[ordinal]:
-                array.copy_to_host(self._host)
-        self.moved["to_host"] += self._host.nbytes
-        self._valid.add(HOST)
+            left = missing
+            for source, rows in list(self._valid.items()):
+                pieces = _intersect(left, rows)
+                if source != HOST and pieces:
+                    self._copy(source, pieces, to_host=True)
+                    left = _minus(left, pieces)
+        self._valid[where] = _union(self._valid.get(where, []), missing)
+
+    def _allocate(self, where: str, ordinal: int) -> None:
+        if where not in self._devices:
+            self._devices[where] = (ordinal, _allocate(cupy_module(), ordinal, self.shape, self.dtype))
+
+    def _copy(self, gpu: str, ranges, to_host: bool) -> None:
+        """Copy rows ``ranges`` between the host copy and ``gpu``'s, one piece per range."""
+        ordinal, array = self._devices[gpu]
+        cupy = cupy_module()
+        whole = self._host.ndim == 0
+        with (cupy.cuda.Device(ordinal) if cupy is not None else cuda_module().gpus[ordinal]):
+            for lo, hi in ranges:
+                host = self._host if whole else self._host[lo:hi]
+                dev = array if whole else array[lo:hi]
+                if cupy is not None:
+                    dev.get(out=host) if to_host else dev.set(host)
+                else:
+                    dev.copy_to_host(host) if to_host else dev.copy_to_device(host)
+                self.moved["to_host" if to_host else "to_device"] += host.nbytes
 
 
-def _allocate(cupy, device, shape, dtype):
-    """An uninitialised GPU array on ``device``: CuPy's where it runs, else Numba's."""
+def _allocate(cupy, ordinal, shape, dtype):
+    """An uninitialised array on GPU ``ordinal``: CuPy's where it runs, else Numba's."""
     if cupy is not None:
-        with cupy.cuda.Device(device.ordinal):
+        with cupy.cuda.Device(ordinal):
             return cupy.empty(shape, dtype)
-    with cuda_module().gpus[device.ordinal]:
+    with cuda_module().gpus[ordinal]:
         return cuda_module().device_array(shape, dtype)
+
+
+# -- row ranges: sorted lists of disjoint (lo, hi) ----------------------------------------
+def _union(a, b) -> list:
+    out = []
+    for lo, hi in sorted([*a, *b]):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _intersect(a, b) -> list:
+    out = []
+    for lo, hi in a:
+        for blo, bhi in b:
+            if max(lo, blo) < min(hi, bhi):
+                out.append((max(lo, blo), min(hi, bhi)))
+    return out
+
+
+def _minus(a, b) -> list:
+    """The rows of ``a`` that are not in ``b``."""
+    out = []
+    for lo, hi in a:
+        for blo, bhi in b:
+            if bhi <= lo or blo >= hi:
+                continue
+            if blo > lo:
+                out.append((lo, blo))
+            lo = max(lo, bhi)
+            if lo >= hi:
+                break
+        if lo < hi:
+            out.append((lo, hi))
+    return out
 
 
 def acquired(launch):

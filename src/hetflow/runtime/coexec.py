@@ -10,9 +10,16 @@ Data on a GPU worker: arrays read or written only at the launch index (``x[i]``)
 per chunk, just the rows the GPU runs; every other array is copied to the GPU once.
 After the loop, written arrays of the second kind are merged back row range by row
 range, so each output element comes from the device that computed it.
+
+Coherent arrays (:class:`hetflow.Buffer`) stay where they are: each device works on its
+own copy, and before a chunk runs, the rows it reaches (:class:`Resident`) are made
+current there; after the loop the rows each device wrote are current there alone. With
+the same shares from one launch to the next, each device keeps its block of rows and
+only the halo rows its views reach across the split, and the rows stolen, move.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -73,8 +80,9 @@ class GpuChunks:
 
     PIECE_BYTES = 8 << 20
 
-    def __init__(self, launch: Launch):
+    def __init__(self, launch: Launch, residents=()):
         self.launch = launch
+        self.residents = residents
         self.device = launch.device
         self.cuda = cuda_module()
         self.stream = None
@@ -100,7 +108,11 @@ class GpuChunks:
                 return copies[id(host)]
 
             for name, arg in zip(plan.data, self.launch.args):
-                if _views.is_view(arg):
+                root = _views.root_of(arg) if not isinstance(arg, SCALARS) else None
+                if coherent(root):  # the Buffer's own copy here: rows move per chunk
+                    dev = root.copy_on(self.device)
+                    dev_args.extend([dev, *lowering(arg, f"{name}__p").params] if arg is not root else [dev])
+                elif _views.is_view(arg):
                     dev = whole(arg.root)
                     if dev is None:
                         return
@@ -143,6 +155,8 @@ class GpuChunks:
         return dev
 
     def run_chunk(self, lo: int, hi: int) -> None:
+        for r in self.residents:
+            r.buffer.acquire_rows(self.device, r.rows(lo, hi))
         with self._context():
             for host, dev in self.streamed_in:
                 dev[lo:hi].copy_to_device(host[lo:hi], stream=self.stream)
@@ -197,9 +211,49 @@ def _row_section(target, lo: int, hi: int):
     return section(target, (lo,) + (0,) * (len(ext) - 1), (hi - lo,) + ext[1:])
 
 
-def _cpu_workers(launch: Launch, rows: int, count: int) -> list[Worker]:
+@dataclasses.dataclass(frozen=True)
+class Resident:
+    """A coherent array that a co-executed launch touches through one argument."""
+
+    buffer: object
+    offset: int | None   # the root row a launch row reaches is row + offset; None: any row
+    writes: bool
+
+    def rows(self, lo: int, hi: int) -> list:
+        """The root rows that launch rows ``[lo, hi)`` reach."""
+        return [(lo + self.offset, hi + self.offset)] if self.offset is not None else self.buffer.all_rows
+
+
+def residents(launch: Launch) -> list[Resident]:
+    """The coherent arrays behind ``launch``'s arguments and the rows each chunk reaches:
+    an argument indexed at the launch index alone reaches its own rows (a view: shifted
+    by where its box starts in the root); any other reaches every row."""
+    plan, found = launch.plan, []
+    for name, arg in zip(plan.data, launch.args):
+        root = _views.root_of(arg) if not isinstance(arg, SCALARS) else None
+        if not coherent(root):
+            continue
+        offset = None
+        if name in plan.access.rows:
+            box = lowering(arg, f"{name}__p").box if arg is not root else (slice(0, None),)
+            offset = box[0].start if box is not None else None
+        found.append(Resident(root, offset, plan.access.writes(name)))
+    return found
+
+
+def _cpu_workers(launch: Launch, rows: int, count: int, held=()) -> list[Worker]:
+    if held:  # the host copies of the coherent arrays; rows made current per chunk
+        launch = dataclasses.replace(launch, entry_args=tuple(
+            a.copy_on(launch.device) if coherent(a) else a for a in launch.entry_args))
     cpu.compile_launch(launch)
     run = cpu.chunk_runner(launch)
+    if held:
+        plain, device = run, launch.device
+
+        def run(lo, hi):
+            for r in held:
+                r.buffer.acquire_rows(device, r.rows(lo, hi))
+            plain(lo, hi)
     # A CPU chunk enters and leaves Python, taking the GIL, and 16 workers queue for it:
     # on a 16-core host, 5-row chunks of a 1024^2 stencil took 300 us for 5 us of work.
     # So a chunk holds at least what the runtime would run inline rather than spread.
@@ -208,8 +262,8 @@ def _cpu_workers(launch: Launch, rows: int, count: int) -> list[Worker]:
     return [Worker(f"{launch.device.id}/core{k}", "cpu", run, size, launch.device.id) for k in range(count)]
 
 
-def _gpu_worker(launch: Launch) -> tuple[Worker, GpuChunks]:
-    chunks = GpuChunks(launch)
+def _gpu_worker(launch: Launch, held=()) -> tuple[Worker, GpuChunks]:
+    chunks = GpuChunks(launch, held)
     dev = launch.device
     per_row = max(1, math.prod(launch.inner))
     # The simulator runs a launch as OS threads: few, large chunks keep tests quick.
@@ -233,15 +287,21 @@ def _worker_shares(shares, targets, workers) -> list[float]:
     return [per_device[w.device_id] / counts[w.device_id] for w in workers]
 
 
-def _on_host(arg):
-    """A Buffer argument (or a view's Buffer root) as its host copy, made current and the
-    only valid one: the workers read and write host arrays, and GPU workers stage the
-    rows they run (device-resident partitions across launches are not built yet)."""
-    root = _views.root_of(arg) if not isinstance(arg, SCALARS) else None
-    if not coherent(root):
-        return arg
-    host = root.map()
-    return host if arg is root else arg.on_root(host)
+def _fastest(launches):
+    return max(launches, key=lambda L: (L.device.kind == "gpu" and not L.device.simulated,
+                                        L.device.compute_units))
+
+
+def _mark_written(held, report, device_of) -> None:
+    """The rows each device wrote are current on that device alone."""
+    ran: dict = {}
+    for e in report.events:
+        ran.setdefault(device_of[e.worker], []).append((e.lo, e.hi))
+    for r in held:
+        if r.writes:
+            for device, ranges in ran.items():
+                rows = [p for lo, hi in _coalesce(ranges) for p in r.rows(lo, hi)]
+                r.buffer.wrote_rows(device, rows)
 
 
 def co_executable(launch: Launch) -> bool:
@@ -256,25 +316,29 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
     """Run one forall over every device of ``targets`` at once."""
     extent = normalize_extent(extent)
     rows = extent[0]
-    args = tuple(map(_on_host, args))
     launches = [bind(kernel, extent, args, dev) for dev in targets]
     if not co_executable(launches[0]):
-        fastest = max(launches, key=lambda L: (L.device.kind == "gpu" and not L.device.simulated,
-                                               L.device.compute_units))
+        fastest = _fastest(launches)
         log.warning("kernel %s writes arrays at other indices than its launch index; running it "
                     "on %s alone", kernel.name, fastest.device.id)
         from .forall import run_on
 
         run_on(fastest)
         return None
+    held = residents(launches[0]) if launches[0].plan.buffers else []
+    if any(r.writes and r.offset is None for r in held):  # written rows not known per chunk
+        from .forall import run_on
+
+        run_on(_fastest(launches))
+        return None
     workers, gpu_parts = [], []
     # Each GPU's worker thread stages copies and launches: leave it a core of its own.
     n_gpus = sum(L.device.kind == "gpu" for L in launches)
     for launch in launches:
         if launch.device.kind == "cpu":
-            workers += _cpu_workers(launch, rows, max(1, launch.device.compute_units - n_gpus))
+            workers += _cpu_workers(launch, rows, max(1, launch.device.compute_units - n_gpus), held)
         else:
-            worker, chunks = _gpu_worker(launch)
+            worker, chunks = _gpu_worker(launch, held)
             workers.append(worker)
             gpu_parts.append((worker, chunks))
     model = perf_model()
@@ -286,6 +350,9 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
         shares = _worker_shares(shares, targets, workers)
     report = run_loop(rows, workers, schedule=schedule, shares=shares)
     trace_notify(report, label=kernel.name)  # before merging back: the loop's end is now
+    if held:
+        _mark_written(held, report, {w.name: L.device for L in launches for w in workers
+                                     if w.device_id == L.device.id})
     cpu_launch = next((L for L in launches if L.device.kind == "cpu"), None)
     for worker, chunks in gpu_parts:
         ranges = [(e.lo, e.hi) for e in report.events if e.worker == worker.name]

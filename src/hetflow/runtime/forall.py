@@ -46,11 +46,16 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
 
 
 def run_on(launch) -> None:
-    """Run a bound launch whole on its one device."""
+    """Run a bound launch whole on its one device (coherent arrays' copies there made
+    current first, and what it wrote marked current there alone after)."""
+    if launch.plan.buffers:
+        launch = acquired(launch)
     if launch.device.kind == "cpu":
         cpu.run(launch, launch.device.compute_units)
     else:
         gpu.run(launch)
+    if launch.plan.buffers:
+        wrote(launch, launch.written)
 
 
 def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
@@ -74,10 +79,4 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
         from .coexec import co_forall
 
         return co_forall(extent, kernel, args, targets, schedule=schedule or "steal", shares=shares)
-    launch = bind(kernel, extent, args, targets[0])
-    if launch.plan.buffers:
-        launch = acquired(launch)
-        run_on(launch)
-        wrote(launch, launch.written)
-        return
-    run_on(launch)
+    run_on(bind(kernel, extent, args, targets[0]))

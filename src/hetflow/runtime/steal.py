@@ -87,6 +87,7 @@ _MIN_BACKOFF = 2e-5
 _MAX_BACKOFF = 2e-4
 SLICE_S = 0.05      # about the longest run_chunk call of a CPU worker: see the module docstring
 _PROBE = 64         # the first piece of a large first range is 1/_PROBE of it
+_WAKE_S = 0.05      # the calling thread's longest sleep while the workers run
 
 
 @dataclasses.dataclass
@@ -486,7 +487,10 @@ class _Loop:
             for i, w in enumerate(self.workers):
                 done.append(_THREADS.start(lambda i=i: self.work(i), f"hetflow-{w.name}"))
             for d in done:
-                d.wait()
+                # Short sleeps: SIGINT may land on any thread (often one of the simulated
+                # GPU's), and its handler runs here only when this thread runs again.
+                while not d.wait(_WAKE_S):
+                    pass
         except BaseException:            # Ctrl-C: stop the workers after their piece
             self.deques.write_empty_token()
             for d in done:

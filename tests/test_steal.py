@@ -323,6 +323,37 @@ def test_faults_raise_stops_at_the_first_failure():
     assert counts.max() <= 1
 
 
+
+def test_a_cpu_failing_inside_a_long_range_gives_back_only_what_it_did_not_run():
+    n = 6400
+    counts = np.zeros(n, dtype=np.int64)
+    # One range: its first piece (1/64 of it) runs, the call for the rest fails.
+    bad, good = Device("bad", "cpu", counts, n, fail_at=2), Device("good", "cpu", counts, 100)
+    report = run_loop(n, [bad.worker, good.worker], schedule="static", shares=[1, 0])
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    assert_events_partition(report, n)
+    assert report.by_name["bad"].indices == n // 64
+    assert report.failures[0].requeued == ((n // 64, n),)
+
+
+def test_a_stop_reaches_a_cpu_worker_inside_a_long_range():
+    n = 6400
+    counts = np.zeros(n + 10, dtype=np.int64)
+    started = threading.Event()
+
+    def slow(lo, hi):                # 0.1 ms per index: the whole range would take 0.64 s
+        time.sleep(1e-4 * (hi - lo))
+        count(lo, hi, counts)
+        started.set()
+
+    failing = Device("a", "cpu", counts, 10, fail_at=1, wait_for=started)
+    workers = [Worker("long", "cpu", slow, n, "cpu0"), failing.worker]
+    with pytest.raises(DeviceFailure, match="worker a on cpu-a failed"):
+        run_loop(n + 10, workers, schedule="static", shares=[n, 10], faults="raise")
+    assert counts.max() <= 1
+    assert 0 < counts[:n].sum() < n   # it left its range at a piece boundary
+
+
 class Abort(BaseException):
     """Not an Exception: models Ctrl-C inside a chunk function."""
 

@@ -16,6 +16,15 @@ stolen back; a thief whose chunk size is larger than what it stole (a GPU steali
 chunks) keeps taking the victim's top entry while that entry is adjacent, and runs the
 merged range as one launch.
 
+Nothing interrupts a ``run_chunk`` call, and one CPU chunk of a costly kernel may take
+seconds (a chunk holds at least ``cpu.INLINE_LIMIT`` indices), so a worker without
+``sync`` (a CPU core) runs its range in pieces of about ``SLICE_S`` seconds, by the time
+per index of its last piece (a first range of ``_PROBE`` indices or more starts with a
+``1/_PROBE`` piece), and looks for the EMPTY token between them. That token, while the
+worker holds a range, can only come from a stop (Ctrl-C in the calling thread,
+``faults='raise'``, a crash), so the worker drops the rest of its range and leaves: a stop
+reaches every CPU worker within about ``SLICE_S``, a GPU worker after its chunk in flight.
+
 Termination (SPEC §3.5) and why it is correct
 ---------------------------------------------
 A worker that finds every queue empty in one traversal writes the EMPTY token into all
@@ -76,6 +85,9 @@ HELD = 0            # ctl word: ranges taken and not completed
 EPOCH = 8           # ctl word: pushes made after the initial distribution
 _MIN_BACKOFF = 2e-5
 _MAX_BACKOFF = 2e-4
+SLICE_S = 0.05      # about the longest run_chunk call of a CPU worker: see the module docstring
+_PROBE = 64         # the first piece of a large first range is 1/_PROBE of it
+_WAKE_S = 0.05      # the calling thread's longest sleep while the workers run
 
 
 @dataclasses.dataclass
@@ -247,6 +259,16 @@ def _distribute(state, buf, capacity, q, lo, hi, chunk_size):
         push_bottom(state, buf, capacity, q, a, min(a + chunk_size, hi))
 
 
+def _piece(count: int, per_index: float | None) -> int:
+    """How many of ``count`` indices to run in one call, given the seconds per index
+    measured so far (None: nothing measured yet)."""
+    if per_index is None:
+        return count // _PROBE if count >= _PROBE else count
+    if per_index * count <= SLICE_S:
+        return count
+    return max(1, int(SLICE_S / per_index))
+
+
 # -- one loop ------------------------------------------------------------------------------
 class _Threads:
     """Worker threads kept between loops: a forall over 16 cores would otherwise start
@@ -351,6 +373,7 @@ class _Loop:
                 return self._fail(me, [], exc)
         held = []                        # (lo, hi, victim, t_start) of ranges taken
         group_start = 0.0
+        per_index = None                 # seconds per index of the last piece run (no sync)
         backoff = _MIN_BACKOFF
         while True:
             st, lo, hi, victim = _acquire(d.state, d.buf, d.capacity, self.ctl, self.dead,
@@ -366,9 +389,12 @@ class _Loop:
                     group_start = t
                 held.append((lo, hi, victim, t))
                 try:
-                    w.run_chunk(lo, hi)
-                    if w.sync is not None and len(held) >= w.inflight:
-                        w.sync()
+                    if w.sync is None:
+                        per_index = self._run_pieces(me, log_, held, per_index)
+                    else:
+                        w.run_chunk(lo, hi)
+                        if len(held) >= w.inflight:
+                            w.sync()
                 except Exception as exc:
                     return self._fail(me, held, exc)
                 if w.sync is None or len(held) >= w.inflight:
@@ -394,19 +420,42 @@ class _Loop:
                     self._complete(me, log_, held, group_start)
                 return
 
+    def _run_pieces(self, me, log_, held, per_index):
+        """Run the one range a worker without sync holds, piece by piece (module
+        docstring); return the seconds per index of the last piece. Earlier pieces are
+        logged as they end, and ``held`` keeps the last piece run, or, while a piece
+        runs, that piece and the rest of the range, which is what a failure gives back."""
+        run = self.workers[me].run_chunk
+        lo, hi, victim, t = held[0]
+        while True:
+            end = lo + _piece(hi - lo, per_index)
+            run(lo, end)
+            now = time.perf_counter()
+            per_index = (now - t) / (end - lo)
+            if end == hi or self.deques.has_empty_token(me):
+                held[0] = (lo, end, victim, t)
+                return per_index
+            self._log(me, log_, [(lo, end, victim, t)], now)
+            lo, t = end, now
+            held[0] = (lo, hi, victim, t)
+
     def _complete(self, me, log_, held, group_start):
         t_end = time.perf_counter()
         log_.busy += t_end - group_start
-        for lo, hi, victim, t_start in held:
+        self._log(me, log_, held, t_end)
+        _release(self.ctl, len(held))
+        held.clear()
+        return t_end
+
+    def _log(self, me, log_, ranges, t_end):
+        """Count ``ranges`` (held entries) as run, ending at ``t_end``."""
+        for lo, hi, victim, t_start in ranges:
             log_.chunks += 1
             log_.indices += hi - lo
             if self.record_events:
                 log_.events.append(ChunkEvent(
                     self.workers[me].name, lo, hi, t_start - self.t0, t_end - self.t0,
                     None if victim < 0 else self.workers[victim].name))
-        _release(self.ctl, len(held))
-        held.clear()
-        return t_end
 
     def _push_back(self, me, ranges):
         d = self.deques
@@ -438,8 +487,11 @@ class _Loop:
             for i, w in enumerate(self.workers):
                 done.append(_THREADS.start(lambda i=i: self.work(i), f"hetflow-{w.name}"))
             for d in done:
-                d.wait()
-        except BaseException:            # Ctrl-C: stop the workers after their chunk
+                # Short sleeps: SIGINT may land on any thread (often one of the simulated
+                # GPU's), and its handler runs here only when this thread runs again.
+                while not d.wait(_WAKE_S):
+                    pass
+        except BaseException:            # Ctrl-C: stop the workers after their piece
             self.deques.write_empty_token()
             for d in done:
                 d.wait()

@@ -187,3 +187,18 @@ def test_simulated_gpu_needs_checked_stores_on_their_own_line(gpu_device):
 
     with pytest.raises(KernelError, match=r"one_liner.*line \d+.*on a line of its own"):
         hetflow.forall(4, one_liner, np.zeros(4), device=gpu_device)
+
+
+@pytest.mark.gpu
+def test_real_gpu_checks_reads_writes_and_views(gpu_device):
+    n = 100_003
+    x, out = np.arange(float(n)), np.zeros(n)
+    for kernel, name in ((shift_read, "x"), (far_read, "x"), (shift_write, "out")):
+        err = _error(n, kernel, x, out, device=gpu_device)
+        assert (err.kernel, err.array) == (kernel.name, name)
+    hetflow.forall(n - 1, shift_read, x, out, device=gpu_device)
+    np.testing.assert_array_equal(out[:-1], x[1:])
+    err = _error(n - 2, view_read, interior(x, 1), np.zeros(n - 2), device=gpu_device)
+    assert (err.array, err.index) == ("v", n)
+    err = _error(1000, record_write, np.zeros(1000, dtype=[("x", "f8"), ("v", "f8")]), 0.5, device=gpu_device)
+    assert (err.array, err.index) == ("p", 1000)

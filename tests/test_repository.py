@@ -292,3 +292,26 @@ def test_checked_executables_are_other_entries(tmp_path, monkeypatch):
     assert len(paths) == 2
     options = [json.load(open(p / "description.json"))["description"]["options"] for p in paths]
     assert sorted(o.get("boundscheck", False) for o in options) == [False, True]
+
+
+def test_co_map_functions_enter_the_variant_by_their_code():
+    from hetflow.index import co_map, lowering
+    from hetflow.platform.repository import _stable, variant_key
+
+    u = np.arange(10.0)
+
+    def reverse(idx):
+        return (9 - idx[0],)
+
+    def identity(idx):
+        return (idx[0],)
+
+    def lowered(f):
+        return {"v": lowering(co_map(u, f, (10,)), "v__p")}
+
+    # No address in the key: the next process finds the same entry (before, every
+    # process compiled a co_map kernel anew); another function is another executable.
+    assert "0x" not in repr(_stable(lowered(reverse)["v"].key))
+    assert variant_key(lowered(reverse)) == variant_key(lowered(reverse))
+    assert variant_key(lowered(reverse)) != variant_key(lowered(identity))
+    assert variant_key(lowered(reverse)) != variant_key(lowered(reverse), checked=True)

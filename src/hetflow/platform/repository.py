@@ -111,7 +111,8 @@ class CodeRepository:
 
     def forget(self, exe: Executable, exc: BaseException) -> None:
         """Drop an executable whose stored machine code could not be loaded (``exc``):
-        Numba's cache of it goes, its checked module stays, the next lookup compiles."""
+        Numba's cache of it goes, module.py (its digest held) stays, the next lookup
+        compiles it again."""
         with self._lock:
             for key, value in list(self._memo.items()):
                 if value is exe:
@@ -204,6 +205,21 @@ class CodeRepository:
     # -- turning module text into compiled functions ----------------------------------------
     def _instantiate(self, kernel, device, desc, entry: Path, text: str, ndim, views) -> Executable:
         module_file = str(entry / "module.py")
+        ns = self._run_module(kernel, device, entry, text, module_file)
+        checked = bool(desc.options.get("boundscheck"))
+        entry_fn, parallel = _compile_functions(ns, kernel, device, views, checked)
+        if not device.simulated:  # the simulator caches nothing
+            for fn in (entry_fn, parallel):
+                _lock_machine_code(fn, entry)
+        if checked:
+            entry_fn, parallel = _checked(entry_fn, device, checks.Bounds(kernel.name, kernel.params[ndim:], views))
+        user_file = kernel.filename or str(entry)
+        params = tuple(p for d in kernel.params[ndim:] for p in expanded(d, views.get(d)))
+        return Executable(desc, entry_fn, params, str(entry), module_file, user_file, parallel)
+
+    def _run_module(self, kernel, device, entry: Path, text: str, module_file: str) -> dict:
+        """The namespace of an entry's module after running its text (functions not yet
+        compiled): the kernel's globals, kernels it calls and what generated code uses."""
         ns = _module_namespace(entry, kernel)
         for name, sub in kernel.subkernels.items() if kernel.compilable else ():
             ns[name] = self.device_function(sub, device)
@@ -216,30 +232,7 @@ class CodeRepository:
             exec(compile(text, module_file, "exec"), ns)
         except SyntaxError as exc:
             raise KernelError(f"generated code for kernel {kernel.name!r} does not parse: {exc}") from exc
-        checked = bool(desc.options.get("boundscheck"))
-        wrap_device, wrap_entry = _wrappers(device, checked)
-        for lowering in views.values():  # co_map index functions become device functions
-            for name, fn in lowering.globals.items():
-                ns[name] = wrap_device(fn)
-        for name in checks.HELPERS[device.kind][1]:
-            if name in ns:
-                ns[name] = wrap_device(ns[name])
-        if kernel.from_code:  # the body is the user's function itself (no readable source)
-            ns[BODY] = _wrappers(device, checked, cache=False)[0](kernel.function_in(ns))
-        else:
-            body = kernel.definition.name
-            ns[body] = wrap_device(ns[body])
-        entry_fn = ns[ENTRY] = wrap_entry(ns[ENTRY])
-        parallel = (numba.njit(parallel=True, nogil=True, cache=True)(ns[PARALLEL])
-                    if device.kind == "cpu" and not checked else None)  # compiled on its first large launch
-        if device.kind == "cpu" or not device.simulated:
-            for fn in (entry_fn, parallel):
-                _lock_machine_code(fn, entry)
-        if checked:
-            entry_fn, parallel = _checked(entry_fn, device, checks.Bounds(kernel.name, kernel.params[ndim:], views))
-        user_file = kernel.filename or str(entry)
-        params = tuple(p for d in kernel.params[ndim:] for p in expanded(d, views.get(d)))
-        return Executable(desc, entry_fn, params, str(entry), module_file, user_file, parallel)
+        return ns
 
     def device_function(self, kernel, device):
         """``kernel``'s body compiled as a device function (for kernels calling kernels)."""
@@ -306,6 +299,27 @@ def _module_namespace(entry: Path, kernel) -> dict:
     module.__builtins__ = builtins
     sys.modules[name] = module
     return module.__dict__
+
+
+def _compile_functions(ns: dict, kernel, device, views, checked: bool):
+    """Wrap a module's functions for the device's compiler, in place: device functions
+    (body, co-map index functions, checks) and the entry; (entry, CPU parallel entry)."""
+    wrap_device, wrap_entry = _wrappers(device, checked)
+    for lowering in views.values():  # co_map index functions become device functions
+        for name, fn in lowering.globals.items():
+            ns[name] = wrap_device(fn)
+    for name in checks.HELPERS[device.kind][1]:
+        if name in ns:
+            ns[name] = wrap_device(ns[name])
+    if kernel.from_code:  # the body is the user's function itself (no readable source)
+        ns[BODY] = _wrappers(device, cache=False)[0](kernel.function_in(ns))
+    else:
+        body = kernel.definition.name
+        ns[body] = wrap_device(ns[body])
+    entry_fn = ns[ENTRY] = wrap_entry(ns[ENTRY])
+    parallel = (numba.njit(parallel=True, nogil=True, cache=True)(ns[PARALLEL])
+                if device.kind == "cpu" and not checked else None)  # compiled on its first large launch
+    return entry_fn, parallel
 
 
 def _wrappers(device, checked=False, cache=True):

@@ -174,7 +174,9 @@ class CodeRepository:
     def _build(self, kernel, device, ndim, views, variant, entry: Path) -> Executable:
         checked = kernel.boundscheck
         gen = _generate(kernel, device, ndim, views, checked)
-        options = {**(CPU_OPTIONS if device.kind == "cpu" else GPU_OPTIONS), **({"boundscheck": True} if checked else {})}
+        options = dict(CPU_OPTIONS if device.kind == "cpu" else GPU_OPTIONS)
+        if checked:
+            options["boundscheck"] = True
         desc = Description.for_device(kernel, device, ndim, variant, options)
         meta = {"description": desc.to_json(), "module_sha256": hashlib.sha256(gen.text.encode()).hexdigest(),
                 "user_file": kernel.filename}
@@ -212,7 +214,8 @@ class CodeRepository:
             for fn in (entry_fn, parallel):
                 _lock_machine_code(fn, entry)
         if checked:
-            entry_fn, parallel = _checked(entry_fn, device, checks.Bounds(kernel.name, kernel.params[ndim:], views))
+            bounds = checks.Bounds(kernel.name, kernel.params[ndim:], views)
+            entry_fn, parallel = _checked(entry_fn, device, bounds)
         user_file = kernel.filename or str(entry)
         params = tuple(p for d in kernel.params[ndim:] for p in expanded(d, views.get(d)))
         return Executable(desc, entry_fn, params, str(entry), module_file, user_file, parallel)
@@ -295,7 +298,8 @@ def _module_namespace(entry: Path, kernel) -> dict:
     """
     name = "hetflow_generated_" + hashlib.sha1(f"{entry.parent.name}/{entry.name}".encode()).hexdigest()[:16]
     module = types.ModuleType(name)
-    module.__dict__.update((k, v) for k, v in kernel.namespace().items() if not (k.startswith("__") and k.endswith("__")))
+    dunder = re.compile(r"__\w+__$")  # the user module's own (__name__, __file__, ...)
+    module.__dict__.update((k, v) for k, v in kernel.namespace().items() if not dunder.match(k))
     module.__builtins__ = builtins
     sys.modules[name] = module
     return module.__dict__

@@ -100,8 +100,6 @@ class CheckedCpuEntry:
             return self.dispatcher(*args)
         except OutOfBounds as exc:
             raise self.bounds.error(*exc.args) from None
-        except IndexOutOfBoundsError:
-            raise
         except IndexError as exc:  # Numba's boundscheck
             raise self.bounds.unnamed(exc) from None
 

@@ -43,6 +43,15 @@ class NoExecutableError(KernelError, LookupError):
     """No compatible executable exists and there is no source to compile."""
 
 
+class IndexOutOfBoundsError(KernelError, IndexError):
+    """A checked kernel (boundscheck) indexed an array outside its extent; names the
+    kernel, the parameter, the axis and the index (``None`` where unknown)."""
+
+    def __init__(self, message, kernel=None, array=None, axis=None, index=None):
+        super().__init__(message)
+        self.kernel, self.array, self.axis, self.index = kernel, array, axis, index
+
+
 # -- index spaces and views ---------------------------------------------------
 class ShapeError(HetflowError, ValueError):
     """Extents, ranks or dtypes do not fit."""

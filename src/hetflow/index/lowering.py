@@ -3,9 +3,9 @@
 ``lowering(view, prefix)`` walks a chain of views down to its root and returns the
 root index expressions as Python source in terms of the kernel's index variables and
 launch parameters, so that a view costs what hand-written index arithmetic costs. The
-source depends only on the ``key`` (the chain's structure and the cshift guards) and
-the prefix; the numbers travel as ``params``, so one compiled kernel serves every view
-with the same key.
+source depends only on the ``key`` (the chain's structure, the cshift guards and the
+rendered index expressions) and the prefix; the numbers travel as ``params``, so one
+compiled kernel serves every view with the same key.
 """
 from dataclasses import dataclass
 
@@ -121,6 +121,10 @@ def _lower(view, prefix):
     exprs, node = tuple(Var(v) for v in var_names), view
     while is_view(node):
         exprs, node = node._lower_full(exprs, ctx), node.parent
-    key = (len(shape), rank(node), tuple(ctx.key))
+    # The key must fix the generated code: the operators' entries alone do not (a cshift
+    # over an empty dimension lowers to ``i``, over another one to ``i + p``), so the
+    # rendered index expressions are part of it.
+    names = dict(zip(var_names, var_names))
+    key = (len(shape), rank(node), tuple(ctx.key), tuple(e.render(names) for e in exprs))
     return Lowering(root_of(view), key, tuple(ctx.param_names), tuple(ctx.params),
                     dict(ctx.globals), exprs, var_names, shape)

@@ -9,7 +9,10 @@ runs a *chunk* ``[lo, hi)`` of the outermost launch dimension:
 - GPU: a grid-stride loop over the chunk's flattened indices; compiled by numba-cuda.
 
 The module text keeps the body at its original line numbers so that compiler errors
-point at the user's file and line.
+point at the user's file and line. In checked mode (:mod:`.checks`) every index into an
+array parameter is wrapped in a check, and on a GPU each store into one is guarded by
+an ``if`` on its line. A kernel whose source cannot be read gets the wrapper alone
+(:func:`generate_entry`), calling its function object compiled as the body.
 """
 from __future__ import annotations
 
@@ -17,10 +20,12 @@ import ast
 import dataclasses
 
 from ..errors import KernelError
+from . import checks
 from .source import KernelSource, SpanEditor
 
 ENTRY = "__hf_entry"
 PARALLEL = "__hf_parallel"
+BODY = "__hf_body"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,22 +48,151 @@ def expanded(name: str, lowering) -> list[str]:
     return [f"{name}__root", *lowering.param_names]
 
 
-def generate(src: KernelSource, ndim: int, views: dict, target: str) -> Generated:
-    """Module text for ``target`` ('cpu' or 'gpu'); ``views`` maps parameter -> Lowering."""
+def generate(src: KernelSource, ndim: int, views: dict, target: str, checked: bool = False) -> Generated:
+    """Module text for ``target`` ('cpu' or 'gpu'); ``views`` maps parameter -> Lowering;
+    ``checked``: every subscript of an array parameter is bounds-checked (:mod:`.checks`)."""
     fdef = src.function()
     params = [a.arg for a in fdef.args.args]
     if len(params) < ndim:
         raise KernelError(f"kernel {fdef.name!r} takes {len(params)} parameters, fewer than the "
                           f"{ndim} index parameters of a rank-{ndim} launch")
     editor = SpanEditor(src.text)
-    unsigned = _unsigned_indices(fdef, ndim, views)
-    body = editor.rewrite(fdef, _view_replacer(editor, views, fdef.name, unsigned))
+    rewriter = _BodyRewriter(editor, fdef, ndim, views, target, checked)
+    body = editor.rewrite(fdef, rewriter.replace)
     data = data_params(fdef, ndim)
     entry_params = [p for d in data for p in expanded(d, views.get(d))]
-    wrapper = (_cpu_wrapper if target == "cpu" else _gpu_wrapper)(fdef.name, ndim, entry_params)
+    err = [checks.ERR] if checked and target == "gpu" else []
+    wrapper = (_cpu_wrapper if target == "cpu" else _gpu_wrapper)(fdef.name, ndim, entry_params + err)
+    helpers = checks.HELPERS[target][0].strip() + "\n\n\n" if checked else ""
     head = src.text[: editor.span(fdef)[0]]
-    text = src.padded(head + body + "\n\n\n" + wrapper)
+    text = src.padded(head + body + "\n\n\n" + helpers + wrapper)
     return Generated(text, fdef.name, tuple(entry_params))
+
+
+def generate_entry(params: tuple[str, ...], ndim: int, target: str) -> Generated:
+    """Module text of the entry alone, calling the body ``BODY`` that the repository
+    compiles from the kernel's function object (a kernel whose source cannot be read)."""
+    data = [f"__a{k}" for k in range(len(params) - ndim)]  # the user's names may clash with ours
+    wrapper = (_cpu_wrapper if target == "cpu" else _gpu_wrapper)(BODY, ndim, data)
+    return Generated(wrapper, BODY, tuple(data))
+
+
+class _BodyRewriter:
+    """The ``replace`` callback of :meth:`SpanEditor.rewrite` for a kernel body: views
+    lowered to root indexing, launch indices made unsigned where exact, and in checked
+    mode every index into an array parameter wrapped in a check (:mod:`.checks`)."""
+
+    def __init__(self, editor: SpanEditor, fdef, ndim: int, views: dict, target: str, checked: bool):
+        self.editor, self.views, self.name = editor, views, fdef.name
+        self.checked, self.gpu_checked = checked, checked and target == "gpu"
+        self.position = {p: k for k, p in enumerate(data_params(fdef, ndim))}
+        self.last_arg = id(fdef.args.args[-1]) if fdef.args.args else None
+        # Checked mode keeps indices signed: a negative one must fail, not wrap to a huge one.
+        self.unsigned = set() if checked else _unsigned_indices(fdef, ndim, views)
+        self.wrap: dict[int, tuple] = {}  # index node -> (parameter, axis, wrap) to check
+        self.guarded: set[int] = set()    # store subscripts an ``if`` guard checks already
+
+    def replace(self, node):
+        if id(node) in self.wrap:
+            name, axis, wrap = self.wrap.pop(id(node))
+            return self._call("__hf_ix", name, name, (self.editor.rewrite(node, self.replace), axis, wrap))
+        if isinstance(node, ast.arg):
+            return self._arg(node)
+        if self.gpu_checked and isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            return self._guarded_store(node)
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            if node.value.id in self.views:
+                return self._view_subscript(node)
+            if self.checked and node.value.id in self.position and id(node) not in self.guarded:
+                for part, axis, wrap in _tests(node):
+                    self.wrap[id(part)] = (node.value.id, axis, wrap)
+                return None
+        if id(node) in self.unsigned:
+            return f"__hf_np.uint64({node.id})"
+        if isinstance(node, ast.Name) and node.id in self.views:
+            raise KernelError(
+                f"kernel {self.name!r} line {node.lineno}: view parameter {node.id!r} can only be "
+                f"subscripted inside a kernel (pass view.numpy() or the parent array instead)")
+        return None
+
+    def _arg(self, node):
+        text = ", ".join(expanded(node.arg, self.views[node.arg])) if node.arg in self.views else None
+        if self.gpu_checked and id(node) == self.last_arg:
+            return f"{text or node.arg}, {checks.ERR}"
+        return text
+
+    def _view_index(self, node):
+        """The root array's name and root index texts of a view subscript."""
+        low = self.views[node.value.id]
+        parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        texts = [self.editor.rewrite(p, self.replace) for p in parts]
+        if len(parts) == 1 and low.rank > 1:  # a tuple-valued index variable
+            texts = [f"({texts[0]})[{k}]" for k in range(low.rank)]
+        if len(texts) != low.rank:
+            raise KernelError(f"line {node.lineno}: view {node.value.id!r} has rank {low.rank} but is "
+                              f"subscripted with {len(texts)} indices")
+        # Root indices of a valid view are never negative; saying so (unsigned) lets Numba
+        # drop its negative-index wraparound check, which otherwise costs 2x on stencils.
+        cast = None if self.checked else "__hf_np.uint64"
+        return f"{node.value.id}__root", list(low.index_source(tuple(f"({t})" for t in texts), cast=cast))
+
+    def _view_subscript(self, node) -> str:
+        root, index = self._view_index(node)
+        if self.checked and id(node) not in self.guarded:  # 0: a negative root index fails
+            index = [self._call("__hf_ix", node.value.id, root, (t, axis, 0)) for axis, t in enumerate(index)]
+        return f"{root}[{', '.join(index)}]"
+
+    def _call(self, helper, name, array, test) -> str:
+        """``helper`` checking index ``test`` = (text, axis, wrap) into ``array``, the
+        array of parameter ``name`` (a view's root array for a view)."""
+        text, axis, wrap = test
+        err = f", {checks.ERR}" if self.gpu_checked else ""
+        return f"{helper}({text}, {array}.shape[{axis}], {wrap}, {self.position[name]}, {axis}{err})"
+
+    def _guarded_store(self, node):
+        """GPU: ``if <every index in range>: <the store>``, so a failed store is skipped."""
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        stores = [s for t in targets for s in _stored_subscripts(t, self.position)]
+        if not stores:
+            return None
+        if not self.editor.own_line(node):
+            raise KernelError(
+                f"kernel {self.name!r} line {node.lineno}: checked mode on a GPU needs each store into "
+                f"an array on a line of its own (not after ':' nor beside ';')")
+        tests = []
+        for sub in stores:
+            if sub.value.id in self.views:
+                root, index = self._view_index(sub)
+                tests += [self._call("__hf_ok", sub.value.id, root, (t, axis, 0)) for axis, t in enumerate(index)]
+            else:
+                name = sub.value.id
+                tests += [self._call("__hf_ok", name, name, (self.editor.rewrite(p, self.replace), axis, wrap))
+                          for p, axis, wrap in _tests(sub)]
+            self.guarded.add(id(sub))
+        statement = self.editor.rewrite(node, lambda n: None if n is node else self.replace(n))
+        return f"if {' and '.join(tests)}: {statement}" if tests else statement
+
+
+def _tests(node) -> list:
+    """(component, axis, 1) for each integer component of an array subscript; 1: Python's
+    negative indices count from the end."""
+    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    if any(isinstance(p, ast.Starred) or (isinstance(p, ast.Constant) and p.value in (None, Ellipsis))
+           for p in parts):
+        return []  # axes past ``...``, ``None`` or ``*t`` cannot be counted
+    return [(p, axis, 1) for axis, p in enumerate(parts) if not isinstance(p, ast.Slice)]
+
+
+def _stored_subscripts(target, arrays) -> list:
+    """Subscripts of ``arrays`` that a store into ``target`` writes through
+    (``x[i] = ...``, ``p[i].f = ...``, ``x[i][j] = ...``, ``x[i], y[i] = ...``)."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [s for e in target.elts for s in _stored_subscripts(e, arrays)]
+    while isinstance(target, (ast.Subscript, ast.Attribute)):
+        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id in arrays:
+            return [target]
+        target = target.value
+    return []
 
 
 def _unsigned_indices(fdef, ndim, views) -> set:
@@ -80,39 +214,6 @@ def _unsigned_indices(fdef, ndim, views) -> set:
             parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
             targets.update(id(p) for p in parts if isinstance(p, ast.Name) and p.id in index)
     return targets
-
-
-def _view_replacer(editor: SpanEditor, views: dict, kernel_name: str, unsigned: set):
-    def replace(node):
-        if isinstance(node, ast.arg) and node.arg in views:
-            return ", ".join(expanded(node.arg, views[node.arg]))
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in views:
-            return _lower_subscript(editor, node, views[node.value.id], replace)
-        if id(node) in unsigned:
-            return f"__hf_np.uint64({node.id})"
-        if isinstance(node, ast.Name) and node.id in views:
-            raise KernelError(
-                f"kernel {kernel_name!r} line {node.lineno}: view parameter {node.id!r} can only be "
-                f"subscripted inside a kernel (pass view.numpy() or the parent array instead)")
-        return None
-
-    return replace
-
-
-def _lower_subscript(editor, node, lowering, replace) -> str:
-    rank = lowering.rank
-    parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-    texts = [editor.rewrite(p, replace) for p in parts]
-    if len(parts) == 1 and rank > 1:  # a tuple-valued index variable
-        texts = [f"({texts[0]})[{k}]" for k in range(rank)]
-    if len(texts) != rank:
-        raise KernelError(f"line {node.lineno}: view {node.value.id!r} has rank {rank} but is "
-                          f"subscripted with {len(texts)} indices")
-    root = f"{node.value.id}__root"
-    # Root indices of a valid view are never negative; saying so (unsigned) lets Numba
-    # drop its negative-index wraparound check, which otherwise costs 2x on stencils.
-    index = lowering.index_source(tuple(f"({t})" for t in texts), cast="__hf_np.uint64")
-    return f"{root}[{', '.join(index)}]"
 
 
 def _index_names(ndim):

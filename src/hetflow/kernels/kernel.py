@@ -3,7 +3,10 @@
 ``@hetflow.kernel`` marks a Python function whose first parameters are the launch
 index (one integer per dimension) and whose others are arrays, views and scalars. The
 kernel object keeps the source; executables for each device are compiled from it and
-kept in the code repository (:mod:`hetflow.platform.repository`).
+kept in the code repository (:mod:`hetflow.platform.repository`). Where Python cannot
+read the source (``python -c``, stdin, the plain REPL, ``exec``) the function object
+itself is compiled as the body: plain arrays and scalars then, no views, and every
+array parameter counted as read and written.
 """
 from __future__ import annotations
 
@@ -12,7 +15,10 @@ import builtins
 import functools
 import hashlib
 import inspect
+import types
 
+from ..errors import KernelError
+from . import checks
 from .access import Access, analyze
 from .source import KernelSource
 
@@ -21,11 +27,16 @@ class Kernel:
     """A data-parallel kernel: source, and the executables compiled from it."""
 
     def __init__(self, pyfunc=None, *, source: KernelSource | None = None, name: str | None = None,
-                 globals_: dict | None = None):
+                 globals_: dict | None = None, boundscheck: bool | None = None):
         self.pyfunc = pyfunc
-        self._source = source if source is not None else (KernelSource.from_function(pyfunc) if pyfunc else None)
+        self._source = source if source is not None or pyfunc is None else _readable_source(pyfunc)
+        # Defined where its source cannot be read (``python -c``, stdin, the plain REPL,
+        # ``exec``): the function object itself is compiled as the body.
+        self._code = pyfunc.__code__ if self._source is None and pyfunc is not None else None
         self.name = name or (pyfunc.__name__ if pyfunc else self._source.function().name)
         self._globals = globals_ if globals_ is not None else _function_namespace(pyfunc)
+        # Checked mode (kernels.checks): the decorator's option, else HETFLOW_BOUNDSCHECK.
+        self.boundscheck = checks.enabled_by_env() if boundscheck is None else bool(boundscheck)
         self._access: dict[int, Access] = {}
         # Launch plans (runtime.launch): per repository, device and argument types. They
         # live on the kernel so that they go when the kernel does.
@@ -49,7 +60,7 @@ class Kernel:
         self.params, self.source_hash  # computed while the source is still here
         k = Kernel.__new__(Kernel)
         k.__dict__.update(self.__dict__)
-        k._source = None
+        k._source = k._code = None
         return k
 
     # -- facts ----------------------------------------------------------------------
@@ -61,28 +72,52 @@ class Kernel:
     def has_source(self) -> bool:
         return self._source is not None
 
+    @property
+    def from_code(self) -> bool:
+        """Compiled from its function object, its source being unreadable (no views then)."""
+        return self._code is not None
+
+    @property
+    def compilable(self) -> bool:
+        return self.has_source or self.from_code
+
+    @property
+    def filename(self) -> str | None:
+        """The file the kernel was defined in (``<string>``, ``<stdin>`` without source)."""
+        if self.has_source:
+            return self._source.filename
+        return self._code.co_filename if self.from_code else None
+
     @functools.cached_property
     def definition(self) -> ast.FunctionDef:
         return self._source.function()
 
     @functools.cached_property
     def params(self) -> tuple[str, ...]:
+        if self.from_code:
+            return self._code.co_varnames[:self._code.co_argcount]
         return tuple(a.arg for a in self.definition.args.args)
+
+    @functools.cached_property
+    def _names(self) -> set[str]:
+        """Every name the body refers to (globals, kernels it calls)."""
+        if self.from_code:
+            return _code_names(self._code)
+        return {n.id for n in ast.walk(self.definition) if isinstance(n, ast.Name)}
 
     @functools.cached_property
     def subkernels(self) -> dict[str, "Kernel"]:
         """Kernels this kernel calls, by the name it calls them by."""
-        names = {n.id for n in ast.walk(self.definition) if isinstance(n, ast.Name)}
-        return {n: self._globals[n] for n in names if isinstance(self._globals.get(n), Kernel)}
+        return {n: self._globals[n] for n in self._names if isinstance(self._globals.get(n), Kernel)}
 
     @functools.cached_property
     def source_hash(self) -> str:
-        """Digest of this kernel's source and of the globals it reads (kernels it calls
-        by their own digest): compiled code freezes global values, so two kernels with
-        the same text but other constants must not share an executable."""
-        h = hashlib.sha256(self._source.text.encode())
-        names = {n.id for n in ast.walk(self.definition) if isinstance(n, ast.Name)}
-        for name in sorted(names & self._globals.keys()):
+        """Digest of this kernel's source (its bytecode when the source is unreadable) and
+        of the globals it reads (kernels it calls by their own digest): compiled code
+        freezes global values, so two kernels with the same text but other constants
+        must not share an executable."""
+        h = hashlib.sha256(_code_digest(self._code).encode() if self.from_code else self._source.text.encode())
+        for name in sorted(self._names & self._globals.keys()):
             h.update(f"{name}={stable_value(self._globals[name])};".encode())
         return h.hexdigest()
 
@@ -90,12 +125,24 @@ class Kernel:
         """Read/write modes of the data parameters for a rank-``ndim`` launch."""
         known = self._access.get(ndim)
         if known is None:
-            def callee(name):
-                sub = self.subkernels.get(name)
-                return None if sub is None else [sub.access(0).modes.get(p, "") for p in sub.params]
-
-            known = self._access[ndim] = analyze(self.definition, ndim, callee)
+            known = self._access[ndim] = self._analyze(ndim)
         return known
+
+    def _analyze(self, ndim: int) -> Access:
+        if self.from_code:  # no syntax tree to read: every parameter may be read and written
+            return Access({p: "rw" for p in self.params[ndim:]}, {})
+
+        def callee(name):
+            sub = self.subkernels.get(name)
+            return None if sub is None else [sub.access(0).modes.get(p, "") for p in sub.params]
+
+        return analyze(self.definition, ndim, callee)
+
+    def function_in(self, namespace: dict):
+        """The kernel's function over ``namespace`` as its globals (kernels it calls
+        replaced by device functions there); for kernels compiled from their code."""
+        f = self.pyfunc
+        return types.FunctionType(self._code, namespace, f.__name__, f.__defaults__, f.__closure__)
 
     def namespace(self) -> dict:
         """Globals the body is compiled with (the user's module globals and closure)."""
@@ -106,7 +153,7 @@ class Kernel:
         return self.pyfunc(*args)
 
     def __repr__(self):
-        return f"<hetflow kernel {self.name} from {self._source.filename if self._source else '(no source)'}>"
+        return f"<hetflow kernel {self.name} from {self.filename or '(no source)'}>"
 
     def __hash__(self):
         return id(self)
@@ -127,6 +174,16 @@ def stable_value(value) -> str:
     return f"{type(value).__name__}:{module}.{name}" if name else type(value).__qualname__
 
 
+def function_digest(fn) -> str:
+    """Digest of a function's code and of the global and closure values it reads."""
+    fn = getattr(fn, "py_func", fn)  # a Numba dispatcher: its Python function
+    ns = _function_namespace(fn)
+    h = hashlib.sha256(_code_digest(fn.__code__).encode())
+    for name in sorted(_code_names(fn.__code__) & ns.keys()):
+        h.update(f"{name}={stable_value(ns[name])};".encode())
+    return h.hexdigest()
+
+
 def _function_namespace(fn) -> dict:
     if fn is None:
         return {}
@@ -135,8 +192,47 @@ def _function_namespace(fn) -> dict:
     return ns
 
 
-def kernel(fn=None):
-    """Decorator marking a kernel: ``@hetflow.kernel`` over ``def k(i, x, out): ...``."""
+def kernel(fn=None, *, boundscheck: bool | None = None):
+    """Decorator marking a kernel: ``@hetflow.kernel`` over ``def k(i, x, out): ...``.
+
+    ``@hetflow.kernel(boundscheck=True)`` checks every index into the kernel's arrays
+    at run time (default: the ``HETFLOW_BOUNDSCHECK`` environment variable).
+    """
     if fn is None:
-        return kernel
-    return Kernel(fn)
+        return functools.partial(kernel, boundscheck=boundscheck)
+    return Kernel(fn, boundscheck=boundscheck)
+
+
+def _readable_source(fn) -> KernelSource | None:
+    """``fn``'s source, or None where Python cannot read it but ``fn`` is a function."""
+    try:
+        return KernelSource.from_function(fn)
+    except KernelError:
+        if not isinstance(getattr(fn, "__code__", None), types.CodeType):
+            raise
+        return None
+
+
+def _code_names(code) -> set[str]:
+    """Global and free names a code object and the functions nested in it refer to."""
+    names, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names, c.co_freevars)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return names
+
+
+def _code_digest(code) -> str:
+    """Digest of a code object and those nested in it, the same in every process."""
+    h, stack = hashlib.sha256(), [code]
+    while stack:
+        c = stack.pop()
+        h.update(c.co_code)
+        h.update(repr((c.co_name, c.co_argcount, c.co_varnames, c.co_names, c.co_freevars)).encode())
+        for k in c.co_consts:
+            if isinstance(k, types.CodeType):
+                stack.append(k)
+            else:  # frozensets (``x in {1, 2}``) print in a per-process order
+                h.update(repr(sorted(map(repr, k)) if isinstance(k, frozenset) else k).encode())
+    return h.hexdigest()

@@ -83,6 +83,13 @@ class SpanEditor:
         a, b = self.span(node)
         return self.text[a:b]
 
+    def own_line(self, node) -> bool:
+        """``node`` stands alone on its lines: blanks before it, blanks or a comment after."""
+        a, b = self.span(node)
+        before = self.text[self._line_starts[node.lineno - 1]:a]
+        after = self.text[b:self._line_starts[node.end_lineno]].strip()
+        return not before.strip() and (not after or after.startswith("#"))
+
     def rewrite(self, node, replace) -> str:
         """Text of ``node`` where every descendant ``d`` with ``replace(d)`` not None is substituted.
 

@@ -1,7 +1,8 @@
 """Executables and their description data (SPEC §2 "Kernel objects, executables").
 
 An executable is a kernel compiled for one device kind and architecture, one launch
-rank and one view *variant* (the structure of the views it was lowered for). Its
+rank and one *variant* (the structure of the views it was lowered for, and whether it
+is checked: ``options["boundscheck"]``). Its
 *description data* say what it was built for; the code repository compares them with
 a device's to decide whether the executable may be used there.
 """
@@ -24,10 +25,12 @@ def compiler_versions(kind: str) -> dict:
 
     import llvmlite
 
-    from ..kernels import codegen
+    from ..kernels import checks, codegen
 
-    # hetflow's own code generator counts as a compiler: entries it wrote differently are stale.
-    generator = hashlib.sha1(inspect.getsource(codegen).encode()).hexdigest()[:12]
+    # hetflow's own code generator (with the checks it writes) counts as a compiler:
+    # entries it wrote differently are stale.
+    text = inspect.getsource(codegen) + inspect.getsource(checks)
+    generator = hashlib.sha1(text.encode()).hexdigest()[:12]
     versions = {"numba": numba.__version__, "llvmlite": llvmlite.__version__, "hetflow-codegen": generator}
     if kind == "gpu":
         from importlib.metadata import PackageNotFoundError, version

@@ -29,11 +29,11 @@ def _compile(launch: Launch, which: str, sig: tuple) -> None:
         getattr(exe, which).compile(sig)
     except NumbaError as exc:
         raise exe.compile_error(exc, launch.device, launch.kernel) from None
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001
         # Anything but a compiler error here comes from reading stored machine code (a
-        # truncated or foreign cache file: pickle, EOF, OS errors): drop the entry and
-        # compile afresh once rather than crash; a second failure is raised as is.
-        repository().forget(exe)
+        # truncated or foreign cache file: pickle, EOF, OS errors): drop that machine code
+        # and compile afresh once rather than crash; a second failure is raised as is.
+        repository().forget(exe, exc)
         fresh = repository().executable(launch.kernel, launch.device, len(launch.extent),
                                         _lowerings(launch))
         launch.plan.executable = fresh

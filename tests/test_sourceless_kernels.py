@@ -1,0 +1,148 @@
+"""Kernels defined where Python cannot read their source (``exec``, ``python -c``, stdin,
+the plain REPL) run from their function object; oracle: NumPy."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import hetflow
+from hetflow import interior
+from hetflow.errors import IndexOutOfBoundsError, KernelError
+
+
+@hetflow.kernel
+def square(i, v):
+    return v * v
+
+
+def _exec_kernel(text, **globals_):
+    """A kernel from ``exec``: its function has no source Python can read."""
+    ns = {"hetflow": hetflow, "np": np, **globals_}
+    exec(textwrap.dedent(text), ns)
+    return ns
+
+
+def test_exec_kernel_runs_and_matches_numpy():
+    ns = _exec_kernel("""
+        @hetflow.kernel
+        def shifted(i, a, x, out):
+            out[i] = a * x[i] + OFFSET
+    """, OFFSET=0.5)
+    k = ns["shifted"]
+    assert k.from_code and not k.has_source
+    x = np.linspace(0, 1, 1000)
+    out = np.zeros_like(x)
+    hetflow.forall(1000, k, 3.0, x, out)
+    np.testing.assert_array_equal(out, 3.0 * x + 0.5)
+    big = np.arange(100_000.0)
+    out = np.zeros_like(big)
+    hetflow.forall(big.size, k, 2.0, big, out)  # the parallel entry over all cores
+    np.testing.assert_array_equal(out, 2.0 * big + 0.5)
+
+
+def test_exec_kernel_in_two_dimensions_calling_a_kernel():
+    ns = _exec_kernel("""
+        @hetflow.kernel
+        def outer_sq(i, j, x, y, out):
+            out[i, j] = square(i, x[i]) + y[j]
+    """, square=square)
+    x, y = np.arange(4.0), np.arange(6.0)
+    out = np.zeros((4, 6))
+    hetflow.forall((4, 6), ns["outer_sq"], x, y, out)
+    np.testing.assert_array_equal(out, (x * x)[:, None] + y[None, :])
+
+
+def test_every_array_parameter_counts_as_read_and_written():
+    ns = _exec_kernel("""
+        def copy(i, x, out):
+            out[i] = x[i]
+    """)
+    k = hetflow.kernel(ns["copy"])
+    assert k.access(1).modes == {"x": "rw", "out": "rw"}
+
+
+def test_views_need_a_kernel_with_source():
+    ns = _exec_kernel("""
+        @hetflow.kernel
+        def take(i, v, out):
+            out[i] = v[i]
+    """)
+    x = np.arange(10.0)
+    with pytest.raises(KernelError, match=r"kernel 'take' was defined where Python cannot read its "
+                                          r"source \(<string>\).*define the kernel in a file or a notebook "
+                                          r"cell, or pass plain arrays"):
+        hetflow.forall(8, ns["take"], interior(x, 1), np.zeros(8))
+    out = np.zeros(8)
+    hetflow.forall(8, ns["take"], interior(x, 1).numpy(), out)  # the workaround it names
+    np.testing.assert_array_equal(out, x[1:-1])
+
+
+def test_checked_mode_uses_numbas_check_without_source():
+    ns = _exec_kernel("""
+        @hetflow.kernel(boundscheck=True)
+        def shift(i, x, out):
+            out[i] = x[i + 1]
+    """)
+    with pytest.raises(IndexOutOfBoundsError, match="kernel 'shift'"):
+        hetflow.forall(10, ns["shift"], np.arange(10.0), np.zeros(10))
+
+
+PROGRAM = """
+import json
+import numpy as np
+import hetflow
+from hetflow.platform.repository import repository
+
+@hetflow.kernel
+def poly(i, x, out):
+    out[i] = x[i] * x[i] - 3.0 * x[i] + 1.0
+
+x = np.linspace(-2.0, 2.0, 64)
+out = np.zeros(64)
+hetflow.forall(64, poly, x, out)
+print(json.dumps({"out": out.tolist(), "compiled": repository().compiled, "loaded": repository().loaded}))
+"""
+
+
+def _run(args, cache, stdin=None):
+    env = dict(os.environ, HETFLOW_CACHE_DIR=str(cache))
+    run = subprocess.run([sys.executable, *args], input=stdin, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _expected():
+    x = np.linspace(-2.0, 2.0, 64)
+    return x * x - 3.0 * x + 1.0
+
+
+def test_python_dash_c_kernel_runs_and_the_next_process_reuses_it(tmp_path):
+    first = _run(["-c", PROGRAM], tmp_path)
+    np.testing.assert_allclose(first["out"], _expected(), rtol=1e-15)
+    again = _run(["-c", PROGRAM], tmp_path)  # the same bytecode: the stored executable
+    assert (first["compiled"], again["compiled"], again["loaded"]) == (1, 0, 1)
+
+
+def test_kernel_read_from_stdin_runs(tmp_path):
+    result = _run(["-"], tmp_path, stdin=PROGRAM)
+    np.testing.assert_allclose(result["out"], _expected(), rtol=1e-15)
+
+
+@pytest.mark.simgpu
+def test_exec_kernel_on_the_simulated_gpu(gpu_device):
+    ns = _exec_kernel("""
+        @hetflow.kernel
+        def halve(i, x, out):
+            out[i] = x[i] / 2
+    """)
+    x, out = np.arange(16.0), np.zeros(16)
+    hetflow.forall(16, ns["halve"], x, out, device=gpu_device)
+    np.testing.assert_array_equal(out, x / 2)
+    checked = hetflow.kernel(boundscheck=True)(ns["halve"].pyfunc)
+    with pytest.raises(KernelError, match="checked mode .* on a GPU needs the source"):
+        hetflow.forall(16, checked, x, out, device=gpu_device)

@@ -265,8 +265,7 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
                     "on %s alone", kernel.name, fastest.device.id)
         from .forall import run_on
 
-        run_on(fastest)
-        return None
+        return run_on(fastest)
     workers, gpu_parts = [], []
     # Each GPU's worker thread stages copies and launches: leave it a core of its own.
     n_gpus = sum(L.device.kind == "gpu" for L in launches)

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import KernelArgumentError
 from ..ir.capture import current_graph
 from ..platform.context import Context
-from ..platform.devices import Device, cpu_device, devices, find_devices
+from ..platform.devices import Device, cpu_device, devices, find_devices, get_device
 from ..platform.matching import LogicalDevice
 from . import cpu, gpu
 from .buffers import acquired, wrote
@@ -51,11 +51,10 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
     if isinstance(device, Device):
         return (device,)
     try:
-        found = [d for item in device for d in (find_devices(item) if isinstance(item, str) else (item,))]
+        return tuple(get_device(d) if isinstance(d, str) else d for d in device)
     except TypeError:
-        raise KernelArgumentError(f"device must be an id, 'all', 'gpu', a Device, a list, a LogicalDevice "
-                                  f"or a Context; got {type(device).__name__}") from None
-    return tuple(dict.fromkeys(found))  # 'all' and an id of it name that device once
+        raise KernelArgumentError(f"device must be an id, 'all', 'gpu', a Device, a list of ids or "
+                                  f"Devices, a LogicalDevice or a Context; got {type(device).__name__}") from None
 
 
 def run_on(launch) -> LaunchReport:
@@ -74,7 +73,7 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
 
     ``device``: None (the CPU, or the GPU holding GPU arguments), a device id, 'all'
     (every device), 'gpu' (every GPU, or the CPU on a machine without one), or a list of
-    these. With several devices the loop is co-executed by all their workers (CPU cores,
+    ids. With several devices the loop is co-executed by all their workers (CPU cores,
     GPU streams); ``schedule`` is 'steal' (the default there: work stealing from
     predicted shares) or 'static' (split once by ``shares`` or the prediction), and the
     report is also kept for ``hetflow.last_report()``. On one CPU device the rows are

@@ -67,6 +67,14 @@ def test_each_call_has_its_own_report():
     assert first.workers[0].indices == 8
 
 
+def test_a_launch_on_coherent_arrays_returns_its_report():
+    x, y = hetflow.array(np.arange(12.0)), hetflow.array(np.ones(12))
+    out = hetflow.array(np.zeros(12))
+    report = hetflow.forall(12, axpy, 2.0, x, y, out, device="cpu0")
+    np.testing.assert_array_equal(out.numpy(), 2.0 * np.arange(12.0) + 1)
+    assert (report.n, report.workers[0].indices) == (12, 12)
+
+
 def test_gpu_runs_on_the_cpu_where_there_is_none(cpu_only):
     assert devices_module.find_devices("gpu") == (cpu_only,)
     x, y, out = _axpy_case(50)

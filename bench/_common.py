@@ -1,8 +1,13 @@
-"""Shared helpers for benchmarks: timing, tables, JSON output."""
+"""Shared helpers for benchmarks: timing, tables, JSON output, the MPI launcher."""
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 import time
+from pathlib import Path
+
+from hetflow.errors import CommError
 
 
 def best_time(fn, repeat=5, warmup=1, sync=None) -> float:
@@ -46,3 +51,17 @@ def fmt_s(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.2f} ms"
     return f"{seconds:.3f} s"
+
+
+def mpiexec() -> str:
+    """The MPI launcher for benchmarks that start themselves under MPI: the one beside
+    this Python (hetflow[mpi] installs MPICH's there, and mpi4py was built for it), else
+    the first on PATH."""
+    beside = Path(sys.executable).with_name("mpiexec")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("mpiexec")
+    if found is None:
+        raise CommError(f"no mpiexec beside {sys.executable} or on PATH: install hetflow[mpi] "
+                        f"(MPICH from PyPI brings it) or put your MPI's mpiexec on PATH")
+    return found

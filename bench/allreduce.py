@@ -28,6 +28,9 @@ import numpy as np
 
 from hetflow.dist import launched_by_mpi, world
 
+sys.path.append(os.path.dirname(__file__))
+from _common import mpiexec  # noqa: E402
+
 
 def main(argv=None) -> int:
     args = _parse(argv)
@@ -73,7 +76,7 @@ def _parse(argv):
 
 def _relaunch(args, argv) -> int:
     """Start this benchmark under mpiexec with ``--ranks`` processes."""
-    cmd = ["mpiexec", "-n", str(args.ranks), sys.executable, os.path.abspath(__file__)]
+    cmd = [mpiexec(), "-n", str(args.ranks), sys.executable, os.path.abspath(__file__)]
     cmd += list(sys.argv[1:] if argv is None else argv)
     return subprocess.run(cmd, check=False).returncode
 

@@ -36,7 +36,7 @@ from hetflow.dist import launched_by_mpi
 sys.path.append(os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 import heat_distributed as heat  # noqa: E402
-from _common import fmt_s, report  # noqa: E402
+from _common import fmt_s, mpiexec, report  # noqa: E402
 
 
 # -- the hand-written baseline ------------------------------------------------------------
@@ -230,9 +230,7 @@ def _parse(argv):
 
 def _relaunch(args, argv) -> int:
     """Start this benchmark under mpiexec with ``--ranks`` processes."""
-    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    cmd = [mpiexec if os.path.exists(mpiexec) else "mpiexec", "-n", str(args.ranks),
-           sys.executable, os.path.abspath(__file__)]
+    cmd = [mpiexec(), "-n", str(args.ranks), sys.executable, os.path.abspath(__file__)]
     cmd += list(sys.argv[1:] if argv is None else argv)
     return subprocess.run(cmd, check=False).returncode
 

@@ -10,6 +10,8 @@ import pathlib
 
 import pytest
 
+from hetflow.errors import CommError
+
 BENCH = pathlib.Path(__file__).resolve().parent.parent / "bench"
 NEEDS_MPI = {"allreduce", "distributed"}
 
@@ -40,3 +42,20 @@ def test_steal_quick_prints_table(capsys):
     assert _load("steal").main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert "irregular: steal vs static" in out and "uniform: steal vs prange" in out
+
+
+def test_mpiexec_is_the_one_beside_python_then_the_one_on_path(tmp_path, monkeypatch):
+    common = _load("_common")
+    beside, elsewhere = tmp_path / "venv" / "bin", tmp_path / "elsewhere"
+    beside.mkdir(parents=True)
+    elsewhere.mkdir()
+    monkeypatch.setattr(common.sys, "executable", str(beside / "python"))
+    monkeypatch.setenv("PATH", str(elsewhere))
+    with pytest.raises(CommError, match=r"no mpiexec beside .*venv/bin/python or on PATH: install hetflow\[mpi\]"):
+        common.mpiexec()
+    on_path = elsewhere / "mpiexec"
+    on_path.write_text("#!/bin/sh\n")
+    on_path.chmod(0o755)
+    assert common.mpiexec() == str(on_path)
+    (beside / "mpiexec").write_text("")
+    assert common.mpiexec() == str(beside / "mpiexec")

@@ -138,3 +138,54 @@ def test_demo_under_mpiexec_splits_the_grid_over_the_ranks(tmp_path):
     assert busy == {f"rank {r}" for r in range(ranks)}
     assert _trace_line(out)[2] == sum(int(r[5]) for r in rows)     # the picture's steals: the table's
     assert (together / "all.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# -- bench ------------------------------------------------------------------------------------
+def test_bench_alone_lists_every_benchmark():
+    bench = os.path.join(os.path.dirname(__file__), "..", "bench")
+    names = {f[:-3].removesuffix("_bench") for f in os.listdir(bench) if f.endswith(".py") and f[0] != "_"}
+    out = _hetflow("bench")
+    assert out.returncode == 0, out.stderr
+    listed = {line.split()[0] for line in out.stdout.splitlines()[1:]}
+    assert listed == names and len(names) >= 7
+    assert set(json.loads(_hetflow("bench", "--json").stdout)) == names
+
+
+def test_bench_without_the_source_tree_says_what_to_do(tmp_path, monkeypatch, capsys):
+    """An installed package (pip install .) has no bench/ beside it."""
+    from hetflow.cli import main as cli
+
+    monkeypatch.setattr(cli, "BENCH_DIR", tmp_path / "missing")
+    for argv in (["bench"], ["bench", "forall", "--quick"]):
+        try:
+            cli.main(argv)
+        except SystemExit as exc:
+            message = str(exc.code)
+        else:
+            raise AssertionError(f"hetflow {' '.join(argv)} did not fail")
+        assert message.startswith("hetflow: error: no benchmarks here") and "\n" not in message
+        assert "python bench/NAME.py" in message and "pip install -e ." in message
+    with pytest.raises(SystemExit) as exc:  # the help does not need bench/
+        cli.main(["bench", "--help"])
+    assert exc.value.code == 0 and "without one, the benchmarks are listed" in capsys.readouterr().out
+
+
+def test_mpi_bench_without_mpiexec_is_one_line(tmp_path, monkeypatch, capsys):
+    from hetflow.cli import main as cli
+
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # nothing beside it
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli.main(["bench", "allreduce", "--quick"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("hetflow: error: CommError: no mpiexec beside") and err.count("\n") == 1
+    assert "install hetflow[mpi]" in err
+
+
+@pytest.mark.mpi
+def test_mpi_bench_finds_the_mpiexec_beside_python_without_path():
+    if not os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpiexec")):
+        pytest.skip("needs hetflow[mpi]'s mpiexec beside this Python")
+    out = _hetflow("bench", "allreduce", "--quick", "--json", "--max-bytes", "64", env={"PATH": os.defpath})
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert rows and all(row["bytes"] <= 64 for row in rows)

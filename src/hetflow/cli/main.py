@@ -5,6 +5,7 @@ Errors print one line without a traceback unless ``HETFLOW_LOG=debug``.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import logging
@@ -13,6 +14,8 @@ import sys
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parents[3] / "bench"
+"""The source tree's bench/: there in a checkout (and an editable install), not in an
+installed package."""
 
 
 def _cmd_devices(args) -> int:
@@ -46,17 +49,34 @@ def _cmd_demo(args) -> int:
 def _bench_files() -> dict[str, Path]:
     """Benchmark name -> file. A ``_bench`` suffix keeps a file from shadowing a standard
     module when bench/ is on the path (``queue_bench.py`` is ``hetflow bench queue``)."""
-    return {p.stem.removesuffix("_bench"): p for p in BENCH_DIR.glob("*.py") if not p.stem.startswith("_")}
+    if not BENCH_DIR.is_dir():
+        raise SystemExit(f"hetflow: error: no benchmarks here: they live in bench/ of hetflow's source tree, "
+                         f"which this installation ({Path(__file__).resolve().parents[1]}) lacks; run "
+                         f"`python bench/NAME.py` in a checkout, or install one with `pip install -e .`")
+    return {p.stem.removesuffix("_bench"): p for p in sorted(BENCH_DIR.glob("*.py")) if not p.stem.startswith("_")}
 
 
-def _bench_names() -> list[str]:
-    return sorted(_bench_files())
+def _summary(path: Path) -> str:
+    """The first paragraph of a benchmark's docstring, on one line."""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return " ".join(doc.split("\n\n", 1)[0].split())
 
 
 def _cmd_bench(args) -> int:
-    path = _bench_files().get(args.name)
+    files = _bench_files()
+    if args.name is None:
+        summaries = {name: _summary(path) for name, path in files.items()}
+        if args.json:
+            print(json.dumps(summaries, indent=1))
+        else:
+            print(f"benchmarks in {BENCH_DIR} (hetflow bench NAME [--quick] [--json]):")
+            width = max(map(len, summaries))
+            for name, line in summaries.items():
+                print(f"  {name:{width}s}  {line}")
+        return 0
+    path = files.get(args.name)
     if path is None:
-        raise SystemExit(f"hetflow: no benchmark {args.name!r}; available: {', '.join(_bench_names())}")
+        raise SystemExit(f"hetflow: error: no benchmark {args.name!r}; available: {', '.join(files)}")
     spec = importlib.util.spec_from_file_location(f"hetflow_bench_{args.name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -90,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
 
     b = sub.add_parser("bench", help="run a benchmark from bench/ side by side with its baseline")
-    b.add_argument("name", help="benchmark name: " + ", ".join(_bench_names()))
+    b.add_argument("name", nargs="?", help="benchmark name; without one, the benchmarks are listed")
     b.add_argument("--json", action="store_true", help="print results as JSON")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments passed to the benchmark")
     b.set_defaults(func=_cmd_bench)

@@ -5,10 +5,12 @@ associative and commutative: the collectives combine contributions in an order t
 depends on the number of processes and on the root. ``out`` may be the same array as
 ``a`` or ``b`` (the collectives reduce in place into the kept segment).
 
-Built-in operations are NumPy (or CuPy) ufuncs applied with ``out=``; on structured
-element types they are applied field by field. A user-defined operation is either any
-callable ``op(a, b, out)`` or a binary hetflow kernel ``k(i, a, b, out)``, launched
-with ``hetflow.forall``.
+Built-in operations are those of the call sites (:data:`hetflow.runtime.binops.OPS`,
+the same names: ``sum prod min max and or xor land lor lxor``, with MPI's ``band bor
+bxor`` for ``and or xor``), applied as NumPy (or CuPy) ufuncs with ``out=``; on
+structured element types they are applied field by field. A user-defined operation is
+either any callable ``op(a, b, out)`` or a binary hetflow kernel ``k(i, a, b, out)``,
+launched with ``hetflow.forall``.
 """
 from __future__ import annotations
 
@@ -17,29 +19,10 @@ import abc
 import numpy as np
 
 from hetflow.errors import CommArgumentError, DTypeError, UnknownOpError
+from hetflow.kernels import Kernel
+from hetflow.runtime.binops import OPS, SPELLINGS, describe_kinds, lookup, valid_names
 
-# Element kinds (numpy.dtype.kind) each built-in operation accepts; the table follows
-# MPI's predefined operations, with bool standing for MPI's C_BOOL.
-_NUMERIC = "iufc"
-_ORDERED = "iuf"
-_LOGICAL = "iub"
-_BITWISE = "iub"
-
-_BUILTINS = {
-    # name: (ufunc name, accepted kinds)
-    "sum": ("add", _NUMERIC),
-    "prod": ("multiply", _NUMERIC),
-    "min": ("minimum", _ORDERED),
-    "max": ("maximum", _ORDERED),
-    "land": ("logical_and", _LOGICAL),
-    "lor": ("logical_or", _LOGICAL),
-    "lxor": ("logical_xor", _LOGICAL),
-    "band": ("bitwise_and", _BITWISE),
-    "bor": ("bitwise_or", _BITWISE),
-    "bxor": ("bitwise_xor", _BITWISE),
-}
-
-BUILTIN_OPS = tuple(_BUILTINS)
+BUILTIN_OPS = tuple(OPS)
 
 
 def check_transferable(dtype: np.dtype) -> None:
@@ -67,11 +50,14 @@ class ReduceOp(abc.ABC):
 
 
 class BuiltinOp(ReduceOp):
-    """A predefined operation: a ufunc, applied field by field on structured dtypes."""
+    """A predefined operation: a ufunc, applied field by field on structured dtypes.
 
-    def __init__(self, name: str):
-        self.name = name
-        self.ufunc_name, self.kinds = _BUILTINS[name]
+    ``name`` is the operation's name in :data:`~hetflow.runtime.binops.OPS` (what ranks
+    compare); messages quote ``label``, the name as the caller wrote it."""
+
+    def __init__(self, spec, label: str):
+        self.name, self.label = spec.name, label
+        self.ufunc_name, self.kinds = spec.ufunc, spec.in_place_kinds
         self._fitting = set()  # dtypes already checked: collectives run in loops
 
     def check(self, dtype: np.dtype) -> None:
@@ -82,8 +68,8 @@ class BuiltinOp(ReduceOp):
             if kind_dtype.kind not in self.kinds:
                 where = f" (field {'.'.join(path)!r})" if path else ""
                 raise DTypeError(
-                    f"op {self.name!r} does not apply to dtype {kind_dtype}{where}; "
-                    f"it takes {_describe_kinds(self.kinds)}")
+                    f"op {self.label!r} does not apply to dtype {kind_dtype}{where}; "
+                    f"it takes {describe_kinds(self.kinds)}")
         self._fitting.add(dtype)
 
     def combine(self, a, b, out, xp=np) -> None:
@@ -119,7 +105,7 @@ class KernelOp(ReduceOp):
         hetflow.forall(out.shape[0], self.kernel, a, b, out)
 
 
-_BUILTIN_OPS = {name: BuiltinOp(name) for name in _BUILTINS}
+_BUILTIN_OPS = {alias: BuiltinOp(spec, alias) for alias, spec in SPELLINGS.items()}
 
 
 def resolve_op(op) -> ReduceOp:
@@ -130,28 +116,19 @@ def resolve_op(op) -> ReduceOp:
     if isinstance(op, ReduceOp):
         return op
     if isinstance(op, str):
-        builtin = _BUILTIN_OPS.get(op.lower())
-        if builtin is None:
+        spec = lookup(op)
+        if spec is None:
             raise UnknownOpError(
-                f"unknown reduction op {op!r}; built-in ops are {', '.join(BUILTIN_OPS)}, "
+                f"unknown reduction op {op!r}; built-in ops are {valid_names()}, "
                 "or pass a callable op(a, b, out) or a hetflow kernel")
-        return builtin
-    if _is_kernel(op):
+        return BuiltinOp(spec, op)
+    if isinstance(op, Kernel):
         return KernelOp(op)
     if callable(op):
         return CallableOp(op)
     raise CommArgumentError(
         f"reduction op must be a name, a callable op(a, b, out) or a hetflow kernel, "
         f"not {type(op).__name__}")
-
-
-def _is_kernel(op) -> bool:
-    # Imported lazily: the kernels package pulls in Numba, which plain reductions never need.
-    try:
-        from hetflow.kernels import Kernel
-    except ImportError:
-        return False
-    return isinstance(op, Kernel)
 
 
 def _qualified_name(fn) -> str:
@@ -180,9 +157,3 @@ def _field(arr, path):
     for name in path:
         arr = arr[name]
     return arr
-
-
-def _describe_kinds(kinds: str) -> str:
-    words = {"i": "signed integers", "u": "unsigned integers", "f": "floats",
-             "c": "complex numbers", "b": "bools"}
-    return ", ".join(words[k] for k in kinds)

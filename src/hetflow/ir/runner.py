@@ -57,6 +57,7 @@ def placement(node: Node) -> tuple[dict, dict]:
 
 def _forall(node: Node, monitor) -> None:
     from ..runtime.forall import forall
+    from ..runtime.report import LaunchReport
 
     args = [resolve(a) for a in node.args]
     kwargs, shares = placement(node)
@@ -65,7 +66,9 @@ def _forall(node: Node, monitor) -> None:
     start = time.perf_counter()
     report = forall(node.extent, node.kernel, *args, **kwargs)
     seconds = time.perf_counter() - start
-    workers = getattr(report, "workers", None)
+    # A launch run whole on one device counts by its planned shares; a co-executed one by
+    # what each worker did.
+    workers = None if isinstance(report, LaunchReport) else getattr(report, "workers", None)
     if workers:
         per_device = _report_workers(monitor, workers)
         _count_idle(monitor, node.kernel.name, per_device)

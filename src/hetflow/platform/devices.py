@@ -69,6 +69,17 @@ def cpu_device() -> Device:
     return _cpu_device()
 
 
+def find_devices(name: str) -> tuple[Device, ...]:
+    """The devices ``name`` stands for: one id ('cpu0', 'gpu1'), ``'all'`` (every device
+    in the table) or ``'gpu'`` (every GPU, or the CPU on a machine without one, so that
+    code written for a GPU also runs where there is none)."""
+    if name == "all":
+        return devices()
+    if name == "gpu":
+        return tuple(d for d in devices() if d.kind == "gpu") or (cpu_device(),)
+    return (get_device(name),)
+
+
 def get_device(device_id: str) -> Device:
     """Look a device up by id ('cpu0', 'gpu0', ...)."""
     from ..errors import NoDeviceError

@@ -1,14 +1,21 @@
-"""Binary operations of the ``reduce`` and ``scan`` call sites: built-in and user-defined.
+"""Binary operations: the built-in ones, for call sites and collectives alike, and
+user-defined ones of the ``reduce`` and ``scan`` call sites.
 
-A built-in operation is named: 'sum', 'prod', 'min', 'max', 'and', 'or', 'xor'. The
-last three are logical on bool elements and bitwise on integers. Each built-in is also
-a hetflow kernel of two elements, so the compiled paths (views, GPU) run the same code
-shape as a user-defined operation.
+The built-in operations form one vocabulary, :data:`OPS`, used by ``reduce`` and
+``scan`` and by the collectives of :mod:`hetflow.dist` (``allreduce``, ``reduce``):
 
-A user-defined operation is a hetflow kernel with two element parameters returning the
-combined element, e.g. ``def maxabs(a, b): return a if abs(a) >= abs(b) else b``. It
-must be associative; it is commutative unless the call site is told otherwise, in
-which case partial results are combined strictly in index order.
+- ``sum``, ``prod``, ``min``, ``max``;
+- ``and``, ``or``, ``xor``: bitwise on integers, logical on bools (also accepted under
+  MPI's names ``band``, ``bor``, ``bxor``);
+- ``land``, ``lor``, ``lxor``: logical, any nonzero integer counting as true.
+
+Names are case-insensitive. Each built-in is also a hetflow kernel of two elements, so
+the compiled paths (views, GPU) run the same code shape as a user-defined operation.
+
+A user-defined operation of a call site is a hetflow kernel with two element parameters
+returning the combined element, e.g. ``def maxabs(a, b): return a if abs(a) >= abs(b)
+else b``. It must be associative; it is commutative unless the call site is told
+otherwise, in which case partial results are combined strictly in index order.
 """
 from __future__ import annotations
 
@@ -57,20 +64,77 @@ def op_xor(a, b):
     return a ^ b
 
 
-# name: (kernel, dtype kinds accepted, NumPy ufunc)
-_BUILTINS = {
-    "sum": (op_sum, "biufc", np.add),
-    "prod": (op_prod, "biufc", np.multiply),
-    "min": (op_min, "biuf", np.minimum),
-    "max": (op_max, "biuf", np.maximum),
-    "and": (op_and, "biu", None),
-    "or": (op_or, "biu", None),
-    "xor": (op_xor, "biu", None),
-}
-BUILTIN_NAMES = tuple(_BUILTINS)
-_LOGICAL = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}
-_BITWISE = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
-_KIND_WORDS = {"b": "bool", "i": "signed integers", "u": "unsigned integers", "f": "floats",
+@kernel
+def op_land(a, b):
+    return (a != 0) & (b != 0)
+
+
+@kernel
+def op_lor(a, b):
+    return (a != 0) | (b != 0)
+
+
+@kernel
+def op_lxor(a, b):
+    return (a != 0) ^ (b != 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """One built-in operation.
+
+    ``kinds``: the element kinds (``numpy.dtype.kind``) a call site takes; its result
+    has NumPy's type (sums of bools and small ints widen). ``in_place_kinds``: those a
+    collective takes; it reduces in place, in the element type, where a sum of bools
+    would turn into an or.
+    """
+
+    name: str
+    aliases: tuple[str, ...]
+    kernel: Kernel
+    ufunc: str                # NumPy's (and CuPy's) name for it
+    kinds: str
+    in_place_kinds: str
+
+
+OPS = {spec.name: spec for spec in (
+    #      name    aliases    kernel   ufunc          kinds    in place
+    OpSpec("sum",  (),        op_sum,  "add",         "biufc", "iufc"),
+    OpSpec("prod", (),        op_prod, "multiply",    "biufc", "iufc"),
+    OpSpec("min",  (),        op_min,  "minimum",     "biuf",  "biuf"),
+    OpSpec("max",  (),        op_max,  "maximum",     "biuf",  "biuf"),
+    OpSpec("and",  ("band",), op_and,  "bitwise_and", "biu",   "biu"),
+    OpSpec("or",   ("bor",),  op_or,   "bitwise_or",  "biu",   "biu"),
+    OpSpec("xor",  ("bxor",), op_xor,  "bitwise_xor", "biu",   "biu"),
+    OpSpec("land", (),        op_land, "logical_and", "biu",   "biu"),
+    OpSpec("lor",  (),        op_lor,  "logical_or",  "biu",   "biu"),
+    OpSpec("lxor", (),        op_lxor, "logical_xor", "biu",   "biu"),
+)}
+"""The built-in operations by name, for call sites and collectives alike."""
+
+SPELLINGS = {alias: spec for spec in OPS.values() for alias in (spec.name, *spec.aliases)}
+"""Every accepted name, aliases included (lower case) -> its operation."""
+
+
+def lookup(name: str) -> OpSpec | None:
+    """The built-in operation called ``name`` (any case, aliases too), or None."""
+    spec = SPELLINGS.get(name)
+    return spec if spec is not None else SPELLINGS.get(name.lower())
+
+
+def valid_names() -> str:
+    """The built-in names and their aliases, for error messages."""
+    specs = [s for s in OPS.values() if s.aliases]
+    return (", ".join(map(repr, OPS)) + " (also " + ", ".join(repr(a) for s in specs for a in s.aliases)
+            + " for " + ", ".join(repr(s.name) for s in specs) + ")")
+
+
+def describe_kinds(kinds: str) -> str:
+    """Element kinds in words: 'iu' -> 'signed integers, unsigned integers'."""
+    return ", ".join(_KIND_WORDS[k] for k in kinds)
+
+
+_KIND_WORDS = {"b": "bools", "i": "signed integers", "u": "unsigned integers", "f": "floats",
                "c": "complex numbers"}
 
 
@@ -80,29 +144,33 @@ class BinaryOp:
 
     name: str                 # the built-in's name, or the user kernel's
     kernel: Kernel
-    builtin: bool
     commutative: bool
+    spec: OpSpec | None       # the built-in's entry in OPS; None for a user kernel
+    label: str                # the name as the call site was given it, for messages
+
+    @property
+    def builtin(self) -> bool:
+        return self.spec is not None
 
     def check(self, dtype: np.dtype) -> None:
         """DTypeError unless the operation applies to elements of ``dtype``."""
-        if not self.builtin:
+        if self.spec is None:
             return
-        kinds = _BUILTINS[self.name][1]
+        kinds = self.spec.kinds
         if dtype.names is not None or dtype.kind not in kinds:
             what = "structured elements" if dtype.names is not None else f"dtype {dtype}"
-            raise DTypeError(f"op {self.name!r} does not apply to {what}; it takes "
-                             f"{', '.join(_KIND_WORDS[k] for k in kinds)}"
+            raise DTypeError(f"op {self.label!r} does not apply to {what}; it takes {describe_kinds(kinds)}"
                              + ("" if dtype.names is None else " (use a user-defined op kernel)"))
 
     def result_dtype(self, dtype: np.dtype) -> np.dtype:
         """The result's element type: NumPy's for built-ins, the input's for user ops."""
-        return _result_dtype(self.name, dtype) if self.builtin else dtype
+        return _result_dtype(self.spec.ufunc, dtype) if self.spec is not None else dtype
 
     def acc_dtype(self, dtype: np.dtype) -> np.dtype:
         """The type compiled paths accumulate in: sums and products of float16/32 and
         complex64 accumulate in double precision (results are rounded once, at the end)."""
         res = self.result_dtype(dtype)
-        if self.builtin and self.name in ("sum", "prod"):
+        if self.name in ("sum", "prod") and self.spec is not None:
             if res.kind == "f" and res.itemsize < 8:
                 return np.dtype(np.float64)
             if res.kind == "c" and res.itemsize < 16:
@@ -115,14 +183,11 @@ class BinaryOp:
         min and max have one for scans (+-inf, the integer limits) but a reduction of
         no elements by them is still an error, as in NumPy."""
         res = self.result_dtype(dtype)
-        t = res.type
-        if self.name in ("sum", "or", "xor"):
-            return t(0)
-        if self.name == "prod":
-            return t(1)
-        if self.name == "and":
-            return t(True) if res.kind == "b" else np.array(-1).astype(res)[()]
+        ident = self.ufunc(dtype).identity  # 0, 1, True, -1 (all bits): cast, wrapping
+        if ident is not None:
+            return np.array(ident).astype(res)[()]
         low = self.name == "max"
+        t = res.type
         if res.kind == "b":
             return t(not low)
         if res.kind == "f":
@@ -131,36 +196,36 @@ class BinaryOp:
         return t(info.min if low else info.max)
 
     def ufunc(self, dtype: np.dtype):
-        """The NumPy ufunc computing this built-in on ``dtype``."""
-        if self.name in _LOGICAL:
-            return (_LOGICAL if dtype.kind == "b" else _BITWISE)[self.name]
-        return _BUILTINS[self.name][2]
+        """The NumPy ufunc computing this built-in (on any of its dtypes)."""
+        return getattr(np, self.spec.ufunc)
 
 
 @functools.lru_cache(maxsize=None)
-def _result_dtype(name: str, dtype: np.dtype) -> np.dtype:
-    if name in ("sum", "prod"):  # NumPy widens small integers and bools
-        return np.add.reduce(np.zeros(1, dtype)).dtype
-    return dtype
+def _result_dtype(ufunc: str, dtype: np.dtype) -> np.dtype:
+    # NumPy widens sums of small integers and bools, and logical ops give bools.
+    return getattr(np, ufunc).reduce(np.zeros(1, dtype)).dtype
 
 
-_BUILTIN_OPS = {name: BinaryOp(name, entry[0], True, True) for name, entry in _BUILTINS.items()}
+_BUILTIN_OPS = {alias: BinaryOp(spec.name, spec.kernel, True, spec, alias) for alias, spec in SPELLINGS.items()}
 
 
 def resolve(op, commutative: bool = True) -> BinaryOp:
     """A name or a two-parameter kernel, as a BinaryOp; errors name what is valid."""
     if isinstance(op, str):
         builtin = _BUILTIN_OPS.get(op)
-        if builtin is None:
-            raise UnknownOpError(f"unknown op {op!r}; valid ops are {', '.join(map(repr, BUILTIN_NAMES))} "
+        if builtin is not None:
+            return builtin
+        spec = lookup(op)
+        if spec is None:
+            raise UnknownOpError(f"unknown op {op!r}; valid ops are {valid_names()} "
                                  f"or a hetflow kernel of two elements")
-        return builtin
+        return BinaryOp(spec.name, spec.kernel, True, spec, op)
     if not isinstance(op, Kernel):
-        raise KernelArgumentError(f"op must be one of {', '.join(map(repr, BUILTIN_NAMES))} or a hetflow "
+        raise KernelArgumentError(f"op must be one of {valid_names()} or a hetflow "
                                   f"kernel of two elements, not {type(op).__name__} {op!r}; decorate a "
                                   f"function with @hetflow.kernel")
     params = op.params
     if len(params) != 2:
         raise KernelArgumentError(f"op kernel {op.name!r} takes {len(params)} parameter(s) "
                                   f"({', '.join(params)}); a binary op takes exactly two elements (a, b)")
-    return BinaryOp(op.name, op, False, bool(commutative))
+    return BinaryOp(op.name, op, bool(commutative), None, op.name)

@@ -323,14 +323,12 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
                     "on %s alone", kernel.name, fastest.device.id)
         from .forall import run_on
 
-        run_on(fastest)
-        return None
+        return run_on(fastest)
     held = residents(launches[0]) if launches[0].plan.buffers else []
     if any(r.writes and r.offset is None for r in held):  # written rows not known per chunk
         from .forall import run_on
 
-        run_on(_fastest(launches))
-        return None
+        return run_on(_fastest(launches))
     workers, gpu_parts = [], []
     # Each GPU's worker thread stages copies and launches: leave it a core of its own.
     n_gpus = sum(L.device.kind == "gpu" for L in launches)

@@ -1,27 +1,37 @@
 """The ``forall`` call site: run a kernel over every index of an extent.
 
-``device`` may be None (the default device), a device id, a Device, a list of them, a
+``device`` may be None (the default device), a device id, ``'all'`` (every device),
+``'gpu'`` (every GPU, or the CPU where there is none), a Device, a list of them, a
 LogicalDevice or a Context. One device runs the whole launch; several co-execute it
-with work stealing (see :mod:`hetflow.runtime.coexec`).
+with work stealing (see :mod:`hetflow.runtime.coexec`). Either way the call returns
+its run report.
 """
 from __future__ import annotations
+
+from time import perf_counter
 
 import numpy as np
 
 from ..errors import KernelArgumentError
 from ..ir.capture import current_graph
 from ..platform.context import Context
-from ..platform.devices import Device, cpu_device, devices, get_device
+from ..platform.devices import Device, cpu_device, devices, find_devices, get_device
 from ..platform.matching import LogicalDevice
 from . import cpu, gpu
 from .buffers import acquired, wrote
 from .launch import bind, is_device_array
+from .report import LaunchReport
+
+
+# Argument types that are never on a GPU: skipped without probing their attributes,
+# which costs more than the rest of a small launch's device choice.
+_HOST_TYPES = frozenset((np.ndarray, float, int, bool, complex))
 
 
 def _default_devices(args) -> tuple[Device, ...]:
     """Data on a GPU runs on that GPU's kind of device; anything else on the CPU."""
     for a in args:
-        if type(a) is not np.ndarray and (is_device_array(a) or is_device_array(getattr(a, "root", None))):
+        if type(a) not in _HOST_TYPES and (is_device_array(a) or is_device_array(getattr(a, "root", None))):
             gpus = [d for d in devices() if d.kind == "gpu"]
             if gpus:
                 return (gpus[0],)
@@ -36,47 +46,58 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
         return device.devices
     if isinstance(device, LogicalDevice):
         return device.devices
-    if isinstance(device, (str, Device)):
-        return (get_device(device) if isinstance(device, str) else device,)
+    if isinstance(device, str):
+        return find_devices(device)
+    if isinstance(device, Device):
+        return (device,)
     try:
         return tuple(get_device(d) if isinstance(d, str) else d for d in device)
     except TypeError:
-        raise KernelArgumentError(f"device must be an id, a Device, a list, a LogicalDevice or a "
-                                  f"Context; got {type(device).__name__}") from None
+        raise KernelArgumentError(f"device must be an id, 'all', 'gpu', a Device, a list of ids or "
+                                  f"Devices, a LogicalDevice or a Context; got {type(device).__name__}") from None
 
 
-def run_on(launch) -> None:
-    """Run a bound launch whole on its one device (coherent arrays' copies there made
-    current first, and what it wrote marked current there alone after)."""
+def run_on(launch) -> LaunchReport:
+    """Run a bound launch whole on its one device; its report. Coherent arrays' copies
+    there are made current first, and what it wrote is marked current there alone."""
+    dev = launch.device
+    t0 = perf_counter()
     if launch.plan.buffers:
         launch = acquired(launch)
-    if launch.device.kind == "cpu":
-        cpu.run(launch, launch.device.compute_units)
+    if dev.kind == "cpu":
+        cpu.run(launch, dev.compute_units)
     else:
         gpu.run(launch)
     if launch.plan.buffers:
         wrote(launch, launch.written)
+    return LaunchReport(launch.extent[0], dev, perf_counter() - t0)
 
 
 def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
     """Run ``kernel`` at every index of ``extent`` (an int, a tuple, an array or a view).
 
-    With several devices the loop is co-executed by all their workers (CPU cores, GPU
-    streams); ``schedule`` is 'steal' (the default there: work stealing from predicted
-    shares) or 'static' (split once by ``shares`` or the prediction), and the run report
-    is returned (also kept for ``hetflow.last_report()``). On one CPU device the rows are
+    ``device``: None (the CPU, or the GPU holding GPU arguments), a device id, 'all'
+    (every device), 'gpu' (every GPU, or the CPU on a machine without one), or a list of
+    ids. With several devices the loop is co-executed by all their workers (CPU cores,
+    GPU streams); ``schedule`` is 'steal' (the default there: work stealing from
+    predicted shares) or 'static' (split once by ``shares`` or the prediction), and the
+    report is also kept for ``hetflow.last_report()``. On one CPU device the rows are
     split evenly over its cores unless a ``schedule`` is named, which runs the same
     worker machinery on the cores alone.
+
+    Returns the run report (:class:`hetflow.runtime.report.RunReport`): per worker,
+    chunks, indices, steals and busy time; a launch run whole on one device has one
+    worker and schedule 'one-device'.
     """
     g = current_graph()
     if g is not None:  # capturing a DIR: record, run later (hetflow.graph)
         return g.record("forall", extent=extent, kernel=kernel, args=args, device=device, shares=shares,
                         schedule=schedule)
+    targets = _default_devices(args) if device is None else resolve_devices(device, args)
+    if schedule is None and len(targets) == 1:
+        return run_on(bind(kernel, extent, args, targets[0]))
     if schedule not in (None, "steal", "static"):
         raise KernelArgumentError(f"schedule must be 'steal' or 'static', got {schedule!r}")
-    targets = resolve_devices(device, args)
-    if len(targets) > 1 or schedule is not None:
-        from .coexec import co_forall
+    from .coexec import co_forall
 
-        return co_forall(extent, kernel, args, targets, schedule=schedule or "steal", shares=shares)
-    run_on(bind(kernel, extent, args, targets[0]))
+    return co_forall(extent, kernel, args, targets, schedule=schedule or "steal", shares=shares)

@@ -143,3 +143,28 @@ class RunReport:
             "events": [dataclasses.asdict(e) for e in self.events],
             "failures": [dataclasses.asdict(f) for f in self.failures],
         }
+
+
+class LaunchReport(RunReport):
+    """The report of a launch run whole on one device: one worker (named after the
+    device), one chunk, no steals; ``schedule`` is ``'one-device'``.
+
+    Such a launch costs a few microseconds, which building the worker and chunk
+    records would add to every call: they are built when first read.
+    """
+
+    schedule = "one-device"
+
+    def __init__(self, n: int, device, wall_s: float):
+        self.n = n
+        self.wall_s = wall_s
+        self._device = device
+
+    def __getattr__(self, name):  # only reached while the records are not built yet
+        if name not in ("workers", "events", "failures"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        dev, n, wall = self._device, self.n, self.wall_s
+        self.workers = [WorkerStats(dev.id, dev.kind, dev.id, chunks=1, indices=n, busy_s=wall)]
+        self.events = [ChunkEvent(dev.id, 0, n, 0.0, wall)]
+        self.failures = []
+        return self.__dict__[name]

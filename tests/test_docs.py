@@ -44,16 +44,8 @@ def _blocks(path: Path):
 
 BLOCKS = [b for path in DOCS for b in _blocks(path)]
 
-# Guide pages being rewritten in another change, whose blocks are still fragments
-# (names used before they are defined). Strict: once a page's blocks run, its entry
-# here fails the test and must go.
-PENDING = {"docs/guide/distributed.md", "docs/guide/kernels-and-devices.md"}
-
-
 def _params(select):
-    pending = pytest.mark.xfail(strict=True, reason="fragment: the page's rewrite is pending")
-    return [pytest.param(b, id=b.where, marks=[pending] if b.where.split(":")[0] in PENDING else [])
-            for b in BLOCKS if select(b.needs)]
+    return [pytest.param(b, id=b.where) for b in BLOCKS if select(b.needs)]
 
 
 def _run(block: Block, tmp_path: Path, *, gpu: bool, launcher=()):

@@ -25,6 +25,7 @@ from .. import dist, trace
 from ..ir import RuleSet, graph
 from ..kernels import kernel
 from ..platform.devices import devices, get_device
+from ..runtime.buffers import array
 
 ALPHA = 0.1
 STARTUP = "start-up (compile, first transfers)"
@@ -60,9 +61,10 @@ def initial(n):
 
 def grids(n, distributed: bool):
     """The two grids the steps go between, both holding the initial state (v's border is
-    u's and never changes): NumPy arrays, or arrays split by rows over the ranks."""
+    u's and never changes): coherent arrays (each device keeps the rows it works on
+    between steps), or arrays split by rows over the ranks."""
     if not distributed:
-        return initial(n), initial(n)
+        return array(initial(n)), array(initial(n))
     u = dist.asarray(initial(n))
     return u, dist.asarray(initial(n), like=u)
 
@@ -187,7 +189,7 @@ def _run_one(args) -> int:
                   (n - 2) ** 2 * args.iterations, seconds)
     rec.save(args.trace)
     print_files(args, rec.plot(args.timeline))
-    return 0 if check(u, n, args.iterations) else 1
+    return 0 if check(np.asarray(u), n, args.iterations) else 1
 
 
 def _run_ranks(args) -> int:

@@ -52,6 +52,8 @@ def placement(node: Node) -> tuple[dict, dict]:
     shares = {d: planned.get(d, 0.0) / total for d in usable} if total > 0 else {d: 1 / len(usable) for d in usable}
     if len(usable) == 1:
         return {"device": usable[0]}, shares
+    if not node.attrs.get("shares"):  # no rule planned a split: the runtime's model makes one
+        return {"device": usable}, shares
     return {"device": usable, "shares": [shares[d] for d in usable]}, shares
 
 

@@ -287,6 +287,33 @@ def _worker_shares(shares, targets, workers) -> list[float]:
     return [per_device[w.device_id] / counts[w.device_id] for w in workers]
 
 
+PROBE_EVERY = 32   # a kernel run alone is co-executed again every so often: speeds change
+_launches_alone: dict[str, int] = {}
+
+
+def _alone(model, key, launches, counts, rows):
+    """The launch to run alone instead of co-executing, when the history says one device
+    finishes sooner than all of them together plus what co-execution costs beyond the
+    work (a short memory-bound loop on a GPU: thread hand-offs outlast the loop); else None."""
+    rates = [model.throughput(key, _device_key(L.device)) for L in launches]
+    overhead = model.overhead(key)
+    if overhead is None or not all(rates):
+        return None  # co-execute: that is how rates and overhead are learnt
+    totals = [r * c for r, c in zip(rates, counts)]
+    best = max(range(len(launches)), key=totals.__getitem__)
+    together, alone = rows / sum(totals) + overhead, rows / totals[best]
+    if together < alone:
+        return None
+    seen = _launches_alone[key] = _launches_alone.get(key, 0) + 1
+    return None if seen % probe_interval(together, alone) == 0 else launches[best]
+
+
+def probe_interval(together: float, alone: float) -> int:
+    """How many launches run alone between two co-executed ones (which measure again):
+    seldom enough that probing costs a program about 5% of its time alone."""
+    return max(PROBE_EVERY, int(20 * together / alone))
+
+
 def _fastest(launches):
     return max(launches, key=lambda L: (L.device.kind == "gpu" and not L.device.simulated,
                                         L.device.compute_units))
@@ -329,18 +356,25 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
         from .forall import run_on
 
         return run_on(_fastest(launches))
-    workers, gpu_parts = [], []
     # Each GPU's worker thread stages copies and launches: leave it a core of its own.
     n_gpus = sum(L.device.kind == "gpu" for L in launches)
+    counts = [max(1, L.device.compute_units - n_gpus) if L.device.kind == "cpu" else 1 for L in launches]
+    model = perf_model()
+    key = _kernel_key(launches[0])
+    if shares is None and schedule == "steal" and len(launches) > 1:
+        alone = _alone(model, key, launches, counts, rows)
+        if alone is not None:
+            from .forall import run_on
+
+            return run_on(alone)
+    workers, gpu_parts = [], []
     for launch in launches:
         if launch.device.kind == "cpu":
-            workers += _cpu_workers(launch, rows, max(1, launch.device.compute_units - n_gpus), held)
+            workers += _cpu_workers(launch, rows, counts[launches.index(launch)], held)
         else:
             worker, chunks = _gpu_worker(launch, held)
             workers.append(worker)
             gpu_parts.append((worker, chunks))
-    model = perf_model()
-    key = _kernel_key(launches[0])
     device_keys = [_device_key(next(L.device for L in launches if L.device.id == w.device_id)) for w in workers]
     if shares is None:  # both schedules start from the predicted speed ratio
         shares = model.shares(key, device_keys)
@@ -366,5 +400,8 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
                 run(lo, hi)
     by_worker = dict(zip((w.name for w in workers), device_keys))
     model.update(key, report, device_key=lambda stats: by_worker[stats.name])
+    rate = sum(w.throughput for w in report.workers if not w.failed and w.indices > 0 and w.busy_s > 0)
+    if rate > 0:
+        model.observe_overhead(key, report.wall_s - rows / rate)
     _last.report = report
     return report

@@ -31,6 +31,7 @@ from ..platform.repository import default_root
 log = logging.getLogger(__name__)
 
 FILE_NAME = "perfmodel.json"
+COEXEC = "co-execution"  # the entry holding a kernel's co-execution overhead
 SAVE_INTERVAL = 2.0
 _VERSION = 1
 
@@ -113,6 +114,24 @@ class PerfModel:
             per_kernel[device_key] = {"throughput": value, "samples": samples,
                                       "updated": time.time()}
             self._dirty.add((kernel_key, device_key))
+
+    def overhead(self, kernel_key: str) -> float | None:
+        """Seconds a co-executed launch of the kernel costs beyond its work (thread hand-offs,
+        halo copies, stealing), averaged; None if never measured."""
+        with self._lock:
+            entry = self._table().get(kernel_key, {}).get(COEXEC)
+        return None if entry is None else entry["overhead_s"]
+
+    def observe_overhead(self, kernel_key: str, seconds: float) -> None:
+        """Fold one co-executed launch's wall time beyond its workers' ideal into the average."""
+        seconds = max(0.0, float(seconds))
+        with self._lock:
+            per_kernel = self._table().setdefault(kernel_key, {})
+            old = per_kernel.get(COEXEC)
+            value = seconds if old is None else self.alpha * seconds + (1 - self.alpha) * old["overhead_s"]
+            per_kernel[COEXEC] = {"overhead_s": value, "samples": (old or {}).get("samples", 0) + 1,
+                                  "updated": time.time()}
+            self._dirty.add((kernel_key, COEXEC))
 
     def update(self, kernel_key: str, report, device_key=None, save: bool = True) -> None:
         """Refine the model from a :class:`~hetflow.runtime.report.RunReport`.

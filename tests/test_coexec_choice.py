@@ -1,0 +1,57 @@
+"""Co-execution only where it pays: a launch runs on its fastest device alone when the
+performance model says that finishes sooner than every device together plus what
+co-execution costs beyond the work."""
+import numpy as np
+import pytest
+
+import hetflow
+from hetflow.runtime import coexec
+from hetflow.runtime.report import LaunchReport, RunReport
+
+
+@hetflow.kernel
+def triple(i, x, out):
+    out[i] = 3.0 * x[i]
+
+
+@hetflow.kernel
+def treble(i, x, out):
+    out[i] = x[i] * 3.0
+
+
+def _teach(kernel, rates: dict, overhead: float, n: int):
+    """Give the model the history of ``kernel`` over ``n`` rows."""
+    model = coexec.perf_model()
+    x = np.ones(n)
+    launch = hetflow.runtime.launch.bind(kernel, (n,), (x, x), hetflow.get_device("cpu0"))
+    key = coexec._kernel_key(launch)
+    for dev, rate in rates.items():
+        model.observe(key, coexec._device_key(hetflow.get_device(dev)), rate)
+    model.observe_overhead(key, overhead)
+    coexec._launches_alone.pop(key, None)
+    return key
+
+
+@pytest.mark.simgpu
+def test_a_launch_runs_alone_where_co_execution_costs_more_than_it_gains(gpu_device, monkeypatch):
+    n = 4096
+    x, out = np.random.default_rng(0).random(n), np.zeros(n)
+    # one GPU worth a thousand cores, and a millisecond of co-execution overhead
+    _teach(triple, {"cpu0": 1e6, gpu_device.id: 1e9}, 1e-3, n)
+    report = hetflow.forall(n, triple, x, out, device=["cpu0", gpu_device.id])
+    assert isinstance(report, LaunchReport) and report.workers[0].device_id == gpu_device.id
+    np.testing.assert_array_equal(out, 3.0 * x)
+    # every PROBE_EVERY-th launch co-executes anyway, to measure again
+    monkeypatch.setattr(coexec, "probe_interval", lambda together, alone: 2)
+    report = hetflow.forall(n, triple, x, out, device=["cpu0", gpu_device.id])
+    assert isinstance(report, RunReport) and not isinstance(report, LaunchReport)
+
+
+@pytest.mark.simgpu
+def test_devices_of_like_speed_co_execute(gpu_device):
+    n = 4096
+    x, out = np.random.default_rng(1).random(n), np.zeros(n)
+    _teach(treble, {"cpu0": 1e4, gpu_device.id: 1e4}, 1e-6, n)
+    report = hetflow.forall(n, treble, x, out, device=["cpu0", gpu_device.id])
+    assert {w.device_id for w in report.workers} == {"cpu0", gpu_device.id}
+    np.testing.assert_array_equal(out, 3.0 * x)

@@ -23,6 +23,7 @@ import dataclasses
 import logging
 import math
 import threading
+import time
 
 import numpy as np
 
@@ -83,6 +84,7 @@ class GpuChunks:
     def __init__(self, launch: Launch, residents=()):
         self.launch = launch
         self.residents = residents
+        self.staged_s = 0.0   # time spent making coherent arrays' rows current here
         self.device = launch.device
         self.cuda = cuda_module()
         self.stream = None
@@ -155,8 +157,11 @@ class GpuChunks:
         return dev
 
     def run_chunk(self, lo: int, hi: int) -> None:
-        for r in self.residents:
-            r.buffer.acquire_rows(self.device, r.rows(lo, hi))
+        if self.residents:
+            began = time.perf_counter()
+            for r in self.residents:
+                r.buffer.acquire_rows(self.device, r.rows(lo, hi))
+            self.staged_s += time.perf_counter() - began
         with self._context():
             for host, dev in self.streamed_in:
                 dev[lo:hi].copy_to_device(host[lo:hi], stream=self.stream)
@@ -399,7 +404,12 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
             for lo, hi in ranges:
                 run(lo, hi)
     by_worker = dict(zip((w.name for w in workers), device_keys))
-    model.update(key, report, device_key=lambda stats: by_worker[stats.name])
+    staged = {worker.name: chunks.staged_s for worker, chunks in gpu_parts if chunks.staged_s}
+    model.update(key, report, device_key=lambda stats: None if stats.name in staged else by_worker[stats.name])
+    for stats in report.workers:  # a GPU's rate without its copies: those count as overhead
+        compute = stats.busy_s - staged.get(stats.name, 0.0)
+        if stats.name in staged and not stats.failed and stats.indices and compute > 0:
+            model.observe(key, by_worker[stats.name], stats.indices / compute)
     rate = sum(w.throughput for w in report.workers if not w.failed and w.indices > 0 and w.busy_s > 0)
     if rate > 0:
         model.observe_overhead(key, report.wall_s - rows / rate)

@@ -21,6 +21,7 @@ from . import cpu, gpu
 from .buffers import acquired, wrote
 from .launch import bind, is_device_array
 from .report import LaunchReport
+from ..trace.recorder import notify as trace_notify
 
 
 # Argument types that are never on a GPU: skipped without probing their attributes,
@@ -70,7 +71,9 @@ def run_on(launch) -> LaunchReport:
         gpu.run(launch)
     if launch.plan.buffers:
         wrote(launch, launch.written)
-    return LaunchReport(launch.extent[0], dev, perf_counter() - t0)
+    report = LaunchReport(launch.extent[0], dev, perf_counter() - t0)
+    trace_notify(report, label=launch.kernel.name)  # traces show launches on one device too
+    return report
 
 
 def forall(extent, kernel, *args, device=None, schedule=None, shares=None):

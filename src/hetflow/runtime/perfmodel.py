@@ -143,7 +143,7 @@ class PerfModel:
         key_of = device_key or (lambda stats: stats.device_id)
         rates: dict[str, list[float]] = {}
         for stats in report.workers:
-            if not stats.failed and stats.indices > 0 and stats.busy_s > 0:
+            if not stats.failed and stats.indices > 0 and stats.busy_s > 0 and key_of(stats) is not None:
                 rates.setdefault(key_of(stats), []).append(stats.throughput)
         for key, values in rates.items():
             self.observe(kernel_key, key, sum(values) / len(values))

@@ -115,8 +115,8 @@ def test_read_only_array_has_its_halo_exchanged_once_per_run():
 
 
 def test_a_captured_schedule_holds_for_each_ranks_part():
-    """schedule='steal' co-executes a rank's part (a run report per launch, which the
-    trace draws); without it one device runs the part whole (no report)."""
+    """schedule='steal' co-executes a rank's part (the worker machinery's report per
+    launch); without it one device runs the part whole (a one-device report)."""
     x = np.arange(64.0)
     ran = []
     for schedule in ("steal", None):
@@ -128,8 +128,8 @@ def test_a_captured_schedule_holds_for_each_ranks_part():
         with hetflow.trace.record() as rec:
             program.run(2)
         np.testing.assert_array_equal(out.gather(), x)
-        ran.append([lp.report.n for lp in rec.loops])
-    assert ran == [[64, 64], []]
+        ran.append([(lp.report.n, lp.report.schedule) for lp in rec.loops])
+    assert ran == [[(64, "steal")] * 2, [(64, "one-device")] * 2]
 
 
 def test_rule_file_from_rank_0_joins_the_local_rules(tmp_path):

@@ -97,6 +97,8 @@ def _arg_key(a):
     if type(a) is np.ndarray:
         f = a.flags
         return (a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable)
+    if _views.is_view(a):  # its root and lowering enter the key in bind
+        return type(a)
     if coherent(a):  # a Buffer: every copy is C-contiguous
         return (type(a), a.dtype, a.ndim)
     flags = getattr(a, "flags", None)

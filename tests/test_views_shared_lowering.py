@@ -149,9 +149,10 @@ def test_co_map_functions_share_by_code_and_captured_values(lowered):
 
 def test_co_map_functions_compute_their_own_results(lowered):
     a = np.arange(36.0).reshape(6, 6)
-    for f, rows in [(_shifter(1), (np.arange(6) + 1) % 6), (_shifter(3), (np.arange(6) + 3) % 6),
-                    (_shifter_default(2), (np.arange(6) + 2) % 6), (_rows_reversed, 5 - np.arange(6)),
-                    (_shifter(1), (np.arange(6) + 1) % 6)]:  # one after the other, one cache
+    i = np.arange(6)
+    for f, rows in [(_shifter(1), (i + 1) % 6), (_shifter(3), (i + 3) % 6),
+                    (_shifter_default(2), (i + 2) % 6), (_rows_reversed, 5 - i),
+                    (_shifter(1), (i + 1) % 6)]:  # one after the other, one cache
         out = np.zeros((6, 6))
         hetflow.forall((6, 6), copy2, co_map(a, f, (6, 6)), out)
         np.testing.assert_array_equal(out, a[rows, :])

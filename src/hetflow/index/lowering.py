@@ -11,10 +11,9 @@ Lowerings are cached by the views' ``signature``, the structure and numbers of t
 (not the view objects, nor the root array): views built afresh for every launch, as
 programs write them, are lowered once.
 """
-import dataclasses
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FunctionType
 
 from hetflow.errors import ViewError
@@ -26,7 +25,8 @@ from hetflow.index.views import element_extent_of, extent_of, is_view, rank
 class Lowering:
     """A view lowered to root index expressions.
 
-    ``root``: the array the kernel indexes (None in the shared, cached lowerings); ``key``: hashable structure of the chain;
+    ``root``: the array the kernel indexes (None in the lowerings ``shared_lowering``
+    keeps); ``key``: hashable structure of the chain;
     ``param_names``/``params``: launch parameters and their values for this view;
     ``globals``: co-map functions by the names the expressions call them;
     ``exprs``: the root index expressions over the variables ``var_names``, which run
@@ -44,7 +44,7 @@ class Lowering:
 
     def bound(self, root):
         """This lowering with ``root`` as the array it indexes."""
-        return dataclasses.replace(self, root=root)
+        return replace(self, root=root)
 
     @property
     def rank(self):

@@ -13,9 +13,9 @@ The operators are in ``hetflow.index.operators``, tiles and partitions in
 holds each element's block, so ``numpy()`` has shape ``extent + element_extent``.
 """
 import abc
-import functools
 import operator
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -229,11 +229,11 @@ class View(abc.ABC):
     def dtype(self):
         return self.root.dtype
 
-    @functools.cached_property
+    @cached_property
     def element_extent(self):
         return element_extent_of(self.parent)
 
-    @functools.cached_property
+    @cached_property
     def offset(self):
         """The root index of the view's origin (``transform_offset`` chained upward)."""
         off, node = index.zeros(self.rank), self
@@ -241,7 +241,7 @@ class View(abc.ABC):
             off, node = node.transform_offset(off), node.parent
         return off
 
-    @functools.cached_property
+    @cached_property
     def root_extent(self):
         """The root extent seen from the view: ``transform_extent`` chained upward.
 

@@ -36,10 +36,21 @@ def is_view(x):
     return type(x) in _VIEW_TYPES
 
 
+# Array types whose class declares an array interface, so that every instance is an array
+# (NumPy, CuPy, Numba's device arrays), learned on first sight: checking one then costs a
+# set lookup, not the hasattr that evaluates CuPy's __cuda_array_interface__ property.
+_ARRAY_TYPES = {np.ndarray}
+
+
 def require_indexable(x, op):
     """Reject anything that is neither an array nor a view, naming the operator."""
-    if not (type(x) in _VIEW_TYPES or type(x) is np.ndarray or is_array(x)):
-        raise IndexTypeError(f"{op}: expected an array or a view, got {type(x).__name__}")
+    kind = type(x)
+    if kind in _VIEW_TYPES or kind in _ARRAY_TYPES:
+        return
+    if not is_array(x):
+        raise IndexTypeError(f"{op}: expected an array or a view, got {kind.__name__}")
+    if hasattr(kind, "__cuda_array_interface__") or hasattr(kind, "__array_interface__"):
+        _ARRAY_TYPES.add(kind)
 
 
 def rank(x):
@@ -163,8 +174,7 @@ class View(abc.ABC):
         if type(parent) in _VIEW_TYPES:
             pext, root, below = parent.extent, parent.root, parent.signature
         else:
-            if type(parent) is not np.ndarray:
-                require_indexable(parent, self.op)
+            require_indexable(parent, self.op)
             pext, root = array_extent(parent), parent
             below = (type(parent), pext, getattr(parent, "strides", None),
                      getattr(parent, "dtype", None))

@@ -92,12 +92,15 @@ class Launch:
         return self.extent[1:]
 
 
+_BY_TYPE = frozenset((float, int, bool, complex))  # Python scalars: keyed by their type
+
+
 def _arg_key(a):
     """What an argument contributes to the compiled signature (cheap to compute)."""
     if type(a) is np.ndarray:
         f = a.flags
         return (a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable)
-    if _views.is_view(a):  # its root and lowering enter the key in bind
+    if type(a) in _BY_TYPE or _views.is_view(a):  # a view's root and lowering: in bind
         return type(a)
     if coherent(a):  # a Buffer: every copy is C-contiguous
         return (type(a), a.dtype, a.ndim)

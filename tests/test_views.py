@@ -120,6 +120,32 @@ def test_view_properties():
                        "size=extent(2, 3)), d1=0, d2=1)")
 
 
+def test_array_types_exporting_from_the_class_are_checked_once():
+    class DeviceLike:  # exports __cuda_array_interface__ from its class, as CuPy does
+        evaluated = 0
+
+        def __init__(self, shape):
+            self.shape, self.strides, self.dtype = shape, None, np.dtype(np.float64)
+
+        @property
+        def __cuda_array_interface__(self):
+            DeviceLike.evaluated += 1
+            return {"shape": self.shape, "typestr": "<f8", "data": (0, False), "version": 3}
+
+    class Exporter:  # exports an interface from the instance alone: checked every time
+        def __init__(self):
+            self.shape, self.__array_interface__ = (3, 4), np.zeros((3, 4)).__array_interface__
+
+    first = interior(DeviceLike((6, 7)), 1)
+    seen = DeviceLike.evaluated
+    views = [cshift(DeviceLike((6, 7)), 1, 2), interior(DeviceLike((5, 3)), 1)]
+    assert DeviceLike.evaluated == seen  # not asked again for the same type
+    assert [extent_of(v) for v in (first, *views)] == [(4, 5), (6, 7), (3, 1)]
+    assert is_view(section(Exporter(), (1, 1), (2, 2)))
+    with pytest.raises(IndexTypeError, match=r"interior: expected an array or a view, got object"):
+        interior(object(), 1)
+
+
 def test_reads_and_writes_go_through_to_the_root():
     a = grid(5, 5)
     v = transpose(cshift(interior(a, 1), 0, 1), 0, 1)

@@ -6,19 +6,27 @@ launch parameters, so that a view costs what hand-written index arithmetic costs
 source depends only on the ``key`` (the chain's structure, the cshift guards and the
 rendered index expressions) and the prefix; the numbers travel as ``params``, so one
 compiled kernel serves every view with the same key.
+
+Lowerings are cached by the views' ``signature``, the structure and numbers of the chain
+(not the view objects, nor the root array): views built afresh for every launch, as
+programs write them, are lowered once.
 """
-from dataclasses import dataclass
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from types import FunctionType
 
 from hetflow.errors import ViewError
 from hetflow.index.expr import Add, Const, LowerContext, Param, Var
-from hetflow.index.views import element_extent_of, extent_of, is_view, rank, root_of
+from hetflow.index.views import element_extent_of, extent_of, is_view, rank
 
 
 @dataclass(frozen=True, eq=False)
 class Lowering:
     """A view lowered to root index expressions.
 
-    ``root``: the array the kernel indexes; ``key``: hashable structure of the chain;
+    ``root``: the array the kernel indexes (None in the lowerings ``shared_lowering``
+    keeps); ``key``: hashable structure of the chain;
     ``param_names``/``params``: launch parameters and their values for this view;
     ``globals``: co-map functions by the names the expressions call them;
     ``exprs``: the root index expressions over the variables ``var_names``, which run
@@ -33,6 +41,10 @@ class Lowering:
     exprs: tuple
     var_names: tuple
     shape: tuple
+
+    def bound(self, root):
+        """This lowering with ``root`` as the array it indexes."""
+        return replace(self, root=root)
 
     @property
     def rank(self):
@@ -98,19 +110,63 @@ def lowering(view, prefix):
     """Lower ``view`` (or a plain array: the identity) for a kernel; every generated name
     starts with ``prefix``, which must make identifiers (e.g. ``"v0_"``).
 
-    Views are immutable, so a view keeps its lowerings (one per prefix): launching with
-    the same views again, as iterative programs do, costs no lowering.
+    Views are immutable, so a view keeps its lowerings (one per prefix), and equal views
+    share theirs through ``shared_lowering``.
     """
     if not is_view(view):
-        return _lower(view, prefix)
-    cache = view.__dict__.setdefault("_lowerings", {})
-    found = cache.get(prefix)
+        return _lower(view, prefix, root=view)
+    own = view.__dict__.setdefault("_lowerings", {})
+    found = own.get(prefix)
     if found is None:
-        found = cache[prefix] = _lower(view, prefix)
+        found = own[prefix] = shared_lowering(view, prefix).bound(view.root)
     return found
 
 
-def _lower(view, prefix):
+# (prefix, signature) -> Lowering without its root, least recently used first. Hits take
+# no lock (each OrderedDict call is atomic); the lock keeps insertion and eviction whole.
+_SHARED = OrderedDict()
+_SHARED_SIZE = 4096
+_shared_lock = threading.Lock()
+
+
+def shared_lowering(view, prefix):
+    """The lowering of ``view`` with ``root`` None, shared by every view of the same
+    ``signature``: what a launch needs, beside the view's own root."""
+    key = (prefix, view.signature)
+    try:
+        found = _SHARED.get(key)
+    except TypeError:  # a co_map function that captures unhashable values
+        return _lower(view, prefix)
+    if found is not None:
+        try:
+            _SHARED.move_to_end(key)
+        except KeyError:  # evicted by another thread meanwhile
+            pass
+        return found
+    found = _lower(view, prefix)
+    with _shared_lock:
+        _SHARED[key] = found
+        if len(_SHARED) > _SHARED_SIZE:
+            _SHARED.popitem(last=False)
+    return found
+
+
+def function_key(f):
+    """``f`` for a signature: a Python function by its code, defaults, captured values
+    (with their types) and globals, so that a function made afresh with the same code
+    and values matches; any other callable by itself."""
+    if type(f) is not FunctionType:  # a method's key must hold its object, for one
+        return f
+    try:
+        captured = tuple((type(c.cell_contents), c.cell_contents) for c in f.__closure__ or ())
+    except ValueError:  # a captured variable not assigned yet
+        return f
+    kwdefaults = tuple(sorted((f.__kwdefaults__ or {}).items()))
+    return f.__code__, f.__defaults__, kwdefaults, captured, id(f.__globals__)
+
+
+def _lower(view, prefix, root=None):
+    """``view`` (or an array: the identity) lowered, with ``root`` as its root."""
     if not (prefix + "p0").isidentifier():
         raise ViewError(f"lowering: prefix {prefix!r} does not start valid identifiers")
     shape = tuple(extent_of(view)) + tuple(element_extent_of(view))
@@ -126,5 +182,5 @@ def _lower(view, prefix):
     # rendered index expressions are part of it.
     names = dict(zip(var_names, var_names))
     key = (len(shape), rank(node), tuple(ctx.key), tuple(e.render(names) for e in exprs))
-    return Lowering(root_of(view), key, tuple(ctx.param_names), tuple(ctx.params),
+    return Lowering(root, key, tuple(ctx.param_names), tuple(ctx.params),
                     dict(ctx.globals), exprs, var_names, shape)

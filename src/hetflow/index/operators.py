@@ -10,6 +10,7 @@ import numpy as np
 
 from hetflow.errors import IndexOutOfRangeError, IndexTypeError, ViewError
 from hetflow.index.expr import Call, cyclic
+from hetflow.index.lowering import function_key
 from hetflow.index.space import extent, index
 from hetflow.index.views import (View, checked_dim, extent_of, insert_at, integer_arg, rank,
                                  read_element, set_field, sparse_indices, tuple_arg,
@@ -24,6 +25,9 @@ class CoMap(View):
     size: extent
     op = "co_map"
 
+    def parameters(self):  # the function by its code and captured values: see function_key
+        return function_key(self.f), self.size
+
     def _check(self, pext):
         set_field(self, "size", tuple_arg(self.op, "extent", self.size, extent))
         if not callable(self.f):
@@ -36,6 +40,7 @@ class CoMap(View):
                             f"has rank {pext.rank}")
         if self.size.size:
             self._check_reach(image, pext)
+        return self.size
 
     def transform(self, idx):
         image = self.f(tuple(idx))
@@ -95,6 +100,9 @@ class Project(View):
     value: int
     op = "project"
 
+    def parameters(self):
+        return self.dim, self.value
+
     def _check(self, pext):
         set_field(self, "dim", checked_dim(self.op, self.dim, pext.rank))
         set_field(self, "value", integer_arg(self.op, "value", self.value))
@@ -102,6 +110,7 @@ class Project(View):
         if not 0 <= self.value < n:
             raise ViewError(f"project: value {self.value} is out of range [0, {n}) "
                             f"of dim {self.dim} (parent extent {tuple(pext)})")
+        return self.cotransform_extent(pext)
 
     def transform(self, idx):
         return insert_at(idx, self.dim, self.value)
@@ -128,9 +137,13 @@ class CShift(View):
     shift: int
     op = "cshift"
 
+    def parameters(self):
+        return self.dim, self.shift
+
     def _check(self, pext):
         set_field(self, "dim", checked_dim(self.op, self.dim, pext.rank))
         set_field(self, "shift", integer_arg(self.op, "shift", self.shift))
+        return pext
 
     def _n(self):
         return extent_of(self.parent)[self.dim]
@@ -160,6 +173,11 @@ class CShift(View):
         return idx[:self.dim] + (wrapped,) + idx[self.dim + 1:]
 
 
+def _shrunk(pext, delta):
+    """``pext - 2 * delta`` as a plain tuple (both tuples of ints)."""
+    return tuple([n - 2 * k for n, k in zip(pext, delta)])
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Interior(View):
     """The parent without a border of ``delta`` (one per dimension) on each side.
@@ -170,21 +188,30 @@ class Interior(View):
     delta: index
     op = "interior"
 
+    def parameters(self):
+        return (self.delta,)
+
     def _check(self, pext):
         try:  # one delta for every dimension, or one per dimension
-            delta = index((operator.index(self.delta),) * pext.rank)
+            delta = index._of((operator.index(self.delta),) * len(pext))
         except TypeError:
             delta = tuple_arg(self.op, "delta", self.delta, index)
-        if delta.rank != pext.rank:
+        if len(delta) != len(pext):
             raise ViewError(f"interior: delta {tuple(delta)} has rank {delta.rank}, "
                             f"the parent rank {pext.rank}")
+        inner = _shrunk(pext, delta)
+        if delta and min(*delta, *inner) < 0:
+            self._reject(delta, pext)
+        set_field(self, "delta", delta)
+        return tuple.__new__(extent, inner)  # non-negative ints, as just checked
+
+    def _reject(self, delta, pext):
         for d, (k, n) in enumerate(zip(delta, pext)):
             if k < 0:
                 raise ViewError(f"interior: delta {tuple(delta)} is negative on dim {d}")
             if n - 2 * k < 0:
                 raise ViewError(f"interior: delta {tuple(delta)} leaves a negative extent "
                                 f"on dim {d}: {n} - 2*{k} = {n - 2 * k}")
-        set_field(self, "delta", delta)
 
     def transform(self, idx):
         return tuple(i + k for i, k in zip(idx, self.delta))
@@ -196,7 +223,7 @@ class Interior(View):
         return extent(ext) + 2 * self.delta
 
     def cotransform_extent(self, pext):
-        return extent(pext) - 2 * self.delta
+        return extent._of(_shrunk(extent(pext), self.delta))
 
     def _lower(self, idx, ctx):
         ctx.note(("interior", len(idx)))
@@ -211,9 +238,13 @@ class Transpose(View):
     d2: int
     op = "transpose"
 
+    def parameters(self):
+        return self.d1, self.d2
+
     def _check(self, pext):
         set_field(self, "d1", checked_dim(self.op, self.d1, pext.rank, "d1"))
         set_field(self, "d2", checked_dim(self.op, self.d2, pext.rank, "d2"))
+        return self.cotransform_extent(pext)
 
     def transform(self, idx):
         t = list(idx)
@@ -242,6 +273,9 @@ class Section(View):
     size: extent
     op = "section"
 
+    def parameters(self):
+        return self.start, self.size
+
     def _check(self, pext):
         start = tuple_arg(self.op, "offset", self.start, index)
         size = tuple_arg(self.op, "extent", self.size, extent)
@@ -258,6 +292,7 @@ class Section(View):
                                 f"on dim {d}")
         set_field(self, "start", start)
         set_field(self, "size", size)
+        return size
 
     def transform(self, idx):
         return tuple(i + s for i, s in zip(idx, self.start))

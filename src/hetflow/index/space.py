@@ -31,20 +31,38 @@ def _is_integer(value):
     return True
 
 
+def _ints(values, kind):
+    """``values`` (a tuple) as a tuple of ints; returned as it is when it already is one,
+    the common case, so that building from a shape or another index costs no conversion."""
+    for c in values:
+        if type(c) is not int:
+            return tuple(_to_int(c, kind) for c in values)
+    return values
+
+
 class _IntTuple(tuple):
     """Shared behaviour of ``index`` and ``extent``: elementwise integer arithmetic."""
 
     __slots__ = ()
 
     def __new__(cls, *components):
-        if len(components) == 1 and not _is_integer(components[0]):
-            try:
-                components = tuple(components[0])
-            except TypeError:
-                raise IndexTypeError(
-                    f"{cls.__name__} takes integers or one sequence of integers, "
-                    f"got {components[0]!r}") from None
-        return super().__new__(cls, (_to_int(c, cls.__name__) for c in components))
+        if len(components) == 1:
+            only = components[0]
+            if type(only) is cls:  # immutable and already checked
+                return only
+            if isinstance(only, tuple) or not _is_integer(only):
+                try:
+                    components = tuple(only)
+                except TypeError:
+                    raise IndexTypeError(
+                        f"{cls.__name__} takes integers or one sequence of integers, "
+                        f"got {only!r}") from None
+        return cls._of(_ints(components, cls.__name__))
+
+    @classmethod
+    def _of(cls, ints):
+        """An instance from a tuple of ints, without converting them again."""
+        return tuple.__new__(cls, ints)
 
     @property
     def rank(self):
@@ -60,7 +78,7 @@ class _IntTuple(tuple):
         return (_to_int(other, type(self).__name__),) * len(self)
 
     def _zip(self, other, op, sym):
-        return type(self)(op(a, b) for a, b in zip(self, self._other(other, sym)))
+        return self._of(_ints(tuple(map(op, self, self._other(other, sym))), type(self).__name__))
 
     def __add__(self, other):
         return self._zip(other, operator.add, "+")
@@ -72,7 +90,8 @@ class _IntTuple(tuple):
         return self._zip(other, operator.sub, "-")
 
     def __rsub__(self, other):
-        return type(self)(b - a for a, b in zip(self, self._other(other, "-")))
+        diff = tuple(map(operator.sub, self._other(other, "-"), self))
+        return self._of(_ints(diff, type(self).__name__))
 
     def __mul__(self, other):
         return self._zip(other, operator.mul, "*")
@@ -107,12 +126,12 @@ class index(_IntTuple):  # noqa: N801 - named as in the spec: index<N>
     __slots__ = ()
 
     def __neg__(self):
-        return index(-c for c in self)
+        return index._of(tuple(-c for c in self))
 
     @classmethod
     def zeros(cls, rank):
         """The origin of a rank-N space."""
-        return cls((0,) * rank)
+        return cls._of((0,) * rank)
 
 
 class extent(_IntTuple):  # noqa: N801 - named as in the spec: extent<N>
@@ -120,11 +139,12 @@ class extent(_IntTuple):  # noqa: N801 - named as in the spec: extent<N>
 
     __slots__ = ()
 
-    def __new__(cls, *components):
-        self = super().__new__(cls, *components)
-        if any(c < 0 for c in self):
-            raise ShapeError(f"extent components must be >= 0, got {tuple(self)}")
-        return self
+    @classmethod
+    def _of(cls, ints):
+        """An instance from a tuple of ints, which must not be negative."""
+        if ints and min(ints) < 0:
+            raise ShapeError(f"extent components must be >= 0, got {tuple(ints)}")
+        return tuple.__new__(cls, ints)
 
     @property
     def size(self):

@@ -29,6 +29,9 @@ class Tile(View):
     tile_extent: extent
     op = "tile"
 
+    def parameters(self):
+        return (self.tile_extent,)
+
     def _check(self, pext):
         te = tuple_arg(self.op, "tile extent", self.tile_extent, extent)
         if te.rank != pext.rank:
@@ -42,6 +45,7 @@ class Tile(View):
                                 f"extent {tuple(pext)}: dim {d} ({n} = {n // t}*{t} + {n % t}) "
                                 f"would leave a partial tile of {n % t}")
         set_field(self, "tile_extent", te)
+        return self.cotransform_extent(pext)
 
     @property
     def element_extent(self):

@@ -26,15 +26,31 @@ from hetflow.index.space import extent, index
 
 
 # -- indexables ------------------------------------------------------------------
+# Every concrete view class (filled in by View.__init_subclass__): a set lookup of the type
+# is what the hot paths use, being several times cheaper than isinstance with an ABC.
+_VIEW_TYPES = set()
+
+
 def is_view(x):
     """True when ``x`` is a view."""
-    return isinstance(x, View)
+    return type(x) in _VIEW_TYPES
+
+
+# Array types whose class declares an array interface, so that every instance is an array
+# (NumPy, CuPy, Numba's device arrays), learned on first sight: checking one then costs a
+# set lookup, not the hasattr that evaluates CuPy's __cuda_array_interface__ property.
+_ARRAY_TYPES = {np.ndarray}
 
 
 def require_indexable(x, op):
     """Reject anything that is neither an array nor a view, naming the operator."""
-    if not (is_view(x) or is_array(x)):
-        raise IndexTypeError(f"{op}: expected an array or a view, got {type(x).__name__}")
+    kind = type(x)
+    if kind in _VIEW_TYPES or kind in _ARRAY_TYPES:
+        return
+    if not is_array(x):
+        raise IndexTypeError(f"{op}: expected an array or a view, got {kind.__name__}")
+    if hasattr(kind, "__cuda_array_interface__") or hasattr(kind, "__array_interface__"):
+        _ARRAY_TYPES.add(kind)
 
 
 def rank(x):
@@ -45,14 +61,23 @@ def rank(x):
 
 def extent_of(x):
     """Extent (shape) of an array or a view."""
+    if type(x) in _VIEW_TYPES:
+        return x.extent
     require_indexable(x, "extent_of")
-    return x.extent if is_view(x) else extent(x.shape)
+    return array_extent(x)
+
+
+def array_extent(a):
+    """The extent of array ``a``; a NumPy shape is taken as it is (non-negative ints)."""
+    return tuple.__new__(extent, a.shape) if type(a) is np.ndarray else extent(a.shape)
 
 
 def root_of(x):
     """The array a view (or chain of views) finally reads; an array is its own root."""
+    if type(x) in _VIEW_TYPES:
+        return x.root
     require_indexable(x, "root_of")
-    return x.root if is_view(x) else x
+    return x
 
 
 def element_extent_of(x):
@@ -62,7 +87,7 @@ def element_extent_of(x):
 
 def set_field(obj, name, value):
     """Normalise a field of a frozen dataclass during its ``__post_init__``."""
-    object.__setattr__(obj, name, value)
+    obj.__dict__[name] = value  # what object.__setattr__ does, at a third of its cost
 
 
 def checked_dim(op, dim, rank_, what="dim"):
@@ -128,14 +153,35 @@ def describe(x):
 # -- the base view ------------------------------------------------------------------
 @dataclass(frozen=True, eq=False, repr=False)
 class View(abc.ABC):
-    """A lazy indexable: ``view[idx] == parent[transform(idx)]``."""
+    """A lazy indexable: ``view[idx] == parent[transform(idx)]``.
+
+    Construction checks the parameters and sets, once, what every launch reads:
+    ``extent`` (``cotransform_extent`` of the parent's), ``root`` (the array the chain
+    reads) and ``signature``, a hashable tuple of what lowering the view depends on: each
+    operator's type and ``parameters()`` down to the root's type, shape, strides and dtype
+    (not the root itself). Views of equal signatures share one lowering.
+    """
 
     parent: object
     op = "view"  # the operator's name, for messages and repr
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _VIEW_TYPES.add(cls)
+
     def __post_init__(self):
-        require_indexable(self.parent, self.op)
-        self._check(extent_of(self.parent))
+        parent = self.parent
+        if type(parent) in _VIEW_TYPES:
+            pext, root, below = parent.extent, parent.root, parent.signature
+        else:
+            require_indexable(parent, self.op)
+            pext, root = array_extent(parent), parent
+            below = (type(parent), pext, getattr(parent, "strides", None),
+                     getattr(parent, "dtype", None))
+        state = self.__dict__  # set_field, inlined: every launch builds views
+        state["extent"] = self._check(pext)
+        state["root"] = root
+        state["signature"] = (type(self), self.parameters(), below)
 
     def on_root(self, root):
         """The same chain of views over ``root`` (an array shaped as this chain's root)."""
@@ -144,7 +190,8 @@ class View(abc.ABC):
 
     @abc.abstractmethod
     def _check(self, pext):
-        """Normalise the parameters and reject impossible ones, given the parent's extent."""
+        """Normalise the parameters and reject impossible ones, given the parent's extent;
+        return the view's extent (``cotransform_extent(pext)``)."""
 
     @abc.abstractmethod
     def transform(self, idx):
@@ -166,6 +213,11 @@ class View(abc.ABC):
     def _lower(self, idx, ctx):
         """Symbolic transform; ``ctx`` names the numbers and records the key."""
 
+    @abc.abstractmethod
+    def parameters(self):
+        """The operator's own parameters (its fields after ``parent``), normalised and
+        hashable: with its parent's, what the view's lowering depends on."""
+
     def lower(self, idx_exprs, ctx=None):
         """Symbolic ``transform``: view index expressions -> parent index expressions.
 
@@ -175,11 +227,6 @@ class View(abc.ABC):
         return self._lower(tuple(idx_exprs), ctx or LowerContext(literal=True))
 
     # -- geometry --------------------------------------------------------------
-    @cached_property
-    def extent(self):
-        """The view's extent: ``cotransform_extent(parent.extent)``."""
-        return self.cotransform_extent(extent_of(self.parent))
-
     @property
     def shape(self):
         return self.extent
@@ -187,10 +234,6 @@ class View(abc.ABC):
     @property
     def rank(self):
         return self.extent.rank
-
-    @cached_property
-    def root(self):
-        return root_of(self.parent)
 
     @property
     def dtype(self):

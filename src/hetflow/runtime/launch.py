@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import KernelArgumentError, ShapeError
 from ..index import views as _views
-from ..index.lowering import lowering
+from ..index.lowering import shared_lowering
 from ..kernels.kernel import Kernel
 from ..platform.repository import repository
 
@@ -92,11 +92,16 @@ class Launch:
         return self.extent[1:]
 
 
+_BY_TYPE = frozenset((float, int, bool, complex))  # Python scalars: keyed by their type
+
+
 def _arg_key(a):
     """What an argument contributes to the compiled signature (cheap to compute)."""
     if type(a) is np.ndarray:
         f = a.flags
         return (a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable)
+    if type(a) in _BY_TYPE or _views.is_view(a):  # a view's root and lowering: in bind
+        return type(a)
     if coherent(a):  # a Buffer: every copy is C-contiguous
         return (type(a), a.dtype, a.ndim)
     flags = getattr(a, "flags", None)
@@ -135,6 +140,8 @@ def _check_extent(kernel: Kernel, extent: tuple, args: tuple, checks: tuple) -> 
         shape = tuple(args[pos].shape)
         if k == 1 and not view and shape and shape[0] >= extent[0]:
             continue  # the common case (a 1-D launch over an array), kept cheap
+        if view and shape[:k] == extent[:k]:
+            continue  # a view that fits, as cheaply
         if len(shape) < k or any((s != e) if view else (s < e) for s, e in zip(shape[:k], extent[:k])):
             what = "view" if view else "array"
             raise ShapeError(
@@ -153,9 +160,12 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     key = (repo, device.id, ndim, tuple(map(_arg_key, args)))
     lowerings = {}
     if not all(type(a) in _PLAIN for a in args):  # views (plain arrays: the common case)
-        lowerings = {name: lowering(arg, f"{name}__p") for name, arg in zip(names, args) if _views.is_view(arg)}
-        key += (tuple(_arg_key(low.root) for low in lowerings.values()),
-                tuple(low.key for low in lowerings.values()))
+        # Lowerings shared by equal views (views are mostly built afresh for each launch);
+        # each view's own root goes beside its lowering's params.
+        for name, arg in zip(names, args):
+            if _views.is_view(arg):
+                low = lowerings[name] = shared_lowering(arg, f"{name}__p")
+                key += ((_arg_key(arg.root), low.key),)
     plan = kernel.plans.get(key)
     if plan is None:
         data = _check_arguments(kernel, ndim, args)
@@ -172,5 +182,5 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     entry_args = []
     for name, arg in zip(names, args):
         low = lowerings.get(name)
-        entry_args.extend([low.root, *low.params] if low is not None else [arg])
+        entry_args.extend([arg.root, *low.params] if low is not None else [arg])
     return Launch(kernel, extent, device, plan, args, tuple(entry_args))

@@ -55,3 +55,24 @@ def test_devices_of_like_speed_co_execute(gpu_device):
     report = hetflow.forall(n, treble, x, out, device=["cpu0", gpu_device.id])
     assert {w.device_id for w in report.workers} == {"cpu0", gpu_device.id}
     np.testing.assert_array_equal(out, 3.0 * x)
+
+
+@hetflow.kernel
+def thrice(i, x, out):
+    out[i] = x[i] + x[i] + x[i]
+
+
+@pytest.mark.simgpu
+def test_a_devices_rate_alone_is_learnt_and_preferred(gpu_device):
+    """Chunked co-execution can undersell a device; its measured rate alone decides."""
+    n = 4096
+    x, out = np.random.default_rng(2).random(n), np.zeros(n)
+    key = _teach(thrice, {"cpu0": 1e7, gpu_device.id: 1e6}, 1e-3, n)
+    report = hetflow.forall(n, thrice, x, out, device=["cpu0", gpu_device.id])
+    assert report.workers[0].device_id == "cpu0"  # by the co-execution rates
+    model = coexec.perf_model()
+    assert model.throughput(key, coexec._device_key(hetflow.get_device("cpu0")) + coexec.ALONE) > 0
+    model.observe(key, coexec._device_key(gpu_device) + coexec.ALONE, 1e12)  # as if timed alone
+    report = hetflow.forall(n, thrice, x, out, device=["cpu0", gpu_device.id])
+    assert report.workers[0].device_id == gpu_device.id
+    np.testing.assert_allclose(out, 3 * x)

@@ -26,6 +26,7 @@ from ..ir import RuleSet, graph
 from ..kernels import kernel
 from ..platform.devices import devices, get_device
 from ..runtime.buffers import array
+from ..runtime.gpu import synchronize
 
 ALPHA = 0.1
 STARTUP = "start-up (compile, first transfers)"
@@ -91,21 +92,26 @@ def capture(u, v, device=None):
     return g
 
 
-def diffuse(setup, iterations, rec, bar):
-    """(grid, seconds) after ``iterations`` (even) steps. ``setup()`` returns the grid
-    and a function running two steps; it and the first two steps are the start-up phase
-    of the trace (compiling kernels, first transfers), so the picture names that time."""
+def diffuse(setup, iterations, rec, bar, finish=lambda: None):
+    """(grid, start-up seconds, seconds of the steps after it) after ``iterations`` (even)
+    steps. ``setup()`` returns the grid and a function running two steps; it and the
+    first two steps are the start-up phase of the trace (compiling kernels, first
+    transfers), so the picture names that time. ``finish()`` waits for work still queued
+    on a GPU, so that each phase's time is what it took."""
     began = time.perf_counter()
     with rec.phase(STARTUP):
         u, two_steps = setup()
         two_steps()
+        finish()
         bar.advance(2)
+    startup = time.perf_counter() - began
     if iterations > 2:
         with rec.phase(f"steps 3-{iterations}"):
             for _ in range(iterations // 2 - 1):
                 two_steps()  # a safe point first: the rules see the monitor's feedback
                 bar.advance(2)
-    return u, time.perf_counter() - began
+            finish()
+    return u, startup, time.perf_counter() - began - startup
 
 
 def summary_rows(recorder):
@@ -123,13 +129,14 @@ def summary_rows(recorder):
     return rows
 
 
-def print_summary(rows, title, cells, seconds):
-    """``rows``: (rank, device) -> counters; a rank column unless the rank is None."""
+def print_summary(rows, title, n, iterations, startup, steady):
+    """``rows``: (rank, device) -> counters; a rank column unless the rank is None. The
+    throughput is the steady state's: the steps after start-up (compiling, first copies)."""
     from rich.console import Console
     from rich.table import Table
 
     ranked = any(rank is not None for rank, _ in rows)
-    t = Table(title=f"{title}, {seconds:.2f} s")
+    t = Table(title=f"{title}, {startup + steady:.2f} s")
     for col in ("rank",) * ranked + ("device", "kind", "workers", "chunks", "steals", "rows run", "share"):
         t.add_column(col, justify="left" if col in ("device", "kind") else "right")
     total = sum(r["indices"] for r in rows.values()) or 1
@@ -137,7 +144,11 @@ def print_summary(rows, title, cells, seconds):
         t.add_row(*(str(rank),) * ranked, dev, r["kind"], str(len(r["workers"])), str(r["chunks"]),
                   str(r["steals"]), str(r["indices"]), f"{100 * r['indices'] / total:.1f}%")
     Console().print(t)
-    print(f"throughput: {cells / seconds / 1e6:.1f} Mcell/s")
+    line = f"start-up (compiling, first transfers, steps 1-2): {startup:.2f} s"
+    if iterations > 2 and steady > 0:
+        line += (f"; steps 3-{iterations}: {steady:.3f} s, throughput "
+                 f"{(n - 2) ** 2 * (iterations - 2) / steady / 1e6:.1f} Mcell/s")
+    print(line)
 
 
 def print_files(args, picture) -> None:
@@ -157,6 +168,13 @@ def check(grid, n, iterations) -> bool:
     print(f"residual: {residual:.15e}")
     print(f"verification: {'passed' if ok else 'failed'}")
     return ok
+
+
+def _finish(targets) -> None:
+    """Wait for the steps still queued on the real GPUs among ``targets``."""
+    for d in map(get_device, targets):
+        if d.kind == "gpu" and not d.simulated:
+            synchronize(d)
 
 
 def _targets(args) -> list | None:
@@ -183,10 +201,10 @@ def _run_one(args) -> int:
         return u, lambda: g.run(rules=rules)
 
     with trace.record() as rec, trace.progress(args.iterations, "diffusing") as bar:
-        u, seconds = diffuse(setup, args.iterations, rec, bar)
+        u, startup, steady = diffuse(setup, args.iterations, rec, bar, lambda: _finish(targets))
     rows = {(None, dev): r for dev, r in summary_rows(rec).items()}
-    print_summary(rows, f"heat diffusion {n}x{n}, {args.iterations} iterations",
-                  (n - 2) ** 2 * args.iterations, seconds)
+    print_summary(rows, f"heat diffusion {n}x{n}, {args.iterations} iterations", n, args.iterations,
+                  startup, steady)
     rec.save(args.trace)
     print_files(args, rec.plot(args.timeline))
     return 0 if check(np.asarray(u), n, args.iterations) else 1
@@ -216,21 +234,21 @@ def _run_ranks(args) -> int:
     channel.barrier()  # the ranks begin recording together: one clock for the merged trace
     bar_file = sys.stdout if rank == 0 else io.StringIO()  # only rank 0 draws a progress bar
     with trace.record() as rec, trace.progress(args.iterations, "diffusing", file=bar_file) as bar:
-        u, seconds = diffuse(setup, args.iterations, rec, bar)
+        u, startup, steady = diffuse(setup, args.iterations, rec, bar)
     grid = u.gather(0)
     gathered = channel.gather((rec.to_chrome_trace(rank=rank), summary_rows(rec)))
     ok = True
     if rank == 0:
-        ok = _report_ranks(args, gathered, grid, program.partitions, seconds)
+        ok = _report_ranks(args, gathered, grid, program.partitions, (startup, steady))
     return 0 if channel.bcast(ok) else 1
 
 
-def _report_ranks(args, gathered, grid, partitions, seconds) -> bool:
+def _report_ranks(args, gathered, grid, partitions, times) -> bool:
     """Rank 0: one summary, one trace, one picture, the check."""
     n, ranks = args.size, len(gathered)
     rows = {(r, dev): row for r, (_, per_device) in enumerate(gathered) for dev, row in per_device.items()}
     print_summary(rows, f"heat diffusion {n}x{n} on {ranks} ranks, {args.iterations} iterations",
-                  (n - 2) ** 2 * args.iterations, seconds)
+                  n, args.iterations, *times)
     final = partitions[-1][1]
     print(f"rows per rank: {' + '.join(map(str, final))} = {sum(final)}; partitions (iteration: rows "
           f"per rank): " + "; ".join(f"{it}: {list(sizes)}" for it, sizes in partitions))

@@ -32,7 +32,7 @@ from ..index.lowering import lowering
 from ..index.operators import section
 from ..platform.cuda_compat import cuda_module
 from . import cpu
-from .gpu import FastEntry, core_stream, launch_rows
+from .gpu import FastEntry, core_stream, launch_rows, synchronize
 from .launch import SCALARS, Launch, bind, coherent, normalize_extent
 from ..platform.repository import default_root
 from .perfmodel import FILE_NAME, PerfModel
@@ -299,21 +299,45 @@ PROBE_EVERY = 32   # a kernel run alone is co-executed again every so often: spe
 _launches_alone: dict[str, int] = {}
 
 
+ALONE = "/alone"     # model entries of a device's rate running a whole launch by itself
+TIME_GPU_EVERY = 8   # a GPU launch run alone is waited for (and timed) once in this many
+
+
 def _alone(model, key, launches, counts, rows):
     """The launch to run alone instead of co-executing, when the history says one device
     finishes sooner than all of them together plus what co-execution costs beyond the
-    work (a short memory-bound loop on a GPU: thread hand-offs outlast the loop); else None."""
+    work (a short memory-bound loop on a GPU: thread hand-offs outlast the loop); else None.
+    A device's time alone comes from its launches alone where there are some: its rate
+    in co-execution, in chunks, undersells a GPU that runs a whole launch at once."""
     rates = [model.throughput(key, _device_key(L.device)) for L in launches]
     overhead = model.overhead(key)
     if overhead is None or not all(rates):
         return None  # co-execute: that is how rates and overhead are learnt
     totals = [r * c for r, c in zip(rates, counts)]
-    best = max(range(len(launches)), key=totals.__getitem__)
-    together, alone = rows / sum(totals) + overhead, rows / totals[best]
-    if together < alone:
+    alone = [rows / (model.throughput(key, _device_key(L.device) + ALONE) or t) for L, t in zip(launches, totals)]
+    best = min(range(len(launches)), key=alone.__getitem__)
+    together = rows / sum(totals) + overhead
+    if together < alone[best]:
         return None
     seen = _launches_alone[key] = _launches_alone.get(key, 0) + 1
-    return None if seen % probe_interval(together, alone) == 0 else launches[best]
+    return None if seen % probe_interval(together, alone[best]) == 0 else launches[best]
+
+
+def _run_alone(model, key, launch):
+    """Run ``launch`` on its device alone and learn that device's rate alone: every time
+    on a CPU, and on a GPU once in ``TIME_GPU_EVERY`` launches (it waits for the GPU)."""
+    from .forall import run_on
+
+    device = launch.device
+    timed = device.kind == "cpu" or _launches_alone.get(key, 0) % TIME_GPU_EVERY == 1
+    began = time.perf_counter()
+    report = run_on(launch)
+    if timed and device.kind != "cpu" and not device.simulated:
+        synchronize(launch.device)
+    seconds = time.perf_counter() - began
+    if timed and seconds > 0:
+        model.observe(key, _device_key(device) + ALONE, launch.extent[0] / seconds)
+    return report
 
 
 def probe_interval(together: float, alone: float) -> int:
@@ -372,9 +396,7 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
     if shares is None and schedule == "steal" and len(launches) > 1:
         alone = _alone(model, key, launches, counts, rows)
         if alone is not None:
-            from .forall import run_on
-
-            return run_on(alone)
+            return _run_alone(model, key, alone)
     workers, gpu_parts = [], []
     for launch in launches:
         if launch.device.kind == "cpu":

@@ -236,6 +236,12 @@ def _make_current(ordinal: int) -> None:
         _thread.ordinal = ordinal
 
 
+def synchronize(device) -> None:
+    """Wait for the work enqueued on ``device`` from this thread's current stream."""
+    _make_current(device.ordinal)
+    current_stream().sync()
+
+
 _streams: dict = {}
 
 

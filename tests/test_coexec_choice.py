@@ -19,14 +19,17 @@ def treble(i, x, out):
     out[i] = x[i] * 3.0
 
 
-def _teach(kernel, rates: dict, overhead: float, n: int):
-    """Give the model the history of ``kernel`` over ``n`` rows."""
+def _teach(kernel, rates: dict, overhead: float, n: int, alone=None):
+    """Give the model the history of ``kernel`` over ``n`` rows: rates in co-execution,
+    and alone (default: the same)."""
     model = coexec.perf_model()
     x = np.ones(n)
     launch = hetflow.runtime.launch.bind(kernel, (n,), (x, x), hetflow.get_device("cpu0"))
     key = coexec._kernel_key(launch)
     for dev, rate in rates.items():
         model.observe(key, coexec._device_key(hetflow.get_device(dev)), rate)
+    for dev, rate in (rates if alone is None else alone).items():
+        model.observe(key, coexec._device_key(hetflow.get_device(dev)) + coexec.ALONE, rate)
     model.observe_overhead(key, overhead)
     coexec._launches_alone.pop(key, None)
     return key
@@ -63,16 +66,20 @@ def thrice(i, x, out):
 
 
 @pytest.mark.simgpu
-def test_a_devices_rate_alone_is_learnt_and_preferred(gpu_device):
-    """Chunked co-execution can undersell a device; its measured rate alone decides."""
+def test_each_device_runs_alone_once_then_the_fastest_alone_runs(gpu_device):
+    """Chunked co-execution can undersell a device: once co-execution has shown its
+    cost, each device runs one launch alone, and its rate alone decides after that."""
     n = 4096
     x, out = np.random.default_rng(2).random(n), np.zeros(n)
-    key = _teach(thrice, {"cpu0": 1e7, gpu_device.id: 1e6}, 1e-3, n)
-    report = hetflow.forall(n, thrice, x, out, device=["cpu0", gpu_device.id])
-    assert report.workers[0].device_id == "cpu0"  # by the co-execution rates
+    key = _teach(thrice, {"cpu0": 1e7, gpu_device.id: 1e6}, 1e-3, n, alone={})
     model = coexec.perf_model()
-    assert model.throughput(key, coexec._device_key(hetflow.get_device("cpu0")) + coexec.ALONE) > 0
-    model.observe(key, coexec._device_key(gpu_device) + coexec.ALONE, 1e12)  # as if timed alone
+    solo = {d: coexec._device_key(hetflow.get_device(d)) + coexec.ALONE for d in ("cpu0", gpu_device.id)}
+    first = hetflow.forall(n, thrice, x, out, device=["cpu0", gpu_device.id]).workers[0].device_id
+    second = hetflow.forall(n, thrice, x, out, device=["cpu0", gpu_device.id]).workers[0].device_id
+    assert (first, second) == ("cpu0", gpu_device.id)
+    assert all(model.throughput(key, name) > 0 for name in solo.values())
+    model.observe(key, solo[gpu_device.id], 1e14)  # as if the GPU alone were far faster
+    model.observe(key, solo[gpu_device.id], 1e14)
     report = hetflow.forall(n, thrice, x, out, device=["cpu0", gpu_device.id])
     assert report.workers[0].device_id == gpu_device.id
     np.testing.assert_allclose(out, 3 * x)

@@ -32,7 +32,7 @@ from ..index.lowering import lowering
 from ..index.operators import section
 from ..platform.cuda_compat import cuda_module
 from . import cpu
-from .gpu import FastEntry, core_stream, launch_rows, synchronize
+from .gpu import FastEntry, core_stream, launch_rows
 from .launch import SCALARS, Launch, bind, coherent, normalize_extent
 from ..platform.repository import default_root
 from .perfmodel import FILE_NAME, PerfModel
@@ -307,16 +307,19 @@ def _alone(model, key, launches, counts, rows):
     """The launch to run alone instead of co-executing, when the history says one device
     finishes sooner than all of them together plus what co-execution costs beyond the
     work (a short memory-bound loop on a GPU: thread hand-offs outlast the loop); else None.
-    A device's time alone comes from its launches alone where there are some: its rate
-    in co-execution, in chunks, undersells a GPU that runs a whole launch at once."""
+    A device's time alone comes from its launches alone: its rate in co-execution, in
+    chunks, undersells a GPU that runs a whole launch at once; so each device runs one
+    launch alone first, once co-execution has shown its cost."""
     rates = [model.throughput(key, _device_key(L.device)) for L in launches]
     overhead = model.overhead(key)
     if overhead is None or not all(rates):
         return None  # co-execute: that is how rates and overhead are learnt
-    totals = [r * c for r, c in zip(rates, counts)]
-    alone = [rows / (model.throughput(key, _device_key(L.device) + ALONE) or t) for L, t in zip(launches, totals)]
+    solo = [model.throughput(key, _device_key(L.device) + ALONE) for L in launches]
+    if not all(solo):
+        return launches[solo.index(None)]
+    alone = [rows / r for r in solo]
     best = min(range(len(launches)), key=alone.__getitem__)
-    together = rows / sum(totals) + overhead
+    together = rows / sum(r * c for r, c in zip(rates, counts)) + overhead
     if together < alone[best]:
         return None
     seen = _launches_alone[key] = _launches_alone.get(key, 0) + 1
@@ -325,18 +328,16 @@ def _alone(model, key, launches, counts, rows):
 
 def _run_alone(model, key, launch):
     """Run ``launch`` on its device alone and learn that device's rate alone: every time
-    on a CPU, and on a GPU once in ``TIME_GPU_EVERY`` launches (it waits for the GPU)."""
+    on a CPU, and on a GPU the first time and then once in ``TIME_GPU_EVERY`` launches
+    (the timed launch waits for the GPU)."""
     from .forall import run_on
 
-    device = launch.device
-    timed = device.kind == "cpu" or _launches_alone.get(key, 0) % TIME_GPU_EVERY == 1
-    began = time.perf_counter()
-    report = run_on(launch)
-    if timed and device.kind != "cpu" and not device.simulated:
-        synchronize(launch.device)
-    seconds = time.perf_counter() - began
-    if timed and seconds > 0:
-        model.observe(key, _device_key(device) + ALONE, launch.extent[0] / seconds)
+    name = _device_key(launch.device) + ALONE
+    timed = (launch.device.kind == "cpu" or model.throughput(key, name) is None
+             or _launches_alone.get(key, 0) % TIME_GPU_EVERY == 1)
+    report = run_on(launch, wait=timed)
+    if timed and report.wall_s > 0:
+        model.observe(key, name, launch.extent[0] / report.wall_s)
     return report
 
 

@@ -58,20 +58,24 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
                                   f"Devices, a LogicalDevice or a Context; got {type(device).__name__}") from None
 
 
-def run_on(launch) -> LaunchReport:
+def run_on(launch, wait: bool = False) -> LaunchReport:
     """Run a bound launch whole on its one device; its report. Coherent arrays' copies
-    there are made current first, and what it wrote is marked current there alone."""
+    there are made current first, and what it wrote is marked current there alone.
+    The report's time is the launch's own (copies excluded): on a GPU only the time to
+    enqueue it, unless ``wait``, which waits for the GPU to finish it."""
     dev = launch.device
-    t0 = perf_counter()
     if launch.plan.buffers:
         launch = acquired(launch)
+    t0 = perf_counter()
     if dev.kind == "cpu":
         cpu.run(launch, dev.compute_units)
     else:
         gpu.run(launch)
+        if wait and not dev.simulated:
+            gpu.synchronize(dev)
+    report = LaunchReport(launch.extent[0], dev, perf_counter() - t0)
     if launch.plan.buffers:
         wrote(launch, launch.written)
-    report = LaunchReport(launch.extent[0], dev, perf_counter() - t0)
     trace_notify(report, label=launch.kernel.name)  # traces show launches on one device too
     return report
 

@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from ..errors import KernelArgumentError, ShapeError
+from ..errors import IndexTypeError, KernelArgumentError, ShapeError
 from ..index import views as _views
 from ..index.lowering import shared_lowering
 from ..kernels.kernel import Kernel
@@ -32,15 +32,19 @@ def coherent(x) -> bool:
 
 
 def normalize_extent(extent) -> tuple[int, ...]:
-    """An int, a tuple of ints, an array or a view, as a launch extent."""
+    """An int, a tuple of ints, an array or a view, as a launch extent. Anything but
+    integers (a float, a string, a bool) is an IndexTypeError (a ShapeError): ``int()`` would truncate
+    ``9.7`` to 9 and iterate ``"10"`` into (1, 0)."""
     if type(extent) is int and extent >= 0:  # the common case, kept cheap
         return (extent,)
-    if _views.is_view(extent) or hasattr(extent, "shape"):
+    if isinstance(extent, (numbers.Integral, str, bytes)):
+        extent = (extent,)  # np.int64 has a shape (), but is a rank-1 extent
+    elif _views.is_view(extent) or hasattr(extent, "shape"):
         extent = tuple(extent.shape)
-    elif isinstance(extent, numbers.Integral):
-        extent = (int(extent),)
     try:
-        ext = tuple(int(e) for e in extent)
+        ext = tuple(map(_dimension, extent))
+    except IndexTypeError:
+        raise
     except TypeError:
         raise ShapeError(f"launch extent must be an int, a tuple of ints, an array or a view; "
                          f"got {type(extent).__name__}") from None
@@ -49,6 +53,15 @@ def normalize_extent(extent) -> tuple[int, ...]:
     if any(e < 0 for e in ext):
         raise ShapeError(f"launch extent {ext} has a negative dimension")
     return ext
+
+
+def _dimension(e) -> int:
+    """One extent dimension: an integer (Python's or NumPy's), never a bool, float or string."""
+    if type(e) is int:
+        return e
+    if isinstance(e, (bool, np.bool_)) or not isinstance(e, numbers.Integral):
+        raise IndexTypeError(f"launch extent dimension {e!r} ({type(e).__name__}) is not an integer")
+    return int(e)
 
 
 @dataclasses.dataclass

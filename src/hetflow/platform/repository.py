@@ -42,7 +42,7 @@ from ..kernels import checks
 from ..kernels.codegen import BODY, ENTRY, PARALLEL, expanded, generate, generate_entry
 from ..kernels.kernel import function_digest
 from .cuda_compat import cuda_module
-from .executable import Description, Executable
+from .executable import ERROR_MODEL, Description, Executable
 
 try:
     import fcntl
@@ -51,8 +51,10 @@ except ImportError:  # not POSIX: Numba's cache goes unlocked
 
 log = logging.getLogger("hetflow.repository")
 
-CPU_OPTIONS = {"nogil": True, "cache": True}
-GPU_OPTIONS = {"cache": True}
+# The options recorded in an entry's description data. The error model is NumPy's on
+# every device (see executable.ERROR_MODEL): numba-cuda's own default, given to Numba.
+CPU_OPTIONS = {"nogil": True, "cache": True, "error_model": ERROR_MODEL}
+GPU_OPTIONS = {"cache": True, "error_model": ERROR_MODEL}
 
 
 class CorruptEntry(Exception):
@@ -321,7 +323,7 @@ def _compile_functions(ns: dict, kernel, device, views, checked: bool):
         body = kernel.definition.name
         ns[body] = wrap_device(ns[body])
     entry_fn = ns[ENTRY] = wrap_entry(ns[ENTRY])
-    parallel = (numba.njit(parallel=True, nogil=True, cache=True)(ns[PARALLEL])
+    parallel = (numba.njit(parallel=True, nogil=True, cache=True, error_model=ERROR_MODEL)(ns[PARALLEL])
                 if device.kind == "cpu" and not checked else None)  # compiled on its first large launch
     return entry_fn, parallel
 
@@ -333,8 +335,9 @@ def _wrappers(device, checked=False, cache=True):
         # LLVM can vectorise the loop (a call per index would cost ~5x on axpy). Checked:
         # Numba's boundscheck too, for what the generated checks do not see.
         extra = {"boundscheck": True} if checked else {}
-        return (numba.njit(nogil=True, cache=cache, inline="always"), numba.njit(nogil=True, cache=True, **extra))
-    cuda = cuda_module()
+        return (numba.njit(nogil=True, cache=cache, inline="always", error_model=ERROR_MODEL),
+                numba.njit(nogil=True, cache=True, error_model=ERROR_MODEL, **extra))
+    cuda = cuda_module()  # numba-cuda's error model is ERROR_MODEL already (not debug builds)
     return (cuda.jit(device=True), cuda.jit(cache=not device.simulated))
 
 

@@ -11,6 +11,7 @@ import threading
 import numba
 from numba.core.errors import NumbaError
 
+from ..errors import HetflowError, KernelRaisedError
 from ..platform.repository import repository
 from .launch import Launch
 
@@ -60,10 +61,28 @@ def _lowerings(launch: Launch) -> dict:
 
 
 def chunk_runner(launch: Launch):
-    """A callable ``run(lo, hi)`` executing rows ``[lo, hi)`` of the launch (GIL released)."""
+    """A callable ``run(lo, hi)`` executing rows ``[lo, hi)`` of the launch (GIL released);
+    what the kernel raises comes out as a :class:`KernelRaisedError`."""
     entry = launch.executable.entry
     tail = (*launch.inner, *launch.entry_args)
-    return lambda lo, hi: entry(lo, hi, *tail)
+
+    def run(lo, hi):
+        try:
+            entry(lo, hi, *tail)
+        except Exception as exc:
+            raise _raised(launch, lo, hi, exc)
+    return run
+
+
+def _raised(launch: Launch, lo, hi, exc: Exception) -> Exception:
+    """What to raise for ``exc`` out of the compiled code: a CPU has no faults of its own,
+    so anything but hetflow's errors (checked mode's, already naming the kernel) is the
+    kernel's, chained."""
+    if isinstance(exc, HetflowError):
+        return exc
+    err = KernelRaisedError.of(launch.kernel.name, launch.device.id, lo, hi, exc)
+    err.__cause__ = exc
+    return err
 
 
 # Numba's workqueue threading layer must not be entered by two threads at once.
@@ -79,7 +98,10 @@ def run(launch: Launch, workers: int) -> None:
     for e in launch.inner:
         total *= e
     if total <= INLINE_LIMIT or workers <= 1 or rows <= 1:
-        launch.executable.entry(0, rows, *launch.inner, *launch.entry_args)
+        try:
+            launch.executable.entry(0, rows, *launch.inner, *launch.entry_args)
+        except Exception as exc:
+            raise _raised(launch, 0, rows, exc)
         return
     parts = min(numba.get_num_threads(), rows)
     if not launch.plan.parallel_compiled:
@@ -87,4 +109,13 @@ def run(launch: Launch, workers: int) -> None:
         _compile(launch, "parallel", _signature(launch, (parts, rows)))
         launch.plan.parallel_compiled = True
     with _parallel_lock:
-        launch.executable.parallel(parts, rows, *launch.inner, *launch.entry_args)
+        try:
+            launch.executable.parallel(parts, rows, *launch.inner, *launch.entry_args)
+            return
+        except HetflowError:  # checked mode's, naming the kernel
+            raise
+        except Exception:     # the kernel raised: Numba's parallel layer loses it (a SystemError)
+            pass
+    # Run the launch again as one chunk to raise the kernel's own exception with its rows
+    # (a forall writes each index from its inputs: running an index twice is harmless).
+    chunk_runner(launch)(0, rows)

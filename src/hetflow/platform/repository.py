@@ -374,7 +374,9 @@ def _compile_functions(ns: dict, kernel, device, views, checked: bool):
     wrap_device, wrap_entry = _wrappers(device, checked)
     for lowering in views.values():  # co_map index functions become device functions
         for name, fn in lowering.globals.items():
-            ns[name] = wrap_device(fn)
+            # one made by exec has no file for Numba's cache: compiled afresh per process
+            wrap = wrap_device if _has_file(fn) else _wrappers(device, checked, cache=False)[0]
+            ns[name] = wrap(fn)
     for name in checks.HELPERS[device.kind][1]:
         if name in ns:
             ns[name] = wrap_device(ns[name])
@@ -387,6 +389,12 @@ def _compile_functions(ns: dict, kernel, device, views, checked: bool):
     parallel = (numba.njit(parallel=True, nogil=True, cache=True, error_model=ERROR_MODEL)(ns[PARALLEL])
                 if device.kind == "cpu" and not checked else None)  # compiled on its first large launch
     return entry_fn, parallel
+
+
+def _has_file(fn) -> bool:
+    """Whether ``fn``'s code comes from a file Numba can key its cache by (not exec's ``<string>``)."""
+    code = getattr(getattr(fn, "py_func", fn), "__code__", None)
+    return code is None or os.path.isfile(code.co_filename)
 
 
 def _wrappers(device, checked=False, cache=True):

@@ -30,6 +30,9 @@ def _compile(launch: Launch, which: str, sig: tuple) -> None:
         getattr(exe, which).compile(sig)
     except NumbaError as exc:
         raise exe.compile_error(exc, launch.device, launch.kernel) from None
+    except NotImplementedError as exc:  # Numba cannot lower a type (float16 on the CPU): no cache fault
+        raise exe.compile_error(NumbaError(f"no CPU code for argument types {_names(sig)}: "
+                                           f"{type(exc).__name__}: {exc}"), launch.device, launch.kernel) from exc
     except Exception as exc:  # noqa: BLE001
         # Anything but a compiler error here comes from reading stored machine code (a
         # truncated or foreign cache file: pickle, EOF, OS errors): drop that machine code
@@ -43,6 +46,10 @@ def _compile(launch: Launch, which: str, sig: tuple) -> None:
             getattr(fresh, which).compile(sig)
         except NumbaError as exc2:
             raise fresh.compile_error(exc2, launch.device, launch.kernel) from None
+
+
+def _names(sig: tuple) -> str:
+    return "(" + ", ".join(map(str, sig)) + ")"
 
 
 def compile_launch(launch: Launch) -> None:

@@ -89,3 +89,22 @@ def test_a_co_map_function_made_by_exec_runs():
     x, out = np.arange(8.0), np.zeros(8)
     hetflow.forall(8, plus_one, hetflow.co_map(x, ns["backwards"], (8,)), out)
     np.testing.assert_array_equal(out, x[::-1] + 1)
+
+
+def test_a_rule_file_that_is_not_utf8_names_file_and_line(tmp_path):
+    from hetflow.errors import RuleSyntaxError
+    from hetflow.ir import RuleSet
+
+    path = tmp_path / "bad.rules"
+    path.write_bytes(b"# fine\nname = \"\xff\"\n")
+    with pytest.raises(RuleSyntaxError, match=r"bad.rules:2:9: the rule file is not UTF-8 \(byte 0xff\)"):
+        RuleSet.load(path)
+
+
+@pytest.mark.parametrize("path", [None, 3])
+def test_a_rule_file_named_by_no_path(path):
+    from hetflow.errors import RuleError
+    from hetflow.ir import RuleSet
+
+    with pytest.raises(RuleError, match="a rule file is named by a path"):
+        RuleSet.load(path)

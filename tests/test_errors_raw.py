@@ -108,3 +108,20 @@ def test_a_rule_file_named_by_no_path(path):
 
     with pytest.raises(RuleError, match="a rule file is named by a path"):
         RuleSet.load(path)
+
+
+@pytest.mark.parametrize("timeout", ["1", float("nan"), -1.0, True])
+def test_a_wait_with_a_timeout_that_is_no_number_of_seconds(timeout):
+    from hetflow.errors import QueueError
+
+    with pytest.raises(QueueError, match="timeout must be None or a non-negative number of seconds"):
+        hetflow.UserEvent().wait(timeout=timeout)
+
+
+def test_an_infinite_timeout_waits_without_limit():
+    import threading
+
+    event = hetflow.UserEvent()
+    threading.Timer(0.05, event.set_complete).start()
+    event.wait(timeout=float("inf"))
+    assert event.done

@@ -163,7 +163,8 @@ def test_failure_cancels_dependents_and_spares_unrelated_work():
             q.finish(T)
     msg = str(info.value)
     assert f"event {failing.id} (kernel 'checked_inc') failed on cpu0" in msg and "negative input" in msg
-    assert isinstance(info.value.__cause__, ValueError)
+    cause = info.value.__cause__  # the kernel's own exception, wrapped naming the kernel
+    assert isinstance(cause, hetflow.errors.KernelRaisedError) and isinstance(cause.__cause__, ValueError)
     assert failing.status == "failed" and free.status == "complete"
     assert reader.status == second.status == "cancelled"
     err = reader.exception()

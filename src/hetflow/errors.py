@@ -52,6 +52,27 @@ class IndexOutOfBoundsError(KernelError, IndexError):
         self.kernel, self.array, self.axis, self.index = kernel, array, axis, index
 
 
+class KernelRaisedError(KernelError, RuntimeError):
+    """The kernel's own code raised (a ``raise`` in it, an error of an operation it
+    called): not a fault of the device, so co-execution does not run its rows again.
+    Names the kernel and, where known, the device and the rows ``[lo, hi)`` of the
+    chunk that raised; the kernel's exception is ``__cause__``."""
+
+    def __init__(self, message, kernel=None, device=None, rows=None):
+        super().__init__(message)
+        self.kernel, self.device, self.rows = kernel, device, rows
+
+    @classmethod
+    def of(cls, kernel: str, device, lo, hi, exc: BaseException) -> "KernelRaisedError":
+        """The error for ``exc`` raised by ``kernel`` running rows ``[lo, hi)`` on ``device``
+        (a device id; None and None where unknown)."""
+        where = f" on {device}" if device else ""
+        rows = f" in rows [{lo}, {hi})" if lo is not None else ""
+        detail = f": {exc}" if str(exc) else ""
+        return cls(f"kernel {kernel!r} raised {type(exc).__name__}{where}{rows}{detail}", kernel, device,
+                   None if lo is None else (lo, hi))
+
+
 # -- index spaces and views ---------------------------------------------------
 class ShapeError(HetflowError, ValueError):
     """Extents, ranks or dtypes do not fit."""

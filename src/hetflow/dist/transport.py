@@ -1,7 +1,8 @@
 """Non-blocking point-to-point transfers over MPI, waited on with a deadline.
 
-Every wait is a polling loop over ``Request.Testall``: a peer that died or never
-arrives turns into CommTimeoutError instead of a hang, and each poll also drives
+Every wait is a polling loop over ``Request.Testall``, spinning at first and then
+sleeping with a growing backoff: a peer that died or never arrives turns into
+CommTimeoutError instead of a hang, without burning a core meanwhile, and each poll drives
 MPI's progress engine (MPICH moves large messages only inside MPI calls unless
 ``MPIR_CVAR_ASYNC_PROGRESS`` is set; docs/collectives.md has the measurements).
 """
@@ -19,6 +20,11 @@ from hetflow.errors import CommError, CommTimeoutError
 # cores are shared (more ranks than cores, or other programs) it hands the core to a
 # peer that may be the one we wait for, instead of spinning out our time slice.
 _SPINS_PER_LOOK = 16
+# After _SPIN_S of that, a wait polls between sleeps growing from _MIN_SLEEP to _MAX_SLEEP:
+# a peer that died (or is far behind) no longer costs a full core until the deadline. A
+# healthy collective step ends within the spin (each poll drives MPI's progress engine).
+_SPIN_S = 0.1
+_MIN_SLEEP, _MAX_SLEEP = 50e-6, 2e-3
 
 
 class Link:
@@ -77,15 +83,23 @@ class Transport:
         test = self.link.MPI.Request.Testall
         if test(requests):
             return
-        deadline = time.monotonic() + self.timeout
-        spins = 0
+        now = time.monotonic()
+        deadline, spin_until = now + self.timeout, now + _SPIN_S
+        spins, pause = 0, _MIN_SLEEP
         while not test(requests):
             spins += 1
-            if spins % _SPINS_PER_LOOK == 0:
-                if time.monotonic() > deadline:
-                    self.fail(f"{_describe(what)}: no answer within {self.timeout:g} s; "
-                              "the peer died or never made this call")
+            if spins % _SPINS_PER_LOOK:
+                continue
+            now = time.monotonic()
+            if now > deadline:
+                self.fail(f"{_describe(what)}: no answer within {self.timeout:g} s; "
+                          "the peer died or never made this call")
+            if now < spin_until:
                 os.sched_yield()
+            else:  # backing off: sleep after every poll
+                time.sleep(pause)
+                pause = min(2 * pause, _MAX_SLEEP)
+                spins = _SPINS_PER_LOOK - 1
 
     def fail(self, reason: str):
         self.link.broken = f"{self.collective} timed out ({reason})"

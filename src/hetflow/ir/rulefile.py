@@ -35,6 +35,7 @@ tomllib found them, expression errors at the offending character inside the stri
 """
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -106,12 +107,20 @@ class _Source:
 
 
 def load(path, kernels: dict | None = None) -> list[Rule]:
-    """The rules of a TOML rule file; RuleSyntaxError with file, line and column."""
+    """The rules of a TOML rule file (UTF-8, as TOML is); RuleSyntaxError with file, line
+    and column."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise RuleError(f"a rule file is named by a path (str or os.PathLike), not {type(path).__name__}")
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RuleError(f"cannot read rule file {path}: {exc}") from exc
+    except UnicodeDecodeError as exc:  # TOML is UTF-8: say where it is not
+        before = exc.object[:exc.start]
+        line, col = before.count(b"\n") + 1, exc.start - before.rfind(b"\n")
+        raise RuleSyntaxError(f"{path}:{line}:{col}: the rule file is not UTF-8 (byte "
+                              f"0x{exc.object[exc.start]:02x})", (str(path), line, col, None)) from None
     return loads(text, str(path), kernels)
 
 

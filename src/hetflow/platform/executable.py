@@ -5,6 +5,12 @@ rank and one *variant* (the structure of the views it was lowered for, and wheth
 is checked: ``options["boundscheck"]``). Its
 *description data* say what it was built for; the code repository compares them with
 a device's to decide whether the executable may be used there.
+
+Arithmetic has NumPy's meaning on every device (``options["error_model"]``): a float
+division by zero gives inf or nan, an integer ``//`` or ``%`` by zero gives 0, nothing
+raises. Numba's CPU default would raise ZeroDivisionError (after part of the output was
+written); numba-cuda compiles with this model unless debugging. Entries built under
+another model are stale.
 """
 from __future__ import annotations
 
@@ -15,6 +21,9 @@ import re
 import numba
 
 from ..errors import KernelCompileError
+
+
+ERROR_MODEL = "numpy"
 
 
 @functools.lru_cache(maxsize=2)
@@ -62,8 +71,10 @@ class Description:
                    compiler_versions(device.kind), kernel.source_hash, ndim, variant)
 
     def compatible(self, device) -> bool:
-        """Runs on ``device``: same kind and vendor, built by today's compilers."""
+        """Runs on ``device``: same kind and vendor, built by today's compilers with
+        today's arithmetic (``ERROR_MODEL``)."""
         return (self.kind == device.kind and self.vendor == device.vendor
+                and self.options.get("error_model") == ERROR_MODEL
                 and self.compiler == compiler_versions(device.kind))
 
     def optimal(self, device) -> bool:

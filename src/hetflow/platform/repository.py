@@ -18,6 +18,12 @@ entries appear whole (written aside, then renamed), Numba's cache of an entry is
 and written under a file lock, and the generated code runs in a module named after its
 entry, which every process that loads the entry creates (Numba's cached machine code
 imports the module it was compiled in).
+
+The repository is bounded: at most ``max_entries`` entries (``HETFLOW_CACHE_MAX_ENTRIES``,
+default ``DEFAULT_MAX_ENTRIES``), so that no program (one making fresh index functions
+or kernels in a loop) can fill the disk. Writing an entry past the limit removes the
+least recently used ones (by their folder's modification time, which loading refreshes),
+except those this process has loaded.
 """
 from __future__ import annotations
 
@@ -42,7 +48,7 @@ from ..kernels import checks
 from ..kernels.codegen import BODY, ENTRY, PARALLEL, expanded, generate, generate_entry
 from ..kernels.kernel import function_digest
 from .cuda_compat import cuda_module
-from .executable import Description, Executable
+from .executable import ERROR_MODEL, Description, Executable
 
 try:
     import fcntl
@@ -51,8 +57,28 @@ except ImportError:  # not POSIX: Numba's cache goes unlocked
 
 log = logging.getLogger("hetflow.repository")
 
-CPU_OPTIONS = {"nogil": True, "cache": True}
-GPU_OPTIONS = {"cache": True}
+# The options recorded in an entry's description data. The error model is NumPy's on
+# every device (see executable.ERROR_MODEL): numba-cuda's own default, given to Numba.
+CPU_OPTIONS = {"nogil": True, "cache": True, "error_model": ERROR_MODEL}
+GPU_OPTIONS = {"cache": True, "error_model": ERROR_MODEL}
+
+
+DEFAULT_MAX_ENTRIES = 1000
+
+
+def max_entries_from_env() -> int:
+    """``HETFLOW_CACHE_MAX_ENTRIES`` (a positive integer), else ``DEFAULT_MAX_ENTRIES``."""
+    text = os.environ.get("HETFLOW_CACHE_MAX_ENTRIES")
+    if not text:
+        return DEFAULT_MAX_ENTRIES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise KernelError(f"HETFLOW_CACHE_MAX_ENTRIES must be a positive integer (the code repository's "
+                          f"entry limit), got {text!r}")
+    return value
 
 
 class CorruptEntry(Exception):
@@ -86,14 +112,16 @@ def _slug(text: str) -> str:
 class CodeRepository:
     """Compiled executables, in memory for this process and on disk for the next one."""
 
-    def __init__(self, root: str | os.PathLike | None = None):
+    def __init__(self, root: str | os.PathLike | None = None, max_entries: int | None = None):
         self.root = Path(root) if root is not None else default_root()
+        self.max_entries = max_entries if max_entries is not None else max_entries_from_env()
         self._memo: dict[tuple, Executable] = {}
         self._device_fns: dict[tuple, object] = {}
         self._lock = threading.RLock()
         self.compiled = 0      # executables compiled from source in this process
         self.loaded = 0        # executables found on disk
         self.replaced = 0      # stale or corrupt entries, or unloadable machine code, removed
+        self.evicted = 0       # least recently used entries removed to keep max_entries
 
     # -- lookup -----------------------------------------------------------------------
     def executable(self, kernel, device, ndim: int, views: dict | None = None) -> Executable:
@@ -138,6 +166,7 @@ class CodeRepository:
             desc, text = found
             if desc.optimal(device) or (not kernel.compilable and desc.compatible(device)):
                 self.loaded += 1
+                _touch(entry)
                 return self._instantiate(kernel, device, desc, entry, text, ndim, views)
             if kernel.compilable:  # stale: another architecture or compiler; replace it
                 self._drop_stale(entry, desc)
@@ -200,9 +229,28 @@ class CodeRepository:
                 self._drop_stale(entry, found[0])
                 continue
             self.compiled += 1
+            self._evict(keep=entry)
             return self._instantiate(kernel, device, desc, entry, gen.text, ndim, views)
         shutil.rmtree(tmp, ignore_errors=True)
         raise KernelError(f"cannot store the executable of kernel {kernel.name!r} as {entry}: {error}")
+
+    def _evict(self, keep: Path) -> None:
+        """Remove the least recently used entries past ``max_entries`` (not ``keep``, nor
+        those this process loaded: their machine code may still be written)."""
+        entries = self.entries()
+        excess = len(entries) - self.max_entries
+        if excess <= 0:
+            return
+        in_use = {Path(exe.path) for exe in self._memo.values()} | {keep}
+        for entry in sorted((e for e in entries if e not in in_use), key=_last_used)[:excess]:
+            log.info("code repository over %d entries: removing the least recently used, %s",
+                     self.max_entries, entry)
+            shutil.rmtree(entry, ignore_errors=True)
+            self.evicted += 1
+            try:
+                entry.parent.rmdir()  # the kernel's folder, once empty
+            except OSError:
+                pass
 
     # -- turning module text into compiled functions ----------------------------------------
     def _instantiate(self, kernel, device, desc, entry: Path, text: str, ndim, views) -> Executable:
@@ -253,6 +301,21 @@ class CodeRepository:
                     fn = _wrappers(device)[0](ns[kernel.definition.name])
                 self._device_fns[key] = fn
             return fn
+
+
+def _touch(entry: Path) -> None:
+    """Mark ``entry`` used now (the eviction order)."""
+    try:
+        os.utime(entry)
+    except OSError:  # another process removed it, or a read-only repository
+        pass
+
+
+def _last_used(entry: Path) -> float:
+    try:
+        return entry.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _read_entry(entry: Path):
@@ -311,7 +374,9 @@ def _compile_functions(ns: dict, kernel, device, views, checked: bool):
     wrap_device, wrap_entry = _wrappers(device, checked)
     for lowering in views.values():  # co_map index functions become device functions
         for name, fn in lowering.globals.items():
-            ns[name] = wrap_device(fn)
+            # one made by exec has no file for Numba's cache: compiled afresh per process
+            wrap = wrap_device if _has_file(fn) else _wrappers(device, checked, cache=False)[0]
+            ns[name] = wrap(fn)
     for name in checks.HELPERS[device.kind][1]:
         if name in ns:
             ns[name] = wrap_device(ns[name])
@@ -321,9 +386,15 @@ def _compile_functions(ns: dict, kernel, device, views, checked: bool):
         body = kernel.definition.name
         ns[body] = wrap_device(ns[body])
     entry_fn = ns[ENTRY] = wrap_entry(ns[ENTRY])
-    parallel = (numba.njit(parallel=True, nogil=True, cache=True)(ns[PARALLEL])
+    parallel = (numba.njit(parallel=True, nogil=True, cache=True, error_model=ERROR_MODEL)(ns[PARALLEL])
                 if device.kind == "cpu" and not checked else None)  # compiled on its first large launch
     return entry_fn, parallel
+
+
+def _has_file(fn) -> bool:
+    """Whether ``fn``'s code comes from a file Numba can key its cache by (not exec's ``<string>``)."""
+    code = getattr(getattr(fn, "py_func", fn), "__code__", None)
+    return code is None or os.path.isfile(code.co_filename)
 
 
 def _wrappers(device, checked=False, cache=True):
@@ -333,8 +404,9 @@ def _wrappers(device, checked=False, cache=True):
         # LLVM can vectorise the loop (a call per index would cost ~5x on axpy). Checked:
         # Numba's boundscheck too, for what the generated checks do not see.
         extra = {"boundscheck": True} if checked else {}
-        return (numba.njit(nogil=True, cache=cache, inline="always"), numba.njit(nogil=True, cache=True, **extra))
-    cuda = cuda_module()
+        return (numba.njit(nogil=True, cache=cache, inline="always", error_model=ERROR_MODEL),
+                numba.njit(nogil=True, cache=True, error_model=ERROR_MODEL, **extra))
+    cuda = cuda_module()  # numba-cuda's error model is ERROR_MODEL already (not debug builds)
     return (cuda.jit(device=True), cuda.jit(cache=not device.simulated))
 
 

@@ -11,6 +11,7 @@ import threading
 import numba
 from numba.core.errors import NumbaError
 
+from ..errors import HetflowError, KernelRaisedError
 from ..platform.repository import repository
 from .launch import Launch
 
@@ -29,6 +30,9 @@ def _compile(launch: Launch, which: str, sig: tuple) -> None:
         getattr(exe, which).compile(sig)
     except NumbaError as exc:
         raise exe.compile_error(exc, launch.device, launch.kernel) from None
+    except NotImplementedError as exc:  # Numba cannot lower a type (float16 on the CPU): no cache fault
+        raise exe.compile_error(NumbaError(f"no CPU code for argument types {_names(sig)}: "
+                                           f"{type(exc).__name__}: {exc}"), launch.device, launch.kernel) from exc
     except Exception as exc:  # noqa: BLE001
         # Anything but a compiler error here comes from reading stored machine code (a
         # truncated or foreign cache file: pickle, EOF, OS errors): drop that machine code
@@ -42,6 +46,10 @@ def _compile(launch: Launch, which: str, sig: tuple) -> None:
             getattr(fresh, which).compile(sig)
         except NumbaError as exc2:
             raise fresh.compile_error(exc2, launch.device, launch.kernel) from None
+
+
+def _names(sig: tuple) -> str:
+    return "(" + ", ".join(map(str, sig)) + ")"
 
 
 def compile_launch(launch: Launch) -> None:
@@ -60,10 +68,28 @@ def _lowerings(launch: Launch) -> dict:
 
 
 def chunk_runner(launch: Launch):
-    """A callable ``run(lo, hi)`` executing rows ``[lo, hi)`` of the launch (GIL released)."""
+    """A callable ``run(lo, hi)`` executing rows ``[lo, hi)`` of the launch (GIL released);
+    what the kernel raises comes out as a :class:`KernelRaisedError`."""
     entry = launch.executable.entry
     tail = (*launch.inner, *launch.entry_args)
-    return lambda lo, hi: entry(lo, hi, *tail)
+
+    def run(lo, hi):
+        try:
+            entry(lo, hi, *tail)
+        except Exception as exc:
+            raise _raised(launch, lo, hi, exc)
+    return run
+
+
+def _raised(launch: Launch, lo, hi, exc: Exception) -> Exception:
+    """What to raise for ``exc`` out of the compiled code: a CPU has no faults of its own,
+    so anything but hetflow's errors (checked mode's, already naming the kernel) is the
+    kernel's, chained."""
+    if isinstance(exc, HetflowError):
+        return exc
+    err = KernelRaisedError.of(launch.kernel.name, launch.device.id, lo, hi, exc)
+    err.__cause__ = exc
+    return err
 
 
 # Numba's workqueue threading layer must not be entered by two threads at once.
@@ -79,7 +105,10 @@ def run(launch: Launch, workers: int) -> None:
     for e in launch.inner:
         total *= e
     if total <= INLINE_LIMIT or workers <= 1 or rows <= 1:
-        launch.executable.entry(0, rows, *launch.inner, *launch.entry_args)
+        try:
+            launch.executable.entry(0, rows, *launch.inner, *launch.entry_args)
+        except Exception as exc:
+            raise _raised(launch, 0, rows, exc)
         return
     parts = min(numba.get_num_threads(), rows)
     if not launch.plan.parallel_compiled:
@@ -87,4 +116,13 @@ def run(launch: Launch, workers: int) -> None:
         _compile(launch, "parallel", _signature(launch, (parts, rows)))
         launch.plan.parallel_compiled = True
     with _parallel_lock:
-        launch.executable.parallel(parts, rows, *launch.inner, *launch.entry_args)
+        try:
+            launch.executable.parallel(parts, rows, *launch.inner, *launch.entry_args)
+            return
+        except HetflowError:  # checked mode's, naming the kernel
+            raise
+        except Exception:     # the kernel raised: Numba's parallel layer loses it (a SystemError)
+            pass
+    # Run the launch again as one chunk to raise the kernel's own exception with its rows
+    # (a forall writes each index from its inputs: running an index twice is harmless).
+    chunk_runner(launch)(0, rows)

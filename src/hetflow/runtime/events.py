@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import numbers
 import threading
 import time
 
@@ -103,6 +104,8 @@ class Event:
         """Block until done (HetflowTimeoutError after ``timeout`` seconds)."""
         if self.status in DONE:
             return
+        if timeout is not None:
+            timeout = _seconds(timeout, self)
         with LOCK:
             if self.status not in DONE and self._waiter is None:
                 self._waiter = threading.Event()
@@ -118,6 +121,15 @@ class Event:
 
     def __str__(self):
         return f"event {self.id} ({self.label})"
+
+
+def _seconds(timeout, event) -> float | None:
+    """A wait's ``timeout`` as threading takes it: a non-negative number of seconds,
+    infinity meaning none (threading overflows on it); else a QueueError."""
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout >= 0:
+        raise QueueError(f"wait on {event}: timeout must be None or a non-negative number of seconds, "
+                         f"not {timeout!r}")
+    return None if timeout == float("inf") else float(timeout)
 
 
 class UserEvent(Event):

@@ -52,10 +52,13 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
     if isinstance(device, Device):
         return (device,)
     try:
-        return tuple(get_device(d) if isinstance(d, str) else d for d in device)
+        found = tuple(get_device(d) if isinstance(d, str) else d for d in device)
     except TypeError:
         raise KernelArgumentError(f"device must be an id, 'all', 'gpu', a Device, a list of ids or "
                                   f"Devices, a LogicalDevice or a Context; got {type(device).__name__}") from None
+    if not found:
+        raise KernelArgumentError(f"device {device!r} names no device; give at least one")
+    return found
 
 
 def run_on(launch, wait: bool = False) -> LaunchReport:

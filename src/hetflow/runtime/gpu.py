@@ -20,6 +20,7 @@ import numpy as np
 from numba.core import types
 from numba.core.errors import NumbaError
 
+from ..errors import HetflowError, KernelRaisedError
 from ..index.managed import device_view
 from ..platform.cuda_compat import cuda_module, cupy_module
 from .launch import Launch, is_device_array
@@ -155,6 +156,10 @@ def launch_rows(launch: Launch, stream, lo: int, hi: int, dev_args: tuple, core=
         (exe.entry[blocks, threads, stream] if stream else exe.entry[blocks, threads])(*args)
     except NumbaError as exc:
         raise exe.compile_error(exc, launch.device, launch.kernel) from None
+    except Exception as exc:
+        if launch.device.simulated and not isinstance(exc, HetflowError):
+            raise KernelRaisedError.of(launch.kernel.name, launch.device.id, lo, hi, exc) from exc
+        raise  # a real GPU's kernel cannot raise: a driver error, a fault of the device
 
 
 class GpuLaunch:

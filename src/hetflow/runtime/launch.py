@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from ..errors import KernelArgumentError, ShapeError
+from ..errors import IndexTypeError, KernelArgumentError, ShapeError
 from ..index import views as _views
 from ..index.lowering import shared_lowering
 from ..kernels.kernel import Kernel
@@ -32,15 +32,19 @@ def coherent(x) -> bool:
 
 
 def normalize_extent(extent) -> tuple[int, ...]:
-    """An int, a tuple of ints, an array or a view, as a launch extent."""
+    """An int, a tuple of ints, an array or a view, as a launch extent. Anything but
+    integers (a float, a string, a bool) is an IndexTypeError (a ShapeError): ``int()`` would truncate
+    ``9.7`` to 9 and iterate ``"10"`` into (1, 0)."""
     if type(extent) is int and extent >= 0:  # the common case, kept cheap
         return (extent,)
-    if _views.is_view(extent) or hasattr(extent, "shape"):
+    if isinstance(extent, (numbers.Integral, str, bytes)):
+        extent = (extent,)  # np.int64 has a shape (), but is a rank-1 extent
+    elif _views.is_view(extent) or hasattr(extent, "shape"):
         extent = tuple(extent.shape)
-    elif isinstance(extent, numbers.Integral):
-        extent = (int(extent),)
     try:
-        ext = tuple(int(e) for e in extent)
+        ext = tuple(map(_dimension, extent))
+    except IndexTypeError:
+        raise
     except TypeError:
         raise ShapeError(f"launch extent must be an int, a tuple of ints, an array or a view; "
                          f"got {type(extent).__name__}") from None
@@ -49,6 +53,15 @@ def normalize_extent(extent) -> tuple[int, ...]:
     if any(e < 0 for e in ext):
         raise ShapeError(f"launch extent {ext} has a negative dimension")
     return ext
+
+
+def _dimension(e) -> int:
+    """One extent dimension: an integer (Python's or NumPy's), never a bool, float or string."""
+    if type(e) is int:
+        return e
+    if isinstance(e, (bool, np.bool_)) or not isinstance(e, numbers.Integral):
+        raise IndexTypeError(f"launch extent dimension {e!r} ({type(e).__name__}) is not an integer")
+    return int(e)
 
 
 @dataclasses.dataclass
@@ -93,6 +106,8 @@ class Launch:
 
 
 _BY_TYPE = frozenset((float, int, bool, complex))  # Python scalars: keyed by their type
+# The Python ints a launch takes: plans key them by type, and compiled code takes int64.
+_INT_MIN, _INT_MAX = -2**63, 2**63 - 1
 
 
 def _arg_key(a):
@@ -101,6 +116,8 @@ def _arg_key(a):
         f = a.flags
         return (a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable)
     if type(a) in _BY_TYPE or _views.is_view(a):  # a view's root and lowering: in bind
+        if type(a) is int and not _INT_MIN <= a <= _INT_MAX:
+            return None  # no plan has it: the look-up misses and _check_arguments says why
         return type(a)
     if coherent(a):  # a Buffer: every copy is C-contiguous
         return (type(a), a.dtype, a.ndim)
@@ -124,7 +141,24 @@ def _check_arguments(kernel: Kernel, ndim: int, args: tuple) -> list[str]:
             raise KernelArgumentError(
                 f"kernel {kernel.name!r} argument {name!r}: {type(arg).__name__} is not an array, "
                 f"a view or a scalar")
+        if type(arg) is int and not _INT_MIN <= arg <= _INT_MAX:
+            raise KernelArgumentError(
+                f"kernel {kernel.name!r} argument {name!r}: the integer {arg} does not fit int64, "
+                f"which compiled code takes; pass a float or a NumPy uint64")
     return data
+
+
+def _check_writable(kernel: Kernel, data: list[str], args: tuple, written: tuple) -> None:
+    """Every array the kernel writes (a view's root) accepts writes: checked before the
+    launch, not found by the compiler or after a GPU ran."""
+    for k in written:
+        if isinstance(args[k], SCALARS):  # a kernel without source "writes" every parameter
+            continue
+        flags = getattr(_views.root_of(args[k]), "flags", None)
+        if flags is not None and not getattr(flags, "writeable", True):
+            raise KernelArgumentError(
+                f"kernel {kernel.name!r} writes argument {data[k]!r}, but that array is read-only "
+                f"(flags.writeable is False)")
 
 
 def _extent_checks(data: list[str], args: tuple, access) -> tuple:
@@ -170,8 +204,9 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     if plan is None:
         data = _check_arguments(kernel, ndim, args)
         access = kernel.access(ndim)
-        exe = repo.executable(kernel, device, ndim, lowerings)
         written = tuple(k for k, name in enumerate(data) if access.writes(name))
+        _check_writable(kernel, data, args, written)
+        exe = repo.executable(kernel, device, ndim, lowerings)
         plan = kernel.plans[key] = Plan(data, access, _extent_checks(data, args, access), exe, written,
                                         buffers=any(coherent(_views.root_of(a)) for a in args
                                                     if not isinstance(a, SCALARS)))

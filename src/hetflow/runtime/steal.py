@@ -58,6 +58,10 @@ its remaining chunks (even under ``schedule='static'``, where only dead workers'
 may be stolen from). Re-running a range that had partly run is harmless for the loops
 this serves (``forall`` kernels write ``out[i] = f(...)``), so the result is that of a
 single-device run. If every worker fails, :class:`~hetflow.errors.DeviceFailure` is raised.
+Only faults of the device are recovered so: an exception the kernel's own code raised
+(:class:`~hetflow.errors.KernelRaisedError`, or checked mode's
+:class:`~hetflow.errors.IndexOutOfBoundsError`) would raise on every device, so it stops
+the loop and reaches the caller as it is.
 """
 from __future__ import annotations
 
@@ -72,7 +76,7 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
-from ..errors import DeviceFailure, RuntimeFailure, ScheduleError
+from ..errors import DeviceFailure, IndexOutOfBoundsError, KernelRaisedError, RuntimeFailure, ScheduleError
 from .deque import (ABORT, EMPTY, OK, DequeSet, aligned_zeros, atomic_load, atomic_store,
                     fetch_add, has_empty_token, pop_bottom, push_bottom, size, steal_top,
                     steal_top_adjacent, write_empty_token)
@@ -321,6 +325,10 @@ class _WorkerLog:
         self.failed = False
 
 
+# What the kernel's code raised, not the device: running the rows elsewhere raises again.
+_KERNEL_RAISED = (KernelRaisedError, IndexOutOfBoundsError)
+
+
 class _Loop:
     def __init__(self, n, workers, schedule, shares, faults, record_events, steal_threshold):
         self.workers = workers
@@ -465,7 +473,10 @@ class _Loop:
                                  f"{d.capacity} overflowed")
 
     def _fail(self, me, held, exc):
-        """Give the held ranges back, leave the loop, and let the others finish them."""
+        """Give the held ranges back, leave the loop, and let the others finish them;
+        an exception of the kernel's own code stops the loop instead (it is raised)."""
+        if isinstance(exc, _KERNEL_RAISED):
+            raise exc
         w = self.workers[me]
         ranges = [(lo, hi) for lo, hi, _, _ in held]
         self._push_back(me, ranges)      # re-queue first, then die, then drop the hold

@@ -23,7 +23,7 @@ from hetflow.cli.demo import ALPHA, heat_step
 from hetflow.platform.cuda_compat import cuda_module, cupy_module
 
 sys.path.append(os.path.dirname(__file__))
-from _common import fmt_s, report  # noqa: E402
+from _common import best_time, fmt_s, report  # noqa: E402
 
 
 def hetflow_steps(u, v, steps, device):
@@ -57,20 +57,6 @@ def prange_steps(u, v, steps):
         _prange_step(v, u, ALPHA)
 
 
-def timed(fn, sync=None, repeat=2) -> float:
-    fn()  # warm: compile, first transfers
-    if sync:
-        sync()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        if sync:
-            sync()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def row(name, base, het, cells, target="", bound=None):
     r = dict(name=name, baseline=fmt_s(base), hetflow=fmt_s(het), ratio=base / het,
              target=f"{cells / het / 1e9:.2f} Gcell/s" + (f", {16 * cells / het / bound:.0%} of bound" if bound else ""))
@@ -84,11 +70,11 @@ def cpu_rows(n, steps):
     cells = (n - 2) ** 2 * steps
     grids = lambda: (start.copy(), start.copy())  # noqa: E731
     a, b = grids()
-    t_het = timed(lambda: hetflow_steps(a, b, steps, "cpu0"))
+    t_het = best_time(lambda: hetflow_steps(a, b, steps, "cpu0"), 2)
     c, d = grids()
-    t_prange = timed(lambda: prange_steps(c, d, steps))
+    t_prange = best_time(lambda: prange_steps(c, d, steps), 2)
     e, f = grids()
-    t_numpy = timed(lambda: slicing_steps(e, f, steps))  # each contender runs as often: same result
+    t_numpy = best_time(lambda: slicing_steps(e, f, steps), 2)  # each contender runs as often: same result
     assert np.allclose(a, c) and np.allclose(a, e)
     return [row("cpu0 vs numba prange", t_prange, t_het, cells, ">= 0.95x"),
             row("cpu0 vs numpy slicing", t_numpy, t_het, cells)], t_het
@@ -115,16 +101,16 @@ def gpu_rows(n, steps, t_cpu):
     start = np.random.default_rng(0).random((n, n))
     cells = (n - 2) ** 2 * steps
     x, y = cp.asarray(start), cp.empty((n, n))
-    t_copy = timed(lambda: cp.copyto(y, x), sync, repeat=5)
+    t_copy = best_time(lambda: cp.copyto(y, x), 5, sync=sync)
     bandwidth = 2 * x.nbytes / t_copy
     u1, v1 = cp.asarray(start), cp.asarray(start)
-    t_cupy = timed(lambda: slicing_steps(u1, v1, steps), sync)
+    t_cupy = best_time(lambda: slicing_steps(u1, v1, steps), 2, sync=sync)
     u2, v2 = cp.asarray(start), cp.asarray(start)
-    t_cuda = timed(lambda: cuda_steps(u2, v2), sync)
+    t_cuda = best_time(lambda: cuda_steps(u2, v2), 2, sync=sync)
     ha, hb = hetflow.array(start), hetflow.array(start)
-    t_het = timed(lambda: hetflow_steps(ha, hb, steps, "gpu0"), sync)
+    t_het = best_time(lambda: hetflow_steps(ha, hb, steps, "gpu0"), 2, sync=sync)
     hc, hd = hetflow.array(start), hetflow.array(start)
-    t_both = timed(lambda: hetflow_steps(hc, hd, steps, ["cpu0", "gpu0"]), sync)
+    t_both = best_time(lambda: hetflow_steps(hc, hd, steps, ["cpu0", "gpu0"]), 2, sync=sync)
     assert np.allclose(ha.numpy(), u2.get()) and np.allclose(ha.numpy(), u1.get())
     assert np.allclose(hc.numpy(), ha.numpy())
     best_single = min(t_het, t_cpu)

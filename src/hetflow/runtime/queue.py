@@ -43,8 +43,7 @@ from ..platform.devices import Device
 from . import coexec, cpu, gpu, status
 from .buffers import Buffer, acquired, wrote
 from .deps import READ, WRITE, accesses, check_cycle_locked, depend_locked, track_locked, untrack_locked
-from .events import (CANCELLED, COMPLETE, FAILED, LOCK, RUNNING, Event, cancelled_error, failed_error,
-                     settle_locked)
+from .events import COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, settle_locked, start_locked
 from .launch import bind, is_device_array, normalize_extent
 from .scheduler import Lane, Scheduler
 
@@ -115,7 +114,8 @@ class Instance(Event):
         self.work = extent[0] if len(extent) == 1 else _work(extent)
         self.priority = priority
         self.pending = 0         # dependencies not yet met
-        self.doomed = None       # a failed event it depends on strongly: cancel at once
+        self.doomed = None       # its error, if it depends strongly on a failure: cancelled
+                                 # instead of run once it waits for nothing else
         self.held = None         # data without weak references it keeps tracked
         self.lanes = lanes       # where it may run, home first
         self.pinned = pinned
@@ -276,6 +276,13 @@ class _Core:
             error = exc
         return error, time.perf_counter(), shape
 
+    def _submit_locked(self, inst: Instance, now: float) -> None:
+        """A deferred instance may start once its dependencies are over."""
+        inst.submitted = now
+        self.deferred.discard(inst)
+        if inst.pending == 0:
+            start_locked(inst)
+
     def close(self) -> None:
         """No more enqueues; cancel never-submitted deferred instances; workers stop once
         everything else is done. Idempotent."""
@@ -284,9 +291,10 @@ class _Core:
                 return
             self.closed = True
             for inst in list(self.deferred):
-                settle_locked(inst, CANCELLED, QueueError(
-                    f"{inst} was enqueued with defer=True and never submitted before its "
-                    f"queue closed"))
+                if inst.doomed is None:
+                    inst.doomed = QueueError(f"{inst} was enqueued with defer=True and never "
+                                             f"submitted before its queue closed")
+                self._submit_locked(inst, time.perf_counter())
             if self.outstanding == 0:
                 self._wake_all_locked()
         self.context.release()
@@ -426,15 +434,12 @@ class Queue:
             track_locked(inst, data)
             rec.pending += 1
             core.outstanding += 1
-            if inst.doomed is not None:
-                inst.submitted = inst.queued
-                settle_locked(inst, CANCELLED, cancelled_error(inst, inst.doomed, inst.doomed._error))
-            elif defer:
+            if defer and inst.doomed is None:
                 core.deferred.add(inst)
-            else:
+            else:  # a doomed instance is never held back: it only waits for its turn
                 inst.submitted = inst.queued
                 if inst.pending == 0:
-                    core.ready_locked(inst)
+                    start_locked(inst)
         return inst
 
     def submit(self, event: Event, wait_for=()) -> None:
@@ -452,12 +457,7 @@ class Queue:
             check_cycle_locked(event, wait_for)
             for w in wait_for:
                 depend_locked(event, w, True)
-            event.submitted = time.perf_counter()
-            self._core.deferred.discard(event)
-            if event.doomed is not None:
-                settle_locked(event, CANCELLED, cancelled_error(event, event.doomed, event.doomed._error))
-            elif event.pending == 0:
-                self._core.ready_locked(event)
+            self._core._submit_locked(event, time.perf_counter())
 
     # -- waiting and closing ------------------------------------------------------------
     def finish(self, timeout: float | None = None) -> None:

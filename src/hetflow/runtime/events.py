@@ -14,6 +14,7 @@ outside it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import threading
@@ -27,6 +28,18 @@ DONE = frozenset((COMPLETE, FAILED, CANCELLED))
 
 LOCK = threading.Lock()
 _ids = itertools.count(1)
+
+
+@contextlib.contextmanager
+def locked(timeout: float | None, what: str):
+    """Hold LOCK, giving up with HetflowTimeoutError after ``timeout`` seconds: a
+    timeout holds whatever state the lock is in."""
+    if not LOCK.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+        raise HetflowTimeoutError(f"{what}: the runtime's lock was not free within {timeout} s")
+    try:
+        yield
+    finally:
+        LOCK.release()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +116,7 @@ class Event:
         """Block until done (HetflowTimeoutError after ``timeout`` seconds)."""
         if self.status in DONE:
             return
-        with LOCK:
+        with locked(timeout, str(self)):
             if self.status not in DONE and self._waiter is None:
                 self._waiter = threading.Event()
         waiter = self._waiter

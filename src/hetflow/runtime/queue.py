@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import queue as stdqueue
 import threading
 import time
 import weakref
@@ -43,7 +44,8 @@ from ..platform.devices import Device
 from . import coexec, cpu, gpu, status
 from .buffers import Buffer, acquired, wrote
 from .deps import READ, WRITE, accesses, check_cycle_locked, depend_locked, track_locked, untrack_locked
-from .events import COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, settle_locked, start_locked
+from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locked, settle_locked,
+                     start_locked)
 from .launch import bind, is_device_array, normalize_extent
 from .scheduler import Lane, Scheduler
 
@@ -344,6 +346,28 @@ def _co_execute(launch, devices) -> tuple:
     return tuple((by_worker[e.worker], e.lo, e.hi) for e in sorted(report.events, key=lambda e: e.t_end))
 
 
+# -- closing queues nobody references -------------------------------------------------------
+# A queue that dies in a reference cycle is finalised by the cyclic garbage collector,
+# which may run in any thread, also in a worker that holds LOCK (or a context's lock):
+# the finaliser must take no lock. It only hands the core to this closer thread
+# (SimpleQueue.put is safe in finalisers), which closes it with no lock held.
+_closing: "stdqueue.SimpleQueue[_Core]" = stdqueue.SimpleQueue()
+_closer: list[threading.Thread] = []
+_closer_lock = threading.Lock()
+
+
+def _close_forever() -> None:
+    while True:
+        _closing.get().close()
+
+
+def _start_closer() -> None:
+    with _closer_lock:
+        if not _closer:
+            _closer.append(threading.Thread(target=_close_forever, daemon=True, name="hetflow-queue-closer"))
+            _closer[0].start()
+
+
 # -- the queue ------------------------------------------------------------------------------
 _THRESHOLDS = frozenset(inspect.signature(Scheduler).parameters) - {"lanes"}
 
@@ -373,7 +397,8 @@ class Queue:
         except BaseException:
             context.release()  # the reference this queue took
             raise
-        weakref.finalize(self, self._core.close)
+        _start_closer()
+        weakref.finalize(self, _closing.put, self._core)
 
     # -- facts ---------------------------------------------------------------------------
     @property
@@ -467,7 +492,7 @@ class Queue:
         on poisoned data)."""
         core = self._core
         deadline = None if timeout is None else time.monotonic() + timeout
-        with LOCK:
+        with locked(timeout, "queue finish"):
             if core.deferred:
                 names = ", ".join(str(i) for i in sorted(core.deferred, key=lambda i: i.id))
                 raise QueueError(f"finish() would wait forever: deferred instance(s) never submitted: "

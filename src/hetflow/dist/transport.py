@@ -37,6 +37,7 @@ class Link:
         self.buffers = {}  # reusable scratch, by role: faulting fresh pages is costly
         self.device_state = None  # gpu.DeviceState, built by the first GPU collective
         self.gpus_distinct = None  # whether every rank has a GPU of its own (NCCL needs it)
+        self.watch = None  # watch(now), called during waits: CommError once a peer died (comm.Peers)
 
     def ensure_usable(self):
         if self.broken:
@@ -82,9 +83,12 @@ class Transport:
         while not test(requests):
             spins += 1
             if spins % _SPINS_PER_LOOK == 0:
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if now > deadline:
                     self.fail(f"{_describe(what)}: no answer within {self.timeout:g} s; "
                               "the peer died or never made this call")
+                if self.link.watch is not None:
+                    self.link.watch(now)
                 os.sched_yield()
 
     def fail(self, reason: str):

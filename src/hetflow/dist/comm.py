@@ -196,7 +196,7 @@ def _world_link() -> Link:
     check_launch(MPI.COMM_WORLD.Get_size())
     abort_on_uncaught(MPI)
     link = Link(MPI, MPI.COMM_WORLD.Dup())
-    link.watch = Peers(link, link.comm.allgather((MPI.Get_processor_name(), os.getpid())))
+    link.watch = Peers(link, link.comm.allgather((MPI.Get_processor_name(), _pid_namespace(), os.getpid())))
     return link
 
 
@@ -227,12 +227,14 @@ _LOOK_SECONDS = 0.5
 
 class Peers:
     """Called during waits: CommError once a rank on this host is no longer running, or
-    the launcher that started this process is gone. ``who``: (host, pid) per rank."""
+    the launcher that started this process is gone. ``who``: (host, pid namespace, pid)
+    per rank; only ranks whose process ids mean something here are watched."""
 
     def __init__(self, link: Link, who: list):
         self.link = link
-        host = who[link.rank][0]
-        self.local = [(rank, pid) for rank, (h, pid) in enumerate(who) if h == host and rank != link.rank]
+        here = who[link.rank][:2]
+        self.local = [(rank, pid) for rank, (host, namespace, pid) in enumerate(who)
+                      if (host, namespace) == here and rank != link.rank]
         self.parent = os.getppid()
         self.next_look = 0.0
 
@@ -249,6 +251,14 @@ class Peers:
     def _fail(self, reason: str):
         self.link.broken = reason
         raise CommError(f"rank {self.link.rank}: {reason}")
+
+
+def _pid_namespace():
+    """This process's pid namespace (containers on one host may share its name), or None."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
 
 
 def _running(pid: int) -> bool:

@@ -16,8 +16,10 @@ instances touching disjoint parts of one array are still ordered (conservative).
 **Explicit** dependencies are ``wait_for`` events.
 
 Read-after-write and explicit dependencies are *strong*: if the event waited for
-fails, the waiter cannot have its inputs and is cancelled. Write-after-read and
-write-after-write are only an order, so a failure there just releases the waiter.
+fails, the waiter cannot have its inputs and is cancelled — once everything else it
+waits for is over, so that it keeps its place in the order of what comes after it.
+Write-after-read and write-after-write are only an order, so a failure there just
+releases the waiter.
 Data whose last writer failed (or was cancelled) is *poisoned*: an instance reading
 it is cancelled however long after the failure it is enqueued, rather than run on
 garbage — until the failure has been reported to the application (``wait`` raised or

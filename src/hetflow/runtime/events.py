@@ -186,25 +186,28 @@ def settle_locked(event: Event, status: str, error) -> None:
     runs after the earlier work it was itself ordered after. Iterative, so a chain of
     any length is fine.
     """
-    stack = [(event, status, error)]
-    while stack:
-        ev, st, err = stack.pop()
-        if ev.status in DONE:
-            continue
-        ev.status, ev._error = st, err
-        if ev._waiter is not None:
-            ev._waiter.set()
-        ev._retire_locked(st)
-        needs, after = ev._needs, ev._after
-        ev._needs = ev._after = None
-        if needs is not None:
-            for dep in dependents(needs):
-                if st is not COMPLETE and dep.status is QUEUED and dep.doomed is None:
-                    dep.doomed = cancelled_error(dep, ev, err)
-                _release_locked(dep, stack)
-        if after is not None:
-            for dep in dependents(after):
-                _release_locked(dep, stack)
+    stack: list = []
+    _settle_one_locked(event, status, error, stack)
+    while stack:  # cancellations that follow from it
+        _settle_one_locked(*stack.pop(), stack)
+
+
+def _settle_one_locked(ev: Event, status: str, error, stack: list) -> None:
+    """Set the outcome, wake waiters, retire the instance, release its dependents."""
+    ev.status, ev._error = status, error
+    if ev._waiter is not None:
+        ev._waiter.set()
+    ev._retire_locked(status)
+    needs, after = ev._needs, ev._after
+    ev._needs = ev._after = None
+    if needs is not None:
+        for dep in dependents(needs):
+            if status is not COMPLETE and dep.status is QUEUED and dep.doomed is None:
+                dep.doomed = cancelled_error(dep, ev, error)
+            _release_locked(dep, stack)
+    if after is not None:
+        for dep in dependents(after):
+            _release_locked(dep, stack)
 
 
 def _release_locked(inst, stack: list) -> None:

@@ -8,6 +8,7 @@ here in-process (a run not started by mpiexec is a run of one rank).
 """
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -422,3 +423,56 @@ def test_local_rules_drop_a_device_that_keeps_running_nothing():
     version = mine.adjust()
     assert "drop-idle-devices" in version.reason
     assert [n.attrs["shares"] for n in version.nodes] == [{"cpu0": 1.0}] * 2
+
+
+# -- a rank that dies stops the run (issue 18, item 6) --------------------------------------------
+def _run_to_the_end(ranks, mode, *launcher_options, timeout=60):
+    """tests/mpi/rank_faults.py MODE under mpiexec; (exit status, output). The default
+    comm timeout (300 s) stays: ending within ``timeout`` must owe nothing to it."""
+    env = _environment()
+    env.pop("HETFLOW_COMM_TIMEOUT", None)
+    cmd = _mpiexec() + [*launcher_options, "-n", str(ranks), sys.executable,
+                        str(SCRIPTS / "rank_faults.py"), mode]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(cmd)} still running after {timeout} s:\n{exc.stdout}{exc.stderr}")
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [3, 5])
+def test_an_uncaught_exception_on_one_rank_aborts_the_run_with_its_traceback(ranks):
+    code, output = _run_to_the_end(ranks, "raise")
+    assert code != 0, output
+    assert 'raise ValueError("user code broke on rank 1")' in output, output  # its traceback
+    assert "ValueError: user code broke on rank 1" in output, output
+    assert f"rank 1 raised an exception nobody caught; aborting all {ranks} ranks" in output, output
+
+
+@pytest.mark.mpi
+def test_an_uncaught_exception_in_a_thread_aborts_the_run():
+    code, output = _run_to_the_end(3, "thread")
+    assert code != 0, output
+    assert "ZeroDivisionError" in output and "aborting all 3 ranks" in output, output
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [3, 5])
+def test_a_rank_that_vanishes_mid_collective_fails_the_others_naming_it(ranks):
+    # Without the launcher's clean-up, only the survivors' own liveness check can stop them.
+    if "--oversubscribe" in _mpiexec():
+        pytest.skip("-disable-auto-cleanup is an MPICH (Hydra) option")
+    code, output = _run_to_the_end(ranks, "exit", "-disable-auto-cleanup")
+    assert code != 0, output
+    assert re.search(r"rank \d: CommError: rank \d: rank 1 \(process \d+\) died", output), output
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [3, 5])
+def test_a_rank_killed_mid_collective_ends_the_run(ranks):
+    # The launcher sees the signal and ends the run; a survivor that notices first names
+    # the dead rank (CommError), either way long before the comm timeout.
+    code, output = _run_to_the_end(ranks, "kill")
+    assert code != 0, output
+    assert "signal 9" in output or "rank 1 (process" in output, output

@@ -6,13 +6,26 @@ mpi4py is imported only in the first case, so a plain ``python`` run needs no MP
 
 Every wait polls with a deadline (``timeout`` seconds, default ``HETFLOW_COMM_TIMEOUT``
 or 300): a peer that died or never arrives raises CommTimeoutError instead of hanging.
+
+Dead ranks. Under a launcher, an exception nobody catches (in the main thread or any
+other) prints its traceback and aborts the whole run (``MPI_Abort``), as
+``python -m mpi4py`` does, and a fatal signal prints the Python stack
+(:mod:`faulthandler`) before the launcher tears the run down. A rank that dies without
+a word (SIGKILL, the OOM killer) while others wait for it is noticed by
+:class:`Peers`: waits check, twice a second, that the ranks on this host are still
+running and that the launcher is still this process's parent, and raise CommError
+naming the dead rank within about a second. (Ranks on other hosts are left to the
+launcher, which ends the run when one of its processes dies.)
 """
 from __future__ import annotations
 
 import abc
+import faulthandler
 import functools
 import os
 import pickle
+import sys
+import threading
 
 import numpy as np
 
@@ -181,7 +194,88 @@ def _world_link() -> Link:
         raise CommError("started by an MPI launcher but mpi4py is not installed; "
                         "install hetflow[mpi]") from exc
     check_launch(MPI.COMM_WORLD.Get_size())
-    return Link(MPI, MPI.COMM_WORLD.Dup())
+    abort_on_uncaught(MPI)
+    link = Link(MPI, MPI.COMM_WORLD.Dup())
+    link.watch = Peers(link, link.comm.allgather((MPI.Get_processor_name(), _pid_namespace(), os.getpid())))
+    return link
+
+
+def abort_on_uncaught(mpi) -> None:
+    """Make an exception nobody catches, in any thread, print its traceback and abort
+    every rank of the run (instead of leaving the others waiting for this one)."""
+    rank, size = mpi.COMM_WORLD.Get_rank(), mpi.COMM_WORLD.Get_size()
+
+    def abort(print_traceback, *args):
+        try:
+            print_traceback(*args)
+            print(f"hetflow: rank {rank} raised an exception nobody caught; aborting all "
+                  f"{size} ranks", file=sys.stderr, flush=True)
+        finally:
+            mpi.COMM_WORLD.Abort(1)
+
+    hook, thread_hook = sys.excepthook, threading.excepthook
+    sys.excepthook = functools.partial(abort, hook)
+    threading.excepthook = functools.partial(abort, thread_hook)
+    if not faulthandler.is_enabled():
+        faulthandler.enable()  # a fatal signal prints where each thread was
+
+
+# How often a wait checks that the ranks on this host are alive (it costs a few system
+# calls per rank).
+_LOOK_SECONDS = 0.5
+
+
+class Peers:
+    """Called during waits: CommError once a rank on this host is no longer running, or
+    the launcher that started this process is gone. ``who``: (host, pid namespace, pid)
+    per rank; only ranks whose process ids mean something here are watched."""
+
+    def __init__(self, link: Link, who: list):
+        self.link = link
+        here = who[link.rank][:2]
+        self.local = [(rank, pid) for rank, (host, namespace, pid) in enumerate(who)
+                      if (host, namespace) == here and rank != link.rank]
+        self.parent = os.getppid()
+        self.next_look = 0.0
+
+    def __call__(self, now: float) -> None:
+        if now < self.next_look:
+            return
+        self.next_look = now + _LOOK_SECONDS
+        for rank, pid in self.local:
+            if not _running(pid):
+                self._fail(f"rank {rank} (process {pid}) died; the run cannot go on without it")
+        if os.getppid() != self.parent:
+            self._fail(f"the launcher (process {self.parent}) is gone")
+
+    def _fail(self, reason: str):
+        self.link.broken = reason
+        raise CommError(f"rank {self.link.rank}: {reason}")
+
+
+def _pid_namespace():
+    """This process's pid namespace (containers on one host may share its name), or None."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def _running(pid: int) -> bool:
+    """Is process ``pid`` alive (not gone, not a zombie waiting to be reaped)?"""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
 
 
 # What the launcher says the run's size is (set only by launchers, unlike SLURM_NTASKS,

@@ -101,6 +101,7 @@ class Channel:
                 continue
             self._poll_notice(requests)
             now = time.monotonic()
+            self._watch(now, requests)
             if now - start > self.timeout:
                 self._cancel(requests)
                 reason = (f"{what}: no answer within {self.timeout:g} s; "
@@ -113,6 +114,17 @@ class Channel:
                 time.sleep(_NAP_SECONDS)
             else:
                 os.sched_yield()
+
+    def _watch(self, now: float, requests) -> None:
+        """CommError (the channel broken) once the link's liveness check finds a dead peer."""
+        watch = None if self.link is None else self.link.watch
+        if watch is None:
+            return
+        try:
+            watch(now)
+        except CommError as error:
+            self._cancel(requests)
+            self._fail(error)
 
     def _poll_notice(self, requests) -> None:
         message = self.comm.improbe(self.MPI.ANY_SOURCE, ABORT_TAG)

@@ -43,6 +43,7 @@ class Link:
         self.buffers = {}  # reusable scratch, by role: faulting fresh pages is costly
         self.device_state = None  # gpu.DeviceState, built by the first GPU collective
         self.gpus_distinct = None  # whether every rank has a GPU of its own (NCCL needs it)
+        self.watch = None  # watch(now), called during waits: CommError once a peer died (comm.Peers)
 
     def ensure_usable(self):
         if self.broken:
@@ -94,6 +95,8 @@ class Transport:
             if now > deadline:
                 self.fail(f"{_describe(what)}: no answer within {self.timeout:g} s; "
                           "the peer died or never made this call")
+            if self.link.watch is not None:
+                self.link.watch(now)
             if now < spin_until:
                 os.sched_yield()
             else:  # backing off: sleep after every poll

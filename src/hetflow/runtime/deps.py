@@ -16,8 +16,10 @@ instances touching disjoint parts of one array are still ordered (conservative).
 **Explicit** dependencies are ``wait_for`` events.
 
 Read-after-write and explicit dependencies are *strong*: if the event waited for
-fails, the waiter cannot have its inputs and is cancelled. Write-after-read and
-write-after-write are only an order, so a failure there just releases the waiter.
+fails, the waiter cannot have its inputs and is cancelled — once everything else it
+waits for is over, so that it keeps its place in the order of what comes after it.
+Write-after-read and write-after-write are only an order, so a failure there just
+releases the waiter.
 Data whose last writer failed (or was cancelled) is *poisoned*: an instance reading
 it is cancelled however long after the failure it is enqueued, rather than run on
 garbage — until the failure has been reported to the application (``wait`` raised or
@@ -41,7 +43,7 @@ import weakref
 import numpy as np
 
 from ..errors import DependencyCycleError
-from .events import COMPLETE, DONE, add_dependent, dependents
+from .events import COMPLETE, DONE, add_dependent, cancelled_error, dependents
 from .launch import SCALARS
 
 READ, WRITE = 1, 2
@@ -111,11 +113,12 @@ def _forget(rec) -> None:
 
 def depend_locked(inst, event, strong: bool) -> None:
     """Make ``inst`` wait for ``event`` (caller holds LOCK). A strong dependency on an
-    event that already failed or was cancelled dooms ``inst``."""
+    event that already failed or was cancelled dooms ``inst`` (cancelled once it waits
+    for nothing else)."""
     status = event.status
     if status in DONE:
         if status is not COMPLETE and strong and inst.doomed is None:
-            inst.doomed = event  # cancelled as soon as it is registered
+            inst.doomed = cancelled_error(inst, event, event._error)
         return
     if strong:
         event._needs = add_dependent(event._needs, inst)
@@ -145,7 +148,7 @@ def track_locked(inst, accesses) -> None:
             if writer.status not in DONE:
                 depend_locked(inst, writer, bool(mode & READ))
             elif mode & READ and inst.doomed is None and poisoned(writer):
-                inst.doomed = writer
+                inst.doomed = cancelled_error(inst, writer, writer._error)
         if mode & WRITE:
             if rec.readers:
                 for reader in rec.readers:

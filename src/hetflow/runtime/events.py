@@ -14,6 +14,7 @@ outside it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import numbers
@@ -28,6 +29,18 @@ DONE = frozenset((COMPLETE, FAILED, CANCELLED))
 
 LOCK = threading.Lock()
 _ids = itertools.count(1)
+
+
+@contextlib.contextmanager
+def locked(timeout: float | None, what: str):
+    """Hold LOCK, giving up with HetflowTimeoutError after ``timeout`` seconds: a
+    timeout holds whatever state the lock is in."""
+    if not LOCK.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+        raise HetflowTimeoutError(f"{what}: the runtime's lock was not free within {timeout} s")
+    try:
+        yield
+    finally:
+        LOCK.release()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +119,7 @@ class Event:
             return
         if timeout is not None:
             timeout = _seconds(timeout, self)
-        with LOCK:
+        with locked(timeout, str(self)):
             if self.status not in DONE and self._waiter is None:
                 self._waiter = threading.Event()
         waiter = self._waiter
@@ -177,51 +190,55 @@ def dependents(slot) -> tuple | list:
 def settle_locked(event: Event, status: str, error) -> None:
     """Finish ``event`` and everything that follows from it (caller holds LOCK).
 
-    Dependents whose last dependency this was become ready. A failure reaches the
-    *strong* dependents (read-after-write and explicit ``wait_for``), which are cancelled
-    in turn, transitively; the weak ones (write-after-read, write-after-write: only an
-    ordering) just stop waiting. Iterative, so a chain of any length is fine.
+    Dependents whose last dependency this was become ready. A failure dooms the
+    *strong* dependents (read-after-write and explicit ``wait_for``); the weak ones
+    (write-after-read, write-after-write: only an ordering) just stop waiting on it.
+    A doomed instance is cancelled when its *last* dependency is over, not at once: it
+    keeps its place in the order, so a later writer of its data, ordered after it, still
+    runs after the earlier work it was itself ordered after. Iterative, so a chain of
+    any length is fine.
     """
-    if status is COMPLETE:
-        _finish_locked(event, COMPLETE, None)
-        needs, event._needs = event._needs, None
-        if needs is not None:
-            if type(needs) is list:
-                for dep in needs:
-                    _release_locked(dep)
-            else:
-                _release_locked(needs)
-        return
-    stack = [(event, status, error)]
-    while stack:
-        ev, st, err = stack.pop()
-        if ev.status in DONE:  # reached twice (it needed two results of the failed one)
-            continue
-        _finish_locked(ev, st, err)
-        for dep in dependents(ev._needs):
-            if dep.status is QUEUED:
-                stack.append((dep, CANCELLED, cancelled_error(dep, ev, err)))
-        ev._needs = None
+    stack: list = []
+    _settle_one_locked(event, status, error, stack)
+    while stack:  # cancellations that follow from it
+        _settle_one_locked(*stack.pop(), stack)
 
 
-def _finish_locked(ev: Event, status: str, error) -> None:
-    """Set the outcome, wake waiters, retire the instance, release weak dependents."""
+def _settle_one_locked(ev: Event, status: str, error, stack: list) -> None:
+    """Set the outcome, wake waiters, retire the instance, release its dependents."""
     ev.status, ev._error = status, error
     if ev._waiter is not None:
         ev._waiter.set()
     ev._retire_locked(status)
-    if ev._after is not None:
-        for dep in dependents(ev._after):
-            _release_locked(dep)
-        ev._after = None
+    needs, after = ev._needs, ev._after
+    ev._needs = ev._after = None
+    if needs is not None:
+        for dep in dependents(needs):
+            if status is not COMPLETE and dep.status is QUEUED and dep.doomed is None:
+                dep.doomed = cancelled_error(dep, ev, error)
+            _release_locked(dep, stack)
+    if after is not None:
+        for dep in dependents(after):
+            _release_locked(dep, stack)
 
 
-def _release_locked(inst) -> None:
-    """One dependency of ``inst`` is over (met, or failed for a weak one)."""
+def _release_locked(inst, stack: list) -> None:
+    """One dependency of ``inst`` is over (met, failed or cancelled)."""
     if inst.status is QUEUED:
         inst.pending -= 1
         if inst.pending == 0 and inst.submitted is not None:
-            inst.core.ready_locked(inst)
+            start_locked(inst, stack)
+
+
+def start_locked(inst, stack: list | None = None) -> None:
+    """``inst`` waits for nothing any more: make it ready, or cancel it if it is doomed
+    (pushed on ``stack`` when given, to be settled by the caller's loop)."""
+    if inst.doomed is None:
+        inst.core.ready_locked(inst)
+    elif stack is None:
+        settle_locked(inst, CANCELLED, inst.doomed)
+    else:
+        stack.append((inst, CANCELLED, inst.doomed))
 
 
 def cancelled_error(event: Event, cause: Event, cause_error) -> DependencyCancelledError:

@@ -11,7 +11,7 @@ import numbers
 
 import numpy as np
 
-from ..errors import IndexTypeError, KernelArgumentError, ShapeError
+from ..errors import DTypeError, IndexTypeError, KernelArgumentError, ShapeError
 from ..index import views as _views
 from ..index.lowering import shared_lowering
 from ..kernels.kernel import Kernel
@@ -161,6 +161,22 @@ def _check_writable(kernel: Kernel, data: list[str], args: tuple, written: tuple
                 f"(flags.writeable is False)")
 
 
+# Element types the compiler cannot generate code for, per device kind (Numba has no
+# half precision on the CPU; no device runs Python objects).
+_UNSUPPORTED = {"cpu": frozenset(map(np.dtype, (np.float16, object))), "gpu": frozenset((np.dtype(object),))}
+
+
+def _check_dtypes(kernel: Kernel, data: list[str], args: tuple, device) -> None:
+    """DTypeError for an argument whose element type ``device`` cannot run (before
+    anything is compiled or looked up in the code repository)."""
+    unsupported = _UNSUPPORTED.get(device.kind, ())
+    for name, arg in zip(data, args):
+        dtype = getattr(_views.root_of(arg) if _views.is_view(arg) else arg, "dtype", None)
+        if dtype in unsupported:
+            raise DTypeError(f"kernel {kernel.name!r} argument {name!r}: element type {dtype} is not "
+                             f"supported on {device.id}; convert it (e.g. to float32) first")
+
+
 def _extent_checks(data: list[str], args: tuple, access) -> tuple:
     """(position, name, k, is_view) for every array or view indexed by the first k
     launch indices: those must cover the launch extent (views: match it exactly)."""
@@ -203,6 +219,7 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     plan = kernel.plans.get(key)
     if plan is None:
         data = _check_arguments(kernel, ndim, args)
+        _check_dtypes(kernel, data, args, device)
         access = kernel.access(ndim)
         written = tuple(k for k, name in enumerate(data) if access.writes(name))
         _check_writable(kernel, data, args, written)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import queue as stdqueue
 import threading
 import time
 import weakref
@@ -43,8 +44,8 @@ from ..platform.devices import Device
 from . import coexec, cpu, gpu, status
 from .buffers import Buffer, acquired, wrote
 from .deps import READ, WRITE, accesses, check_cycle_locked, depend_locked, track_locked, untrack_locked
-from .events import (CANCELLED, COMPLETE, FAILED, LOCK, RUNNING, Event, cancelled_error, failed_error,
-                     settle_locked)
+from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locked, settle_locked,
+                     start_locked)
 from .launch import bind, is_device_array, normalize_extent
 from .scheduler import Lane, Scheduler
 
@@ -115,7 +116,8 @@ class Instance(Event):
         self.work = extent[0] if len(extent) == 1 else _work(extent)
         self.priority = priority
         self.pending = 0         # dependencies not yet met
-        self.doomed = None       # a failed event it depends on strongly: cancel at once
+        self.doomed = None       # its error, if it depends strongly on a failure: cancelled
+                                 # instead of run once it waits for nothing else
         self.held = None         # data without weak references it keeps tracked
         self.lanes = lanes       # where it may run, home first
         self.pinned = pinned
@@ -276,6 +278,13 @@ class _Core:
             error = exc
         return error, time.perf_counter(), shape
 
+    def _submit_locked(self, inst: Instance, now: float) -> None:
+        """A deferred instance may start once its dependencies are over."""
+        inst.submitted = now
+        self.deferred.discard(inst)
+        if inst.pending == 0:
+            start_locked(inst)
+
     def close(self) -> None:
         """No more enqueues; cancel never-submitted deferred instances; workers stop once
         everything else is done. Idempotent."""
@@ -284,9 +293,10 @@ class _Core:
                 return
             self.closed = True
             for inst in list(self.deferred):
-                settle_locked(inst, CANCELLED, QueueError(
-                    f"{inst} was enqueued with defer=True and never submitted before its "
-                    f"queue closed"))
+                if inst.doomed is None:
+                    inst.doomed = QueueError(f"{inst} was enqueued with defer=True and never "
+                                             f"submitted before its queue closed")
+                self._submit_locked(inst, time.perf_counter())
             if self.outstanding == 0:
                 self._wake_all_locked()
         self.context.release()
@@ -336,6 +346,28 @@ def _co_execute(launch, devices) -> tuple:
     return tuple((by_worker[e.worker], e.lo, e.hi) for e in sorted(report.events, key=lambda e: e.t_end))
 
 
+# -- closing queues nobody references -------------------------------------------------------
+# A queue that dies in a reference cycle is finalised by the cyclic garbage collector,
+# which may run in any thread, also in a worker that holds LOCK (or a context's lock):
+# the finaliser must take no lock. It only hands the core to this closer thread
+# (SimpleQueue.put is safe in finalisers), which closes it with no lock held.
+_closing: "stdqueue.SimpleQueue[_Core]" = stdqueue.SimpleQueue()
+_closer: list[threading.Thread] = []
+_closer_lock = threading.Lock()
+
+
+def _close_forever() -> None:
+    while True:
+        _closing.get().close()
+
+
+def _start_closer() -> None:
+    with _closer_lock:
+        if not _closer:
+            _closer.append(threading.Thread(target=_close_forever, daemon=True, name="hetflow-queue-closer"))
+            _closer[0].start()
+
+
 # -- the queue ------------------------------------------------------------------------------
 _THRESHOLDS = frozenset(inspect.signature(Scheduler).parameters) - {"lanes"}
 
@@ -365,7 +397,8 @@ class Queue:
         except BaseException:
             context.release()  # the reference this queue took
             raise
-        weakref.finalize(self, self._core.close)
+        _start_closer()
+        weakref.finalize(self, _closing.put, self._core)
 
     # -- facts ---------------------------------------------------------------------------
     @property
@@ -426,15 +459,12 @@ class Queue:
             track_locked(inst, data)
             rec.pending += 1
             core.outstanding += 1
-            if inst.doomed is not None:
-                inst.submitted = inst.queued
-                settle_locked(inst, CANCELLED, cancelled_error(inst, inst.doomed, inst.doomed._error))
-            elif defer:
+            if defer and inst.doomed is None:
                 core.deferred.add(inst)
-            else:
+            else:  # a doomed instance is never held back: it only waits for its turn
                 inst.submitted = inst.queued
                 if inst.pending == 0:
-                    core.ready_locked(inst)
+                    start_locked(inst)
         return inst
 
     def submit(self, event: Event, wait_for=()) -> None:
@@ -452,12 +482,7 @@ class Queue:
             check_cycle_locked(event, wait_for)
             for w in wait_for:
                 depend_locked(event, w, True)
-            event.submitted = time.perf_counter()
-            self._core.deferred.discard(event)
-            if event.doomed is not None:
-                settle_locked(event, CANCELLED, cancelled_error(event, event.doomed, event.doomed._error))
-            elif event.pending == 0:
-                self._core.ready_locked(event)
+            self._core._submit_locked(event, time.perf_counter())
 
     # -- waiting and closing ------------------------------------------------------------
     def finish(self, timeout: float | None = None) -> None:
@@ -467,7 +492,7 @@ class Queue:
         on poisoned data)."""
         core = self._core
         deadline = None if timeout is None else time.monotonic() + timeout
-        with LOCK:
+        with locked(timeout, "queue finish"):
             if core.deferred:
                 names = ", ".join(str(i) for i in sorted(core.deferred, key=lambda i: i.id))
                 raise QueueError(f"finish() would wait forever: deferred instance(s) never submitted: "

@@ -49,9 +49,13 @@ def world(timeout: float | None = None) -> "Communicator":
 class Communicator(abc.ABC):
     """A group of ``size`` processes; this one is number ``rank``.
 
-    ``small_bytes``: messages up to this size (default 64 KiB, at most 256 KiB) take
-    the small-message path, recursive doubling on whole vectors; larger ones the
-    pipelined halving. ``min_segment_bytes``: no segment is cut smaller than this
+    ``native_bytes``: messages of built-in ops on dtypes MPI reduces, up to this size,
+    go to MPI's own collective (default None: the measured crossover,
+    ``collectives.NATIVE_BYTES``, by collective and rank count; 0 turns it off).
+    ``small_bytes``: other messages up to this size (default 64 KiB, at most 256 KiB)
+    take the small-message path, recursive doubling on whole vectors; larger ones the
+    pipelined halving. ``last_path``: the path of this process's last collective
+    (``collectives.choose_path``). ``min_segment_bytes``: no segment is cut smaller than this
     (default None: 1 MiB for host buffers, 32 MiB for GPU ones), so ``segments``
     applies to large messages only. Both must be the same on every rank (a
     difference is reported as CommMismatchError). ``timeout``: seconds any one wait
@@ -60,8 +64,10 @@ class Communicator(abc.ABC):
 
     rank: int = 0
     size: int = 1
+    native_bytes: int | None = None
     small_bytes: int = collectives.SMALL_BYTES
     min_segment_bytes: int | None = None
+    last_path: str | None = None
 
     def __init__(self, timeout: float):
         self.timeout = timeout

@@ -18,6 +18,7 @@ where they belong.
 
 ``--gpu``: CuPy arrays, one GPU per rank, against NCCL's allReduce (float32 sums).
 ``--overlap``: the transfer/reduction overlap experiment of docs/collectives.md.
+``--breakdown``: where a large 2-rank allreduce's time goes (docs/collectives.md).
 """
 from __future__ import annotations
 
@@ -42,7 +43,9 @@ def main(argv=None) -> int:
     if not launched_by_mpi():
         return _relaunch(args, argv)
     comm = world()
-    if args.overlap:
+    if args.breakdown:
+        rows = breakdown(comm, args)
+    elif args.overlap:
         rows = overlap_experiment(comm, args)
     elif args.gpu:
         rows = gpu_sweep(comm, args)
@@ -70,6 +73,8 @@ def _parse(argv):
     p.add_argument("--gpu", action="store_true", help="CuPy arrays, against NCCL")
     p.add_argument("--overlap", action="store_true",
                    help="measure how far transfers overlap reductions (2 ranks)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="time the parts of one large allreduce (2 ranks)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one short round")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
@@ -275,9 +280,68 @@ def overlap_experiment(comm, args):
     return rows
 
 
+# -- breakdown of a large allreduce ---------------------------------------------------------
+
+def breakdown(comm, args):
+    """Time the parts of a 2-rank allreduce of L bytes, each alone, and the whole.
+
+    Its schedule is one distribution step (send L/2, receive L/2, reduce L/2) and one
+    collection step (send L/2, receive L/2): with nothing overlapping, the whole takes
+    two half exchanges plus one reduction pass. The other rows are what hetflow and
+    MPI add to that: packing copies, fresh pages, segments.
+    """
+    from mpi4py import MPI
+
+    if comm.size != 2:
+        raise SystemExit("--breakdown needs exactly 2 ranks")
+    n = max(2, min(args.max_bytes, 64 << 20) // 8)
+    x = np.random.default_rng(comm.rank).random(n)
+    y, scratch = np.empty_like(x), np.empty(n - n // 2)
+    half = x[: n // 2]
+    transport = comm._transport("breakdown")
+    partner = 1 - comm.rank
+    seed = world()
+    seed.native_bytes = 0
+
+    def exchange():
+        transport.wait([transport.irecv(scratch[:half.size], partner, 2),
+                        transport.isend(half, partner, 2)], "breakdown")
+
+    contenders = {
+        "copy L (a packing pass)": lambda: np.copyto(y, x),
+        "fresh L (np.empty + first touch)": lambda: np.empty_like(x).fill(0),
+        "exchange L/2 (one step's transfer)": exchange,
+        "reduce L/2 (np.add, one pass)": lambda: np.add(half, scratch[:half.size],
+                                                        out=y[:half.size]),
+    }
+    for q in (1, 2, 4):
+        contenders[f"hetflow allreduce, segments={q}"] = functools.partial(
+            seed.allreduce, x, out=y, segments=q)
+    contenders["hetflow allreduce, check=False"] = functools.partial(
+        seed.allreduce, x, out=y, check=False)
+    contenders["MPI_Allreduce"] = lambda: comm.mpi_comm.Allreduce(x, y, op=MPI.SUM)
+    best = _time_rounds(comm, contenders, args.seconds, args.rounds)
+    model = 2 * best["exchange L/2 (one step's transfer)"] \
+        + best["reduce L/2 (np.add, one pass)"]
+    best["model: 2 exchanges + 1 reduction"] = model
+    whole = best["hetflow allreduce, segments=2"]
+    return [{"variant": name, "bytes": 8 * n, "ms": t * 1e3, "of_allreduce": t / whole,
+             "busbw_GBs": 8 * n / t / 1e9 if "allreduce" in name.lower() or "model" in name
+             else None} for name, t in best.items()]
+
+
 # -- output ------------------------------------------------------------------------------
 
 def _table(rows, size, args):
+    if args.breakdown:
+        lines = [f"breakdown of a 2-rank allreduce of {rows[0]['bytes']} bytes "
+                 "(busbw = L / time for 2 ranks)",
+                 f"{'part':<36} {'ms':>9} {'of allreduce':>12} {'busbw GB/s':>10}"]
+        for r in rows:
+            bw = "" if r["busbw_GBs"] is None else f"{r['busbw_GBs']:.2f}"
+            lines.append(f"{r['variant']:<36} {r['ms']:9.3f} {r['of_allreduce']:12.2f} "
+                         f"{bw:>10}")
+        return "\n".join(lines)
     if args.overlap:
         lines = [f"overlap of one distribution step, 2 ranks, {rows[0]['bytes']} bytes "
                  "(overlap 1 = fully hidden, 0 = none)",

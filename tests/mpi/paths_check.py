@@ -61,7 +61,7 @@ def oracle(x, ufunc):
 
 
 def expected_path(name, nbytes, native_op):
-    """What the thresholds call for: written out here, not asked of the code."""
+    """The path the documented thresholds call for, the rule written out here."""
     if size == 1:
         return "local"
     crossover = collectives.NATIVE_BYTES[name][2 if size == 2 else 3]

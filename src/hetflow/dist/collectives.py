@@ -47,10 +47,12 @@ SMALL_BYTES = 64 << 10
 
 # Messages up to NATIVE_BYTES[collective][rank-count class] bytes of a built-in op on a
 # dtype MPI reduces go to MPI's own collective; larger ones to the pipelined halving.
-# Classes: 2 ranks, and 3 or more. From `hetflow bench allreduce` (the `seed`
-# against `native` columns; docs/collectives.md has the figures and their machines).
+# Classes: 2 ranks, and 3 or more. From `hetflow bench allreduce`: where its "seed"
+# column (the seed algorithm against MPI's) crosses 1. 2 ranks: the dev box (2 cores)
+# and the H100 host agree, the seed wins from 1 MiB; 3 or more: the quiet 32-core
+# host's 4-rank figures, not yet re-measured (docs/collectives.md).
 NATIVE_BYTES = {"allreduce": {2: 512 << 10, 3: 1 << 20},
-                "reduce": {2: 256 << 10, 3: 256 << 10}}
+                "reduce": {2: 512 << 10, 3: 256 << 10}}
 
 # The MPI op of each built-in op, and the dtype kinds MPI's op takes (MPI-4.0 §6.9.2:
 # no MIN/MAX on complex or C_BOOL, bitwise ops on integers only, no half floats).

@@ -80,8 +80,10 @@ class Communicator(abc.ABC):
         array of x's shape and dtype to hold the result (may be ``x`` itself).
         ``segments``: pieces each half is cut into, to overlap transfer and reduction.
         ``check``: first verify that all ranks agree on length, dtype, op, root and
-        segments (log2 N tiny exchanges; CommMismatchError on every rank when they do
-        not). Small messages are always checked: the check rides with their data.
+        segments (one tiny native MPI_Iallreduce; CommMismatchError on every rank
+        when they do not). Small messages of ops MPI cannot reduce natively are always
+        checked: the check rides with their data. Below a measured size, built-in ops
+        run MPI's own collective (``last_path`` says which path a call took).
         Returns the result (``out`` when given); NumPy in, NumPy out; CuPy in, CuPy out.
         Every rank must make the same collective calls in the same order, as in MPI.
         """

@@ -3,7 +3,7 @@
 Each call takes one of three paths, chosen from the size, the rank count, the op and
 the dtype (:func:`choose_path`; the choice is ``comm.last_path`` and a debug log line):
 
-* ``native``: MPI's own ``MPI_Iallreduce``/``MPI_Ireduce``, for built-in ops on
+* ``native``: MPI's own ``MPI_Allreduce``/``MPI_Reduce``, for built-in ops on
   dtypes MPI reduces itself, up to the crossover :data:`NATIVE_BYTES` measured by
   ``hetflow bench allreduce`` (below it MPI's C code beats any Python schedule);
 * ``small``: recursive doubling on whole vectors fused with the argument check
@@ -113,7 +113,7 @@ def reduce_host(comm, name, x, reduce_op, root, out, segments, check, to_all):
     if check:  # the same native call on every path: ranks on different paths meet
         agreement.agree(comm, transport, head)
     if path == NATIVE:
-        return run_native(comm, transport, x, reduce_op, root, out, to_all, is_root,
+        return run_native(transport, x, reduce_op, root, out, to_all, is_root,
                           blocking=check)
     if path == SMALL:  # checks again, in its own messages: free, and kept with check off
         value = agreement.small_allreduce(comm, transport, head, reduce_op,
@@ -160,14 +160,14 @@ def is_small(comm, nbytes) -> bool:
     return nbytes <= min(comm.small_bytes, agreement.MAX_SMALL_BYTES)
 
 
-def run_native(comm, transport, x, reduce_op, root, out, to_all, is_root, blocking):
+def run_native(transport, x, reduce_op, root, out, to_all, is_root, blocking):
     """MPI's own collective: blocking after a passed argument check, else non-blocking
     and waited on with the deadline.
 
     The check proves every rank is in this very call with matching arguments, so the
-    blocking call (MPICH's is up to twice as fast as its non-blocking one on small
-    messages) cannot wait on an absent peer; only one that dies in between, which
-    the launcher reports by ending the job.
+    blocking call (no polling from Python: 2.9 against 4.0 µs for 8 bytes, MPICH on
+    the dev box) cannot wait on an absent peer; only on one that dies in between,
+    and the launcher then ends the job.
     """
     mpi = transport.link.MPI
     op = getattr(mpi, mpi_op_name(reduce_op, x.dtype))

@@ -236,7 +236,7 @@ def overlap_experiment(comm, args):
     The step is run through hetflow's own pipeline, with and without MPI polls between
     chunks of the reduction, for several segment counts.
     """
-    from hetflow.dist import collectives, schedule
+    from hetflow.dist import schedule
 
     if comm.size != 2:
         raise SystemExit("--overlap needs exactly 2 ranks")

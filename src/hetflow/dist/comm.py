@@ -54,11 +54,11 @@ class Communicator(abc.ABC):
     ``collectives.NATIVE_BYTES``, by collective and rank count; 0 turns it off).
     ``small_bytes``: other messages up to this size (default 64 KiB, at most 256 KiB)
     take the small-message path, recursive doubling on whole vectors; larger ones the
-    pipelined halving. ``last_path``: the path of this process's last collective
-    (``collectives.choose_path``). ``min_segment_bytes``: no segment is cut smaller than this
+    pipelined halving. ``min_segment_bytes``: no segment is cut smaller than this
     (default None: 1 MiB for host buffers, 32 MiB for GPU ones), so ``segments``
-    applies to large messages only. Both must be the same on every rank (a
-    difference is reported as CommMismatchError). ``timeout``: seconds any one wait
+    applies to large messages only. All three must be the same on every rank (a
+    difference is reported as CommMismatchError). ``last_path``: the path of this
+    process's last collective (``collectives.choose_path``). ``timeout``: seconds any one wait
     may last.
     """
 

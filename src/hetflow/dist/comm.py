@@ -58,8 +58,8 @@ class Communicator(abc.ABC):
     (default None: 1 MiB for host buffers, 32 MiB for GPU ones), so ``segments``
     applies to large messages only. All three must be the same on every rank (a
     difference is reported as CommMismatchError). ``last_path``: the path of this
-    process's last collective (``collectives.choose_path``). ``timeout``: seconds any one wait
-    may last.
+    process's last collective (``collectives.choose_path``). ``timeout``: seconds
+    any one wait may last.
     """
 
     rank: int = 0

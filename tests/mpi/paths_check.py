@@ -120,6 +120,15 @@ def main():
         # non-contiguous inputs, packed first: native, then pipelined
         check(name, data(around, np.float64)[::2], "sum", np.add, True, root)
         check(name, data(6 * around + 6, np.int32)[::3], "max", np.maximum, True, root)
+    # out overlapping x on the native path: in place, and shifted by two elements
+    x = data(101, np.float64)
+    want = oracle(x, np.add)
+    assert comm.allreduce(x, out=x) is x and comm.last_path in ("native", "local")
+    np.testing.assert_allclose(x, want, rtol=1e-11, atol=1e-11, err_msg="in place")
+    y = np.concatenate([np.zeros(2), data(99, np.float64)])
+    want = oracle(y[2:], np.add)
+    comm.allreduce(y[2:], out=y[:-2])
+    np.testing.assert_allclose(y[:-2], want, rtol=1e-11, atol=1e-11, err_msg="shifted out")
     if rank == 0:
         counts = " ".join(f"{p} {seen[p]}" for p in sorted(seen))
         print(f"paths ok on {size} ranks: {counts}", flush=True)

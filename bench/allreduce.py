@@ -5,19 +5,25 @@ plainly (or as ``hetflow bench allreduce``) it starts itself under
 ``mpiexec -n RANKS``. Only rank 0 prints.
 
 For each message size (8 B .. 256 MiB by powers of two) it times hetflow's allreduce
-and MPI_Allreduce, and hetflow's reduce and MPI_Reduce (root 0), on float64 sums,
-alternating the two in rounds and keeping each one's best round; a call's time is the
-slowest rank's. Columns: latency in microseconds, algbw = bytes / time, busbw = algbw *
-2(N-1)/N (the bytes each process must move, SPEC §5), the ratio hetflow/native in
-speed (above 1: hetflow faster), and busbw as a fraction of the bandwidth bound: the
-exchange bandwidth of one pair of processes, measured in the same run.
+(the path it chooses), hetflow's seed algorithm alone (native path off: the small or
+pipelined path) and MPI_Allreduce, and the same for reduce and MPI_Reduce (root 0), on
+float64 sums, alternating them in rounds and keeping each one's best round; a call's
+time is the slowest rank's. Columns: the path chosen, latency in microseconds,
+native time / hetflow time ("speed", above 1: hetflow faster) for the chosen path and
+for the seed, busbw = bytes / time * 2(N-1)/N for allreduce (the bytes each process
+must move, SPEC §5), and busbw as a fraction of the bandwidth bound: the exchange
+bandwidth of one pair of processes, measured in the same run. The header names the
+crossovers in use (``collectives.NATIVE_BYTES``): where "seed speed" crosses 1 is
+where they belong.
 
 ``--gpu``: CuPy arrays, one GPU per rank, against NCCL's allReduce (float32 sums).
 ``--overlap``: the transfer/reduction overlap experiment of docs/collectives.md.
+``--breakdown``: where a large 2-rank allreduce's time goes (docs/collectives.md).
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -26,7 +32,7 @@ import time
 
 import numpy as np
 
-from hetflow.dist import launched_by_mpi, world
+from hetflow.dist import collectives, launched_by_mpi, world
 
 sys.path.append(os.path.dirname(__file__))
 from _common import mpiexec  # noqa: E402
@@ -37,7 +43,9 @@ def main(argv=None) -> int:
     if not launched_by_mpi():
         return _relaunch(args, argv)
     comm = world()
-    if args.overlap:
+    if args.breakdown:
+        rows = breakdown(comm, args)
+    elif args.overlap:
         rows = overlap_experiment(comm, args)
     elif args.gpu:
         rows = gpu_sweep(comm, args)
@@ -65,6 +73,8 @@ def _parse(argv):
     p.add_argument("--gpu", action="store_true", help="CuPy arrays, against NCCL")
     p.add_argument("--overlap", action="store_true",
                    help="measure how far transfers overlap reductions (2 ranks)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="time the parts of one large allreduce (2 ranks)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one short round")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
@@ -137,35 +147,45 @@ def host_sweep(comm, args):
     from mpi4py import MPI
 
     mpi_comm = comm.mpi_comm
+    seed = world()  # the same processes, native path off
+    seed.native_bytes = 0
     check = not args.no_check
     bound = _pair_bandwidth(comm, min(args.max_bytes, 16 << 20)) if comm.size > 1 else None
     rows = []
     for nbytes in _sizes(args):
         x = np.random.default_rng(comm.rank).random(nbytes // 8)
         y = np.empty_like(x)
-        contenders = {
-            "hetflow allreduce": lambda: comm.allreduce(x, out=y, segments=args.segments,
-                                                        check=check),
-            "MPI_Allreduce": lambda: mpi_comm.Allreduce(x, y, op=MPI.SUM),
-        }
+        contenders, paths = {}, {}
+        for what, native in (("allreduce", "MPI_Allreduce"), ("reduce", "MPI_Reduce")):
+            if what == "reduce" and args.no_reduce:
+                continue
+            for who, c in (("hetflow", comm), ("seed", seed)):
+                contenders[f"{who} {what}"] = functools.partial(
+                    getattr(c, what), x, out=y, segments=args.segments, check=check)
+            contenders[f"hetflow {what}"]()
+            paths[what] = comm.last_path
+        contenders["MPI_Allreduce"] = lambda: mpi_comm.Allreduce(x, y, op=MPI.SUM)
         if not args.no_reduce:
-            contenders["hetflow reduce"] = lambda: comm.reduce(
-                x, root=0, out=y, segments=args.segments, check=check)
             contenders["MPI_Reduce"] = lambda: mpi_comm.Reduce(x, y, op=MPI.SUM, root=0)
         best = _time_rounds(comm, contenders, args.seconds, args.rounds)
-        rows.append(_row(nbytes, comm.size, best, "allreduce", "MPI_Allreduce", bound))
+        rows.append(_row(nbytes, comm.size, best, "allreduce", "MPI_Allreduce", bound,
+                         paths["allreduce"]))
         if not args.no_reduce:
-            rows.append(_row(nbytes, comm.size, best, "reduce", "MPI_Reduce", None))
+            rows.append(_row(nbytes, comm.size, best, "reduce", "MPI_Reduce", None,
+                             paths["reduce"]))
     return rows
 
 
-def _row(nbytes, size, best, what, native, bound):
+def _row(nbytes, size, best, what, native, bound, path=None):
     mine, theirs = best[f"hetflow {what}"], best[native]
     factor = 2 * (size - 1) / size if what == "allreduce" else 1.0
-    row = {"collective": what, "bytes": nbytes, "ranks": size,
+    row = {"collective": what, "bytes": nbytes, "ranks": size, "path": path,
            "hetflow_us": mine * 1e6, "native_us": theirs * 1e6, "speed_ratio": theirs / mine,
            "hetflow_busbw_GBs": nbytes / mine * factor / 1e9,
            "native_busbw_GBs": nbytes / theirs * factor / 1e9}
+    if f"seed {what}" in best:
+        row["seed_us"] = best[f"seed {what}"] * 1e6
+        row["seed_speed_ratio"] = theirs / best[f"seed {what}"]
     if bound:
         row["bound_fraction"] = row["hetflow_busbw_GBs"] * 1e9 / bound
         row["pair_bw_GBs"] = bound / 1e9
@@ -216,7 +236,7 @@ def overlap_experiment(comm, args):
     The step is run through hetflow's own pipeline, with and without MPI polls between
     chunks of the reduction, for several segment counts.
     """
-    from hetflow.dist import collectives, schedule
+    from hetflow.dist import schedule
 
     if comm.size != 2:
         raise SystemExit("--overlap needs exactly 2 ranks")
@@ -260,9 +280,68 @@ def overlap_experiment(comm, args):
     return rows
 
 
+# -- breakdown of a large allreduce ---------------------------------------------------------
+
+def breakdown(comm, args):
+    """Time the parts of a 2-rank allreduce of L bytes, each alone, and the whole.
+
+    Its schedule is one distribution step (send L/2, receive L/2, reduce L/2) and one
+    collection step (send L/2, receive L/2): with nothing overlapping, the whole takes
+    two half exchanges plus one reduction pass. The other rows are what hetflow and
+    MPI add to that: packing copies, fresh pages, segments.
+    """
+    from mpi4py import MPI
+
+    if comm.size != 2:
+        raise SystemExit("--breakdown needs exactly 2 ranks")
+    n = max(2, min(args.max_bytes, 64 << 20) // 8)
+    x = np.random.default_rng(comm.rank).random(n)
+    y, scratch = np.empty_like(x), np.empty(n - n // 2)
+    half = x[: n // 2]
+    transport = comm._transport("breakdown")
+    partner = 1 - comm.rank
+    seed = world()
+    seed.native_bytes = 0
+
+    def exchange():
+        transport.wait([transport.irecv(scratch[:half.size], partner, 2),
+                        transport.isend(half, partner, 2)], "breakdown")
+
+    contenders = {
+        "copy L (a packing pass)": lambda: np.copyto(y, x),
+        "fresh L (np.empty + first touch)": lambda: np.empty_like(x).fill(0),
+        "exchange L/2 (one step's transfer)": exchange,
+        "reduce L/2 (np.add, one pass)": lambda: np.add(half, scratch[:half.size],
+                                                        out=y[:half.size]),
+    }
+    for q in (1, 2, 4):
+        contenders[f"hetflow allreduce, segments={q}"] = functools.partial(
+            seed.allreduce, x, out=y, segments=q)
+    contenders["hetflow allreduce, check=False"] = functools.partial(
+        seed.allreduce, x, out=y, check=False)
+    contenders["MPI_Allreduce"] = lambda: comm.mpi_comm.Allreduce(x, y, op=MPI.SUM)
+    best = _time_rounds(comm, contenders, args.seconds, args.rounds)
+    model = 2 * best["exchange L/2 (one step's transfer)"] \
+        + best["reduce L/2 (np.add, one pass)"]
+    best["model: 2 exchanges + 1 reduction"] = model
+    whole = best["hetflow allreduce, segments=2"]
+    return [{"variant": name, "bytes": 8 * n, "ms": t * 1e3, "of_allreduce": t / whole,
+             "busbw_GBs": 8 * n / t / 1e9 if "allreduce" in name.lower() or "model" in name
+             else None} for name, t in best.items()]
+
+
 # -- output ------------------------------------------------------------------------------
 
 def _table(rows, size, args):
+    if args.breakdown:
+        lines = [f"breakdown of a 2-rank allreduce of {rows[0]['bytes']} bytes "
+                 "(busbw = L / time for 2 ranks)",
+                 f"{'part':<36} {'ms':>9} {'of allreduce':>12} {'busbw GB/s':>10}"]
+        for r in rows:
+            bw = "" if r["busbw_GBs"] is None else f"{r['busbw_GBs']:.2f}"
+            lines.append(f"{r['variant']:<36} {r['ms']:9.3f} {r['of_allreduce']:12.2f} "
+                         f"{bw:>10}")
+        return "\n".join(lines)
     if args.overlap:
         lines = [f"overlap of one distribution step, 2 ranks, {rows[0]['bytes']} bytes "
                  "(overlap 1 = fully hidden, 0 = none)",
@@ -273,14 +352,22 @@ def _table(rows, size, args):
         return "\n".join(lines)
     where = "GPUs" if args.gpu else "processes"
     lines = [f"{size} {where}, float{'32' if args.gpu else '64'} sum, segments="
-             f"{args.segments}, check={'off' if args.no_check else 'on'}",
-             f"{'collective':<10} {'bytes':>10} {'hetflow us':>11} {'native us':>11} "
-             f"{'speed':>6} {'busbw GB/s':>11} {'native':>8} {'of bound':>8}"]
+             f"{args.segments}, check={'off' if args.no_check else 'on'}"]
+    if not args.gpu:
+        lines.append("native path up to: " + ", ".join(
+            f"{what} {collectives.native_crossover(what, size)} bytes"
+            for what in collectives.NATIVE_BYTES) + f" (at {size} ranks)")
+    lines.append(f"{'collective':<10} {'bytes':>10} {'path':>9} {'hetflow us':>11} "
+                 f"{'seed us':>10} {'native us':>11} {'speed':>6} {'seed':>6} "
+                 f"{'busbw GB/s':>11} {'native':>8} {'of bound':>8}")
     for r in rows:
         bound = f"{r['bound_fraction']:.2f}" if "bound_fraction" in r else ""
+        seed_us = f"{r['seed_us']:.1f}" if "seed_us" in r else ""
+        seed_speed = f"{r['seed_speed_ratio']:.2f}x" if "seed_us" in r else ""
         lines.append(
-            f"{r['collective']:<10} {r['bytes']:>10} {r['hetflow_us']:>11.1f} "
-            f"{r['native_us']:>11.1f} {r['speed_ratio']:>5.2f}x "
+            f"{r['collective']:<10} {r['bytes']:>10} {r.get('path') or '':>9} "
+            f"{r['hetflow_us']:>11.1f} {seed_us:>10} {r['native_us']:>11.1f} "
+            f"{r['speed_ratio']:>5.2f}x {seed_speed:>6} "
             f"{r['hetflow_busbw_GBs']:>11.3f} {r['native_busbw_GBs']:>8.3f} {bound:>8}")
     if rows and "pair_bw_GBs" in rows[0]:
         lines.append(f"bound: one pair's exchange bandwidth, {rows[0]['pair_bw_GBs']:.2f} "

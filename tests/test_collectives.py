@@ -17,7 +17,7 @@ import pytest
 
 import hetflow
 from hetflow import dist
-from hetflow.dist import schedule
+from hetflow.dist import collectives, schedule
 from hetflow.dist.comm import check_launch
 from hetflow.dist.ops import resolve_op
 from hetflow.errors import CommArgumentError, CommError, DTypeError, ShapeError, UnknownOpError
@@ -61,8 +61,17 @@ def test_results_match_numpy_and_native_mpi(ranks):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 5])
+def test_every_path_matches_numpy_and_is_visible(ranks):
+    output = run_mpi(ranks, "paths_check.py")
+    want = "local 154" if ranks == 1 else "native 102 pipelined 28 small 24"
+    assert f"paths ok on {ranks} ranks: {want}" in output, output
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("mode,ranks", [
-    ("absent-small", 2), ("absent-small", 3), ("absent-check", 3), ("absent-data", 2),
+    ("absent-small", 2), ("absent-small", 3), ("absent-native", 2), ("absent-native", 3),
+    ("absent-user-op", 3), ("absent-check", 3), ("absent-data", 2),
     ("absent-data", 3), ("mismatch", 2), ("mismatch", 3), ("local", 2)])
 def test_failures_raise_on_every_rank(mode, ranks):
     output = run_mpi(ranks, "failures.py", mode)
@@ -349,6 +358,48 @@ def test_ops_are_resolved_by_name_or_function():
     assert resolve_op(np.add).name == "numpy.add"
     assert set(dist.BUILTIN_OPS) == {"sum", "prod", "min", "max", "and", "or", "xor",
                                      "land", "lor", "lxor"}
+
+
+@pytest.mark.parametrize("op,dtype,mpi_name", [
+    ("sum", np.float64, "SUM"), ("prod", np.complex64, "PROD"), ("min", np.int8, "MIN"),
+    ("max", np.uint64, "MAX"), ("band", np.int32, "BAND"), ("xor", np.uint16, "BXOR"),
+    ("land", np.bool_, "LAND"), ("lxor", np.int64, "LXOR"),
+    ("max", np.bool_, None), ("bxor", np.bool_, None), ("sum", np.float16, None),
+    ("sum", np.dtype(">f8"), None), ("sum", np.dtype([("a", np.float64)]), None),
+    (np.add, np.float64, None),
+])
+def test_only_ops_mpi_has_for_the_dtype_go_native(op, dtype, mpi_name):
+    # MPI-4.0 §6.9.2: which predefined op takes which C type
+    assert collectives.mpi_op_name(resolve_op(op), np.dtype(dtype)) == mpi_name
+
+
+def test_path_follows_size_and_rank_count():
+    class Ranks:
+        native_bytes, small_bytes = None, 64 << 10
+
+        def __init__(self, size):
+            self.size = size
+
+    f8, add, total = np.dtype(np.float64), resolve_op("sum"), resolve_op(np.add)
+    for size in (2, 3, 5):
+        crossover = collectives.native_crossover("allreduce", size)
+        assert crossover == collectives.NATIVE_BYTES["allreduce"][min(size, 3)]
+        for n, path in ((0, "native"), (crossover // 8, "native"),
+                        (crossover // 8 + 1, "pipelined")):
+            x = np.zeros(n, f8)
+            assert collectives.choose_path(Ranks(size), "allreduce", x, add) == path
+        assert collectives.choose_path(Ranks(size), "allreduce", np.zeros(9), total) == "small"
+    off = Ranks(2)
+    off.native_bytes = 0
+    assert collectives.choose_path(off, "reduce", np.zeros(9), add) == "small"
+    assert collectives.choose_path(Ranks(1), "reduce", np.zeros(9), add) == "local"
+
+
+def test_one_process_path_is_visible(comm, caplog):
+    with caplog.at_level("DEBUG", logger="hetflow.dist"):
+        comm.allreduce(np.ones(3))
+    assert comm.last_path == "local"
+    assert "allreduce of 24 bytes (float64, op sum) on rank 0 of 1: local path" in caplog.text
 
 
 def test_kernel_is_recognised_as_an_op():

@@ -26,10 +26,13 @@ DTYPES = (np.float64, np.float32, np.int32, np.int64, np.bool_)
 STRUCT = np.dtype([("x", np.float64), ("n", np.int32), ("v", np.float32, (2,))])
 
 comm = dist.world(timeout=60)
-pipelined = dist.world(timeout=60)  # the same processes, small-message path off,
-pipelined.small_bytes = 0  # and halves cut into as many segments as asked
-pipelined.min_segment_bytes = 1
+pipelined = dist.world(timeout=60)  # the same processes, native and small paths off,
+pipelined.native_bytes = pipelined.small_bytes = 0  # and halves cut into as many
+pipelined.min_segment_bytes = 1  # segments as asked
+native_comm = dist.world(timeout=60)  # MPI's own collective at every size it can do
+native_comm.native_bytes = 1 << 62
 world = MPI.COMM_WORLD
+PATHS = {comm: "default", pipelined: "seed pipelined", native_comm: "native where possible"}
 rank, size = comm.rank, comm.size
 cases = 0
 
@@ -115,8 +118,8 @@ def check(x, op, what, segments=2, roots=(0,), out_view=None):
     native = native_oracle(x, op)
     if native is not None:
         assert_same(native, want.reshape(native.shape), x.dtype, f"oracles {what}")
-    for c in (comm, pipelined):
-        how = f"{what} ({'small path allowed' if c.small_bytes else 'pipelined path'})"
+    for c in (comm, pipelined, native_comm):
+        how = f"{what} ({PATHS[c]} paths)"
         got = c.allreduce(x, op=op, segments=segments)
         assert_same(got, want.reshape(x.shape), x.dtype, f"allreduce {how}")
         if out_view is not None:
@@ -158,7 +161,7 @@ def main():
     check(data(12, np.int32, 6).reshape(3, 4)[:, ::2], "max", "2-D strided view")
     check(np.float64(rank + 0.5), "sum", "0-d")
     # in place: out is x
-    for c in (comm, pipelined):
+    for c in (comm, pipelined, native_comm):
         x = data(5003, np.float32, 7)
         want = numpy_oracle(x, "sum")
         assert c.allreduce(x, out=x) is x
@@ -172,13 +175,13 @@ def main():
         everyone = gather(y)
         assert_same(got, functools.reduce(lambda a, b: np.where(abs(a) >= abs(b), a, b),
                                           everyone), y.dtype, "callable signed absmax")
-    # a path mismatch is caught like any other: ranks may not set small_bytes differently
+    # a path mismatch is caught like any other: ranks may not set the thresholds differently
     odd = dist.world(timeout=60)
-    odd.small_bytes = 0 if rank == size - 1 else 1 << 16
+    odd.small_bytes = odd.native_bytes = 0 if rank == size - 1 else 1 << 16
     if size > 1:
         try:
             odd.allreduce(np.ones(100))
-            raise AssertionError("no CommMismatchError for differing small_bytes")
+            raise AssertionError("no CommMismatchError for differing thresholds")
         except CommMismatchError as exc:
             assert "path" in str(exc), exc
     # about a million elements

@@ -1,10 +1,12 @@
 """Run under mpiexec by tests/test_collectives.py: how collectives fail.
 
 ``python failures.py MODE`` with MODE one of
-  absent-small, absent-check, absent-data: the last rank never calls allreduce (a small
-      message; a large one with the argument check; a large one with check=False); the
-      others must raise CommTimeoutError after the 2 s timeout, and the communicator
-      must refuse further use;
+  absent-small, absent-native, absent-user-op, absent-check, absent-data: the last rank
+      never calls allreduce (a small message with the argument check; one with
+      check=False, on the native path; one of a user op, on the small path; a large one
+      with the argument check; a large one with check=False); the others must raise
+      CommTimeoutError after the 2 s timeout, and the communicator must refuse
+      further use;
   mismatch: ranks disagree on length, dtype, op, root or path; every rank must raise
       CommMismatchError naming what differs, and the communicator must stay usable;
   local: an op that does not fit the dtype raises DTypeError on the calling rank alone,
@@ -30,12 +32,12 @@ def expect(exc_type, fn, *words):
     raise AssertionError(f"{exc_type.__name__} not raised")
 
 
-def absent(comm, n, check):
+def absent(comm, n, check, op="sum"):
     last = comm.size - 1
     if comm.rank == last:
         return  # never arrives
     x = np.ones(n)
-    exc = expect(CommTimeoutError, lambda: comm.allreduce(x, check=check),
+    exc = expect(CommTimeoutError, lambda: comm.allreduce(x, op=op, check=check),
                  "no answer within 2 s", "allreduce")
     assert isinstance(exc, TimeoutError)
     expect(CommError, lambda: comm.allreduce(x), "unusable", "timed out")
@@ -75,6 +77,10 @@ def main(mode):
     comm = dist.world(timeout=2)
     if mode == "absent-small":
         absent(comm, 10, True)
+    elif mode == "absent-native":
+        absent(comm, 10, False)
+    elif mode == "absent-user-op":
+        absent(comm, 10, False, op=lambda a, b, out: np.add(a, b, out=out))
     elif mode == "absent-check":
         absent(comm, 200_000, True)
     elif mode == "absent-data":

@@ -1,17 +1,19 @@
 """Checking that all ranks called the same collective, fused with small reductions.
 
 Every rank reduces a *header* (collective, length, dtype, op, root, segments, buffer
-kind, path) to a 56-bit digest. Recursive doubling over the ranks (folding the ranks
-beyond a power of two, as the reduction does) computes the maximum and minimum digest
-on every rank: they differ exactly when some ranks disagree, and then every rank
+kind, path) to a 56-bit digest. ``agree`` computes the maximum and minimum digest on
+every rank with one native ``MPI_Iallreduce`` (MAX of [digest, -digest]), the same
+tiny call whatever path the data then takes, so ranks that chose different paths
+still meet in it. The two differ exactly when some ranks disagree, and then every rank
 raises CommMismatchError, after gathering the headers to say who disagrees on what.
 
-For small messages the payload rides in the same messages ([max, min] + data): one
-message per step does both the check and the reduction, so checking costs nothing.
-A rank reduces a partner's payload only when the partner's [max, min] are both its
-own digest, so mismatched lengths never corrupt memory. Receives are sized for the
-largest small payload, so a rank on the small path and one on the large path still
-match their messages and both learn of the mismatch.
+``small_allreduce`` is the small-message path of the ops and dtypes MPI cannot reduce
+natively: recursive doubling over the ranks (folding the ranks beyond a power of two,
+as the reduction does) whose messages carry [max, min] digest and data together, so
+the check rides with the data even when ``agree`` was skipped (``check=False``). A
+rank reduces a partner's payload only when the partner's [max, min] are both its own
+digest, so mismatched lengths never corrupt memory; receives are sized for the
+largest small payload.
 """
 from __future__ import annotations
 
@@ -34,15 +36,24 @@ _digests = {}
 _mailboxes = {}
 
 
-def header(name, n, dtype, reduce_op, root, segments, buffers, small):
+def header(name, n, dtype, reduce_op, root, segments, buffers, path):
     """What every rank must agree on before data moves (fields: HEADER_FIELDS)."""
-    return (name, n, dtype, reduce_op.name, root, segments, buffers,
-            "small" if small else "pipelined")
+    return (name, n, dtype, reduce_op.name, root, segments, buffers, path)
+
+
+_stamp = np.empty(2, np.int64)  # [digest, -digest], reduced by MAX to [max, -min]
+_seen = np.empty(2, np.int64)
 
 
 def agree(comm, transport, head) -> None:
     """Raise CommMismatchError on every rank unless all ranks passed the same ``head``."""
-    _rounds(comm, transport, head, None, None)
+    digest = _digest(head)
+    _stamp[0], _stamp[1] = digest, -digest
+    link = transport.link
+    transport.wait([link.comm.Iallreduce(_stamp, _seen, op=link.MPI.MAX)],
+                   "checking that all ranks made the same call")
+    if _seen[0] != -_seen[1]:
+        _mismatch(comm, head)
 
 
 def small_allreduce(comm, transport, head, reduce_op, source):
@@ -69,10 +80,8 @@ class _Mailbox:
         self.message = np.empty(_HEAD + nbytes, np.uint8)
         self.stamp = self.message[:_HEAD].view(np.int64)  # [max, min] digest seen
         self.heard = self.inbox[:_HEAD].view(np.int64)
-        self.payload = self.arrived = None
-        if dtype is not None:
-            self.payload = self.message[_HEAD:].view(dtype)
-            self.arrived = self.inbox[_HEAD:_HEAD + nbytes].view(dtype)
+        self.payload = self.message[_HEAD:].view(dtype)
+        self.arrived = self.inbox[_HEAD:_HEAD + nbytes].view(dtype)
 
 
 def _mailbox(nbytes, dtype) -> _Mailbox:
@@ -87,11 +96,8 @@ def _mailbox(nbytes, dtype) -> _Mailbox:
 
 def _rounds(comm, transport, head, reduce_op, source):
     digest = _digest(head)
-    if source is None:
-        box = _mailbox(0, None)
-    else:
-        box = _mailbox(source.nbytes, source.dtype)
-        box.payload[...] = source
+    box = _mailbox(source.nbytes, source.dtype)
+    box.payload[...] = source
     payload, arrived, heard = box.payload, box.arrived, box.heard
     high = low = digest
     for step in schedule.plan(comm.rank, comm.size, 0, 0, True, True):
@@ -107,17 +113,21 @@ def _rounds(comm, transport, head, reduce_op, source):
         their_high, their_low = heard.tolist()
         same = their_high == digest and their_low == digest
         if step.reduce:  # fold or recursive doubling: merge
-            if same and payload is not None:
+            if same:
                 reduce_op.combine(payload, arrived, payload)
             high, low = max(high, their_high), min(low, their_low)
         else:  # unfold: the partner's result is the result
             high, low = their_high, their_low
-            if same and payload is not None:
+            if same:
                 payload[...] = arrived
     if high != low:
-        readable = tuple(str(value) for value in head)
-        raise CommMismatchError(_describe(comm.allgather(readable)))
+        _mismatch(comm, head)
     return payload
+
+
+def _mismatch(comm, head):
+    readable = tuple(str(value) for value in head)
+    raise CommMismatchError(_describe(comm.allgather(readable)))
 
 
 def _digest(head) -> int:

@@ -1,5 +1,15 @@
 """Global ``reduce`` and ``allreduce`` across processes (SPEC §5), on host buffers.
 
+Each call takes one of three paths, chosen from the size, the rank count, the op and
+the dtype (:func:`choose_path`; the choice is ``comm.last_path`` and a debug log line):
+
+* ``native``: MPI's own ``MPI_Allreduce``/``MPI_Reduce``, for built-in ops on
+  dtypes MPI reduces itself, up to the crossover :data:`NATIVE_BYTES` measured by
+  ``hetflow bench allreduce`` (below it MPI's C code beats any Python schedule);
+* ``small``: recursive doubling on whole vectors fused with the argument check
+  (:mod:`hetflow.dist.agreement`), for small messages of user ops and other dtypes;
+* ``pipelined``: SPEC §5's pipelined halving, everything else.
+
 The schedule comes from :mod:`hetflow.dist.schedule`; this module runs it over MPI.
 In a step of the distribution phase the sent half is cut into ``segments`` pieces:
 segment j goes to the partner while the partner's segment j arrives (Isend/Irecv),
@@ -12,10 +22,13 @@ GPU arrays go to :mod:`hetflow.dist.gpu`.
 """
 from __future__ import annotations
 
+import functools
+import logging
+
 import numpy as np
 
 from hetflow.dist import agreement, schedule
-from hetflow.dist.ops import resolve_op
+from hetflow.dist.ops import BuiltinOp, resolve_op
 from hetflow.errors import CommArgumentError, ShapeError
 
 # Reduce a received segment in chunks of about this many bytes, polling MPI between
@@ -31,6 +44,27 @@ MIN_SEGMENT_BYTES = 1 << 20
 # agreement.MAX_SMALL_BYTES. Below it, the pipelined path's extra exchanges cost more
 # than they save (docs/collectives.md has the measurements).
 SMALL_BYTES = 64 << 10
+
+# Messages up to NATIVE_BYTES[collective][rank-count class] bytes of a built-in op on a
+# dtype MPI reduces go to MPI's own collective; larger ones to the pipelined halving.
+# Classes: 2 ranks, and 3 or more. From `hetflow bench allreduce`: where its "seed"
+# column (the seed algorithm against MPI's) crosses 1. 2 ranks: the dev box (2 cores)
+# and the H100 host agree, the seed wins from 1 MiB; 3 or more: the quiet 32-core
+# host's 4-rank figures, not yet re-measured (docs/collectives.md).
+NATIVE_BYTES = {"allreduce": {2: 512 << 10, 3: 1 << 20},
+                "reduce": {2: 512 << 10, 3: 256 << 10}}
+
+# The MPI op of each built-in op, and the dtype kinds MPI's op takes (MPI-4.0 §6.9.2:
+# no MIN/MAX on complex or C_BOOL, bitwise ops on integers only, no half floats).
+_MPI_OPS = {"sum": ("SUM", "iufc"), "prod": ("PROD", "iufc"), "min": ("MIN", "iuf"),
+            "max": ("MAX", "iuf"), "and": ("BAND", "iu"), "or": ("BOR", "iu"),
+            "xor": ("BXOR", "iu"), "land": ("LAND", "iub"), "lor": ("LOR", "iub"),
+            "lxor": ("LXOR", "iub")}
+_MPI_CHARS = frozenset("?bBhHiIlLqQfdFD")  # C types with a predefined MPI datatype
+
+NATIVE, SMALL, PIPELINED, LOCAL = "native", "small", "pipelined", "local"
+
+log = logging.getLogger("hetflow.dist")
 
 
 def allreduce(comm, x, op="sum", out=None, segments=2, check=True):
@@ -51,6 +85,7 @@ def _collective(comm, name, x, op, root, out, segments, check, to_all):
     if _on_device(x) or _on_device(out):
         from hetflow.dist import gpu
 
+        comm.last_path = "gpu"  # staged through the host, it becomes the host path
         return gpu.collective(comm, name, x, reduce_op, root, out, segments, check, to_all)
     return reduce_host(comm, name, np.asarray(x), reduce_op, root, out, segments, check,
                        to_all)
@@ -64,24 +99,98 @@ def reduce_host(comm, name, x, reduce_op, root, out, segments, check, to_all):
         _check_out(x, out)
     else:
         out = None  # significant at the root only, as in MPI
-    if comm.size == 1:
+    path = choose_path(comm, name, x, reduce_op)
+    comm.last_path = path
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s of %d bytes (%s, op %s) on rank %d of %d: %s path", name, x.nbytes,
+                  x.dtype, reduce_op.name, comm.rank, comm.size, path)
+    if path == LOCAL:
         return run_host(comm, x, reduce_op, root, out, segments, to_all, is_root)
-    small = is_small(comm, x.nbytes)
-    head = agreement.header(name, x.size, x.dtype, reduce_op, 0 if to_all else root,
-                            (segments, comm.min_segment_bytes), "host", small)
     transport = comm._transport(name)
-    if small:
+    if check or path == SMALL:
+        head = agreement.header(name, x.size, x.dtype, reduce_op, 0 if to_all else root,
+                                (segments, comm.min_segment_bytes), "host", path)
+    if check:  # the same native call on every path: ranks on different paths meet
+        agreement.agree(comm, transport, head)
+    if path == NATIVE:
+        return run_native(transport, x, reduce_op, root, out, to_all, is_root,
+                          blocking=check)
+    if path == SMALL:  # checks again, in its own messages: free, and kept with check off
         value = agreement.small_allreduce(comm, transport, head, reduce_op,
                                           np.ascontiguousarray(x).reshape(-1))
         return _deliver(value, x, out) if is_root else None
-    if check:
-        agreement.agree(comm, transport, head)
     return run_host(comm, x, reduce_op, root, out, segments, to_all, is_root, transport)
+
+
+def choose_path(comm, name, x, reduce_op) -> str:
+    """The path a ``name`` collective of ``x`` with ``reduce_op`` takes on ``comm``.
+
+    A function of what every rank agrees on (size, dtype, op, rank count, the
+    communicator's thresholds), so all ranks choose alike when their calls match.
+    """
+    if comm.size == 1:
+        return LOCAL
+    limit = comm.native_bytes
+    if limit is None:
+        limit = native_crossover(name, comm.size)
+    if x.nbytes <= limit and mpi_op_name(reduce_op, x.dtype):
+        return NATIVE
+    return SMALL if is_small(comm, x.nbytes) else PIPELINED
+
+
+@functools.lru_cache(maxsize=64)  # on every call's critical path: latency counts
+def native_crossover(name, size) -> int:
+    """The measured crossover of ``name`` at ``size`` ranks (:data:`NATIVE_BYTES`)."""
+    classes = NATIVE_BYTES[name]
+    return classes[max(c for c in classes if c <= max(size, 2))]
+
+
+@functools.lru_cache(maxsize=256)
+def mpi_op_name(reduce_op, dtype) -> str | None:
+    """The name of MPI's predefined op computing ``reduce_op`` on ``dtype``, if any."""
+    if not isinstance(reduce_op, BuiltinOp) or not dtype.isnative \
+            or dtype.char not in _MPI_CHARS:
+        return None
+    mpi_name, kinds = _MPI_OPS[reduce_op.name]
+    return mpi_name if dtype.kind in kinds else None
 
 
 def is_small(comm, nbytes) -> bool:
     """Whether a message of ``nbytes`` takes the small-message path on ``comm``."""
     return nbytes <= min(comm.small_bytes, agreement.MAX_SMALL_BYTES)
+
+
+def run_native(transport, x, reduce_op, root, out, to_all, is_root, blocking):
+    """MPI's own collective: blocking after a passed argument check, else non-blocking
+    and waited on with the deadline.
+
+    The check proves every rank is in this very call with matching arguments, so the
+    blocking call (no polling from Python: 2.9 against 4.0 µs for 8 bytes, MPICH on
+    the dev box) cannot wait on an absent peer; only on one that dies in between,
+    and the launcher then ends the job.
+    """
+    mpi = transport.link.MPI
+    op = getattr(mpi, mpi_op_name(reduce_op, x.dtype))
+    result = out if out is not None else (np.empty(x.shape, x.dtype) if is_root else None)
+    recv = result
+    if result is not None and not result.flags.c_contiguous:
+        recv = np.empty(x.shape, x.dtype)  # MPI writes contiguous buffers only
+    send = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+    if out is not None and _may_overlap(send, recv):
+        send = mpi.IN_PLACE if _same_memory(send, recv) else send.copy()
+    mpi_comm = transport.link.comm
+    if blocking and to_all:
+        mpi_comm.Allreduce(send, recv, op=op)
+    elif blocking:
+        mpi_comm.Reduce(send, recv, op=op, root=root)
+    elif to_all:
+        transport.wait([mpi_comm.Iallreduce(send, recv, op=op)], "native MPI_Iallreduce")
+    else:
+        transport.wait([mpi_comm.Ireduce(send, recv, op=op, root=root)],
+                       "native MPI_Ireduce")
+    if recv is not result:
+        result[...] = recv
+    return result
 
 
 def _deliver(value, x, out):
@@ -211,6 +320,12 @@ def _packed_source(x, work):
     return flat
 
 
+def _may_overlap(a, b):
+    """Whether ``a`` and ``b`` may share bytes; two arrays that each own their memory
+    cannot, and telling that first saves ``may_share_memory``'s cost on small calls."""
+    return a is b or not (a.base is None and b.base is None) and np.may_share_memory(a, b)
+
+
 def _same_memory(a, b):
     """True when contiguous ``a`` and ``b`` are the very same bytes."""
     return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
@@ -222,12 +337,16 @@ def _overlap(a, b):
 
 
 def _check_segments(segments):
+    if type(segments) is int and segments >= 1:  # the common case, first: latency
+        return
     if isinstance(segments, bool) or not isinstance(segments, (int, np.integer)) \
             or segments < 1:
         raise CommArgumentError(f"segments must be an integer >= 1, not {segments!r}")
 
 
 def _check_root(root, size):
+    if type(root) is int and 0 <= root < size:  # the common case, first: latency
+        return
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)) \
             or not 0 <= root < size:
         raise CommArgumentError(f"root must be a rank in 0..{size - 1}, not {root!r}")
@@ -246,4 +365,5 @@ def _check_out(x, out):
 
 
 def _on_device(arr) -> bool:
-    return arr is not None and hasattr(arr, "__cuda_array_interface__")
+    return arr is not None and type(arr) is not np.ndarray \
+        and hasattr(arr, "__cuda_array_interface__")

@@ -62,19 +62,25 @@ def world(timeout: float | None = None) -> "Communicator":
 class Communicator(abc.ABC):
     """A group of ``size`` processes; this one is number ``rank``.
 
-    ``small_bytes``: messages up to this size (default 64 KiB, at most 256 KiB) take
-    the small-message path, recursive doubling on whole vectors; larger ones the
+    ``native_bytes``: messages of built-in ops on dtypes MPI reduces, up to this size,
+    go to MPI's own collective (default None: the measured crossover,
+    ``collectives.NATIVE_BYTES``, by collective and rank count; 0 turns it off).
+    ``small_bytes``: other messages up to this size (default 64 KiB, at most 256 KiB)
+    take the small-message path, recursive doubling on whole vectors; larger ones the
     pipelined halving. ``min_segment_bytes``: no segment is cut smaller than this
     (default None: 1 MiB for host buffers, 32 MiB for GPU ones), so ``segments``
-    applies to large messages only. Both must be the same on every rank (a
-    difference is reported as CommMismatchError). ``timeout``: seconds any one wait
-    may last.
+    applies to large messages only. All three must be the same on every rank (a
+    difference is reported as CommMismatchError). ``last_path``: the path of this
+    process's last collective (``collectives.choose_path``). ``timeout``: seconds
+    any one wait may last.
     """
 
     rank: int = 0
     size: int = 1
+    native_bytes: int | None = None
     small_bytes: int = collectives.SMALL_BYTES
     min_segment_bytes: int | None = None
+    last_path: str | None = None
 
     def __init__(self, timeout: float):
         self.timeout = timeout
@@ -87,8 +93,10 @@ class Communicator(abc.ABC):
         array of x's shape and dtype to hold the result (may be ``x`` itself).
         ``segments``: pieces each half is cut into, to overlap transfer and reduction.
         ``check``: first verify that all ranks agree on length, dtype, op, root and
-        segments (log2 N tiny exchanges; CommMismatchError on every rank when they do
-        not). Small messages are always checked: the check rides with their data.
+        segments (one tiny native MPI_Iallreduce; CommMismatchError on every rank
+        when they do not). Small messages of ops MPI cannot reduce natively are always
+        checked: the check rides with their data. Below a measured size, built-in ops
+        run MPI's own collective (``last_path`` says which path a call took).
         Returns the result (``out`` when given); NumPy in, NumPy out; CuPy in, CuPy out.
         Every rank must make the same collective calls in the same order, as in MPI.
         """

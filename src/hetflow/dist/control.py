@@ -136,10 +136,14 @@ class Channel:
 
     def _cancel(self, requests) -> None:
         # Receives cancel reliably; a large send whose receiver is gone may not, and is
-        # left behind (MPI_Finalize does not wait for it).
+        # left behind (MPI_Finalize does not wait for it), as is a collective's request
+        # (the collectives' argument check and native path), which MPI cannot cancel.
         for request in requests:
             if request != self.MPI.REQUEST_NULL and not request.Test():
-                request.Cancel()
+                try:
+                    request.Cancel()
+                except self.MPI.Exception:
+                    pass
 
     def _break(self, error: CommError) -> None:
         self.broken = error

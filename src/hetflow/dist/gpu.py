@@ -43,7 +43,8 @@ def collective(comm, name, x, reduce_op, root, out, segments, check, to_all):
         if comm.size > 1 and check:
             head = agreement.header(name, x.size, x.dtype, reduce_op,
                                     0 if to_all else root,
-                                    (segments, comm.min_segment_bytes), "cuda", small)
+                                    (segments, comm.min_segment_bytes), "cuda",
+                                    "small" if small else "pipelined")
             agreement.agree(comm, comm._transport(name), head)
         return _on_device(comm, name, cp, x, reduce_op, root, out, segments, to_all,
                           small, is_root)

@@ -3,16 +3,15 @@
 The demo under mpiexec (marked ``mpi``) is checked against the one-process demo: the
 same residual, one summary whose rows add up to the grid, one trace and one picture.
 """
-import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from launcher import mpiexec as _mpiexec
 
 import hetflow
 from hetflow.cli.demo import STARTUP
@@ -99,14 +98,6 @@ def test_version_and_unknown_benchmark():
     assert out.returncode != 0 and "no benchmark 'no-such-bench'; available:" in out.stderr
 
 
-@functools.lru_cache(maxsize=1)
-def _mpiexec():
-    beside = Path(sys.executable).with_name("mpiexec")
-    exe = str(beside) if beside.exists() else shutil.which("mpiexec")
-    if exe is None:
-        pytest.skip("mpiexec not found (install hetflow[mpi])")
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
-    return (exe, "--oversubscribe") if "Open MPI" in version else (exe,)
 
 
 @pytest.mark.mpi

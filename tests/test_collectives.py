@@ -5,15 +5,14 @@ the schedule is checked here by executing every rank's plan in one process, and 
 one-process communicator directly.
 """
 import collections
-import functools
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from launcher import mpiexec as _mpiexec
 
 import hetflow
 from hetflow import dist
@@ -29,14 +28,6 @@ LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE
 
 # -- under mpiexec --------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=1)
-def _mpiexec():
-    beside = Path(sys.executable).with_name("mpiexec")
-    exe = str(beside) if beside.exists() else shutil.which("mpiexec")
-    if exe is None:
-        pytest.skip("mpiexec not found (install hetflow[mpi])")
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
-    return [exe, "--oversubscribe"] if "Open MPI" in version else [exe]
 
 
 def run_mpi(ranks, script, *args, env=None, timeout=120):

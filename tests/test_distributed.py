@@ -6,16 +6,15 @@ Runs on several ranks go through mpiexec (scripts in tests/mpi/distributed_*.py,
 one-process behaviour, the interpreters' decisions and every bad input are checked
 here in-process (a run not started by mpiexec is a run of one rank).
 """
-import functools
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from launcher import mpiexec as _mpiexec
 
 import hetflow
 from hetflow import dist
@@ -323,14 +322,6 @@ def test_cpu_threads_setting(monkeypatch):
 
 # -- under mpiexec -----------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=1)
-def _mpiexec():
-    beside = Path(sys.executable).with_name("mpiexec")
-    exe = str(beside) if beside.exists() else shutil.which("mpiexec")
-    if exe is None:
-        pytest.skip("mpiexec not found (install hetflow[mpi])")
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
-    return [exe, "--oversubscribe"] if "Open MPI" in version else [exe]
 
 
 def _environment():

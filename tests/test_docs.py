@@ -92,7 +92,7 @@ def test_the_quickstart_uses_the_gpu_where_there_is_one(tmp_path):
 @pytest.mark.mpi
 @pytest.mark.parametrize("block", _params(lambda needs: needs == {"mpi"}))
 def test_block_runs_under_mpiexec(block, tmp_path):
-    from test_collectives import _mpiexec
+    from launcher import mpiexec as _mpiexec
 
     _run(block, tmp_path, gpu=False, launcher=[*_mpiexec(), "-n", "2"])
 
@@ -101,7 +101,7 @@ def test_block_runs_under_mpiexec(block, tmp_path):
 @pytest.mark.mpi
 @pytest.mark.parametrize("block", _params(lambda needs: needs == {"gpu", "mpi"}))
 def test_block_runs_under_mpiexec_with_a_gpu(block, tmp_path):
-    from test_collectives import _mpiexec
+    from launcher import mpiexec as _mpiexec
 
     ranks = min(2, sum(d.kind == "gpu" for d in hetflow.devices()))  # NCCL: one GPU per rank
     _run(block, tmp_path, gpu=True, launcher=[*_mpiexec(), "-n", str(ranks)])

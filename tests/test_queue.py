@@ -613,3 +613,20 @@ def test_gpu_busy_with_another_process_sends_work_to_the_cpu():
         ev = q.enqueue(axpy, 1024, 2.0, x, y, device="gpu0")
     assert ev.profile.device == "gpu0"
     np.testing.assert_array_equal(y, x)
+
+
+def test_a_queue_whose_context_was_released_once_too_often_refuses_work():
+    """The application's extra release takes the queue's own reference: the next enqueue
+    raises InvalidContextError there, and closing the queue does not raise."""
+    from hetflow.errors import InvalidContextError
+
+    ctx = hetflow.Context("cpu0")
+    q = hetflow.Queue(ctx)
+    x = np.zeros(4)
+    q.enqueue(hetflow.library.fill, 4, 1.0, x).wait(timeout=30)
+    ctx.release()
+    ctx.release()  # one too many: the queue's reference
+    with pytest.raises(InvalidContextError, match="was released"):
+        q.enqueue(hetflow.library.fill, 4, 2.0, x)
+    q.close()
+    np.testing.assert_array_equal(x, 1.0)

@@ -299,7 +299,8 @@ class _Core:
                 self._submit_locked(inst, time.perf_counter())
             if self.outstanding == 0:
                 self._wake_all_locked()
-        self.context.release()
+        if self.context.refcount > 0:  # the application may have released our reference too
+            self.context.release()
 
 
 def _slots(device: Device, slots) -> int:
@@ -433,6 +434,8 @@ class Queue:
         but start it only at :meth:`submit` (others may already wait for it).
         """
         core = self._core
+        if not core.closed:  # released (also by one release too many): InvalidContextError here
+            core.context.check()
         rec = _kernels.get(kernel) if type(kernel) is Kernel else None
         if rec is None:
             rec = _register(kernel)

@@ -63,7 +63,7 @@ def test_every_path_matches_numpy_and_is_visible(ranks):
 @pytest.mark.parametrize("mode,ranks", [
     ("absent-small", 2), ("absent-small", 3), ("absent-native", 2), ("absent-native", 3),
     ("absent-user-op", 3), ("absent-check", 3), ("absent-data", 2),
-    ("absent-data", 3), ("mismatch", 2), ("mismatch", 3), ("local", 2)])
+    ("absent-data", 3), ("mismatch", 2), ("mismatch", 3), ("mismatch-unchecked", 2), ("local", 2)])
 def test_failures_raise_on_every_rank(mode, ranks):
     output = run_mpi(ranks, "failures.py", mode)
     for rank in range(ranks):

@@ -9,6 +9,8 @@
       further use;
   mismatch: ranks disagree on length, dtype, op, root or path; every rank must raise
       CommMismatchError naming what differs, and the communicator must stay usable;
+  mismatch-unchecked: lengths differ with check=False; where MPI fails, every error
+      raised is hetflow's CommError;
   local: an op that does not fit the dtype raises DTypeError on the calling rank alone,
       before any message is sent (the others never call and nothing hangs).
 Each rank prints "rank R: MODE ok".
@@ -65,6 +67,17 @@ def mismatch(comm):
     assert np.all(got == comm.size * (comm.size + 1) / 2), got[:3]
 
 
+def mismatch_unchecked(comm):
+    """check=False: a length that differs between ranks is not found before the data
+    moves; where MPI then fails, the error is hetflow's CommError naming the collective
+    (never mpi4py's own exception)."""
+    r = comm.rank
+    try:
+        comm.allreduce(np.ones(100_000 + r), check=False)
+    except CommError as exc:
+        assert "allreduce on rank" in str(exc) and "check=True" in str(exc), str(exc)
+
+
 def local(comm):
     if comm.rank == 0:
         expect(DTypeError, lambda: comm.allreduce(np.ones(8), op="band"), "band", "float64")
@@ -87,6 +100,8 @@ def main(mode):
         absent(comm, 200_000, False)
     elif mode == "mismatch":
         mismatch(comm)
+    elif mode == "mismatch-unchecked":
+        mismatch_unchecked(comm)
     elif mode == "local":
         local(comm)
     else:

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 
 import numpy as np
 
 from hetflow.dist import agreement, schedule
 from hetflow.dist.ops import BuiltinOp, resolve_op
-from hetflow.errors import CommArgumentError, ShapeError
+from hetflow.errors import CommArgumentError, CommError, ShapeError
 
 # Reduce a received segment in chunks of about this many bytes, polling MPI between
 # chunks: MPICH moves a large message only inside MPI calls (see docs/collectives.md).
@@ -82,13 +83,29 @@ def _collective(comm, name, x, op, root, out, segments, check, to_all):
     reduce_op = resolve_op(op)
     _check_segments(segments)
     _check_root(root, comm.size)
-    if _on_device(x) or _on_device(out):
-        from hetflow.dist import gpu
+    try:
+        if _on_device(x) or _on_device(out):
+            from hetflow.dist import gpu
 
-        comm.last_path = "gpu"  # staged through the host, it becomes the host path
-        return gpu.collective(comm, name, x, reduce_op, root, out, segments, check, to_all)
-    return reduce_host(comm, name, np.asarray(x), reduce_op, root, out, segments, check,
-                       to_all)
+            comm.last_path = "gpu"  # staged through the host, it becomes the host path
+            return gpu.collective(comm, name, x, reduce_op, root, out, segments, check, to_all)
+        return reduce_host(comm, name, np.asarray(x), reduce_op, root, out, segments, check,
+                           to_all)
+    except _mpi_exception() as exc:  # MPI's own error: as hetflow's, naming what and where
+        raise CommError(f"{name} on rank {comm.rank}: MPI failed ({exc})"
+                        + ("; with check=False, arguments that differ between ranks are not "
+                           "found before the data moves: call with check=True to find them"
+                           if not check else "")) from exc
+
+
+def _mpi_exception():
+    """mpi4py's exception class once MPI is loaded (an exception no call raises, before)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi.Exception if mpi is not None else _NoMPI
+
+
+class _NoMPI(Exception):
+    """Stands for mpi4py's exception class while MPI is not loaded."""
 
 
 def reduce_host(comm, name, x, reduce_op, root, out, segments, check, to_all):

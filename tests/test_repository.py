@@ -315,3 +315,31 @@ def test_co_map_functions_enter_the_variant_by_their_code():
     assert variant_key(lowered(reverse)) == variant_key(lowered(reverse))
     assert variant_key(lowered(reverse)) != variant_key(lowered(identity))
     assert variant_key(lowered(reverse)) != variant_key(lowered(reverse), checked=True)
+
+
+@pytest.mark.parametrize("case", ["the cache folder is a file", "kernels/ is a file"])
+def test_an_unusable_cache_falls_back_to_a_private_repository(tmp_path, case):
+    """A cache path that cannot hold entries costs the process its reuse of compiled
+    code, with one warning, never its run."""
+    cache = tmp_path / "cache"
+    if case == "kernels/ is a file":
+        cache.mkdir()
+        cache = cache / "kernels"
+    cache.write_text("not a folder")
+    result, stderr = _run(tmp_path, cache if case != "kernels/ is a file" else cache.parent)
+    assert result["compiled"] == 1
+    assert stderr.count("cannot be used") == 1 and "keeps its executables in" in stderr
+
+
+def test_an_entry_replaced_by_a_file_is_corrupt_and_rebuilt(tmp_path):
+    cache = tmp_path / "cache"
+    first, _ = _run(tmp_path, cache)
+    entry = first["path"]
+    import shutil
+
+    shutil.rmtree(entry)
+    with open(entry, "w") as f:
+        f.write("not a folder")
+    second, stderr = _run(tmp_path, cache)
+    assert second["compiled"] == 1 and "corrupt code repository entry" in stderr
+    assert os.path.isdir(entry)

@@ -35,6 +35,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import threading
 import types
 import warnings
@@ -113,7 +114,7 @@ class CodeRepository:
     """Compiled executables, in memory for this process and on disk for the next one."""
 
     def __init__(self, root: str | os.PathLike | None = None, max_entries: int | None = None):
-        self.root = Path(root) if root is not None else default_root()
+        self.root, self._private = _usable(Path(root) if root is not None else default_root())
         self.max_entries = max_entries if max_entries is not None else max_entries_from_env()
         self._memo: dict[tuple, Executable] = {}
         self._device_fns: dict[tuple, object] = {}
@@ -188,7 +189,7 @@ class CodeRepository:
         except CorruptEntry as exc:
             warnings.warn(f"hetflow: corrupt code repository entry {entry} ({exc}) removed; recompiling",
                           RuntimeWarning, stacklevel=5)
-            shutil.rmtree(entry, ignore_errors=True)
+            _remove(entry)
             self.replaced += 1
             return None
         if found is None:
@@ -318,13 +319,39 @@ def _last_used(entry: Path) -> float:
         return 0.0
 
 
+def _usable(root: Path):
+    """(root, None) when ``root`` can hold entries; else (a private temporary folder, its
+    handle), with one warning: a cache path that is a file or cannot be written costs
+    this process its reuse of compiled code, never its run."""
+    try:
+        kernels = root / "kernels"
+        kernels.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=kernels):
+            pass
+        return root, None
+    except OSError as exc:
+        private = tempfile.TemporaryDirectory(prefix="hetflow-code-")
+        warnings.warn(f"hetflow: the code repository {root} cannot be used ({exc}); this process "
+                      f"keeps its executables in {private.name}, removed at exit (set HETFLOW_CACHE_DIR "
+                      f"to a writable folder to keep them)", RuntimeWarning, stacklevel=4)
+        return Path(private.name), private
+
+
+def _remove(path: Path) -> None:
+    """Remove an entry, folder or (where a file took its place) file."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def _read_entry(entry: Path):
     """(description, module text), or None for an entry in another hetflow's format.
     Raises CorruptEntry for a damaged file, FileNotFoundError when the entry is gone."""
     try:
         meta = json.loads((entry / "description.json").read_text())
         text = (entry / "module.py").read_text()
-    except ValueError as exc:  # JSON or UTF-8 that does not decode
+    except (ValueError, NotADirectoryError, IsADirectoryError) as exc:  # undecodable, or a file for a folder
         raise CorruptEntry(f"{type(exc).__name__}: {exc}") from exc
     if not isinstance(meta, dict) or hashlib.sha256(text.encode()).hexdigest() != meta.get("module_sha256"):
         raise CorruptEntry("module.py does not match its recorded digest")

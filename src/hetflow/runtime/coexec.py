@@ -34,7 +34,7 @@ from ..platform.cuda_compat import cuda_module
 from . import cpu
 from .gpu import FastEntry, core_stream, launch_rows
 from .launch import SCALARS, Launch, bind, coherent, normalize_extent
-from ..platform.repository import default_root
+from ..platform.repository import repository
 from .perfmodel import FILE_NAME, PerfModel
 from .report import RunReport
 from ..trace.recorder import notify as trace_notify
@@ -54,7 +54,7 @@ def last_report() -> RunReport | None:
 
 def perf_model() -> PerfModel:
     global _model
-    path = default_root() / FILE_NAME  # follows HETFLOW_CACHE_DIR
+    path = repository().root / FILE_NAME  # beside the code repository (HETFLOW_CACHE_DIR)
     with _model_lock:
         if _model is None or _model.path != path:
             _model = PerfModel(path)

@@ -26,6 +26,7 @@ import os
 import pickle
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -218,6 +219,7 @@ def abort_on_uncaught(mpi) -> None:
             print_traceback(*args)
             print(f"hetflow: rank {rank} raised an exception nobody caught; aborting all "
                   f"{size} ranks", file=sys.stderr, flush=True)
+            time.sleep(0.2)  # the launcher forwards output on its own time: let it reach the user
         finally:
             mpi.COMM_WORLD.Abort(1)
 

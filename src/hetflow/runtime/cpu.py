@@ -124,5 +124,5 @@ def run(launch: Launch, workers: int) -> None:
         except Exception:     # the kernel raised: Numba's parallel layer loses it (a SystemError)
             pass
     # Run the launch again as one chunk to raise the kernel's own exception with its rows
-    # (a forall writes each index from its inputs: running an index twice is harmless).
+    # (the launch has failed already: what it wrote is undefined either way).
     chunk_runner(launch)(0, rows)

@@ -1,12 +1,13 @@
 """Kernel objects (SPEC §1 "vector functions", §2 "Kernel objects").
 
 ``@hetflow.kernel`` marks a Python function whose first parameters are the launch
-index (one integer per dimension) and whose others are arrays, views and scalars. The
-kernel object keeps the source; executables for each device are compiled from it and
-kept in the code repository (:mod:`hetflow.platform.repository`). Where Python cannot
-read the source (``python -c``, stdin, the plain REPL, ``exec``) the function object
-itself is compiled as the body: plain arrays and scalars then, no views, and every
-array parameter counted as read and written.
+index (one integer per dimension) and whose others are arrays, views and scalars.
+Executables for each device are compiled from the function object (its bytecode, as
+``numba.njit`` does) and kept in the code repository
+(:mod:`hetflow.platform.repository`), so a kernel may be defined anywhere Python runs
+(``python -c``, stdin, the plain REPL, ``exec``, closures). Where Python can read the
+source, access analysis reads it; elsewhere every array parameter counts as read and
+written.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import builtins
 import functools
 import hashlib
 import inspect
+import threading
 import types
 
 from ..errors import KernelError
@@ -30,9 +32,7 @@ class Kernel:
                  globals_: dict | None = None, boundscheck: bool | None = None):
         self.pyfunc = pyfunc
         self._source = source if source is not None or pyfunc is None else _readable_source(pyfunc)
-        # Defined where its source cannot be read (``python -c``, stdin, the plain REPL,
-        # ``exec``): the function object itself is compiled as the body.
-        self._code = pyfunc.__code__ if self._source is None and pyfunc is not None else None
+        self._code = pyfunc.__code__ if pyfunc is not None else None  # what is compiled
         self.name = name or (pyfunc.__name__ if pyfunc else self._source.function().name)
         self._globals = globals_ if globals_ is not None else _function_namespace(pyfunc)
         # Checked mode (kernels.checks): the decorator's option, else HETFLOW_BOUNDSCHECK.
@@ -73,20 +73,18 @@ class Kernel:
         return self._source is not None
 
     @property
-    def from_code(self) -> bool:
-        """Compiled from its function object, its source being unreadable (no views then)."""
+    def compilable(self) -> bool:
+        """Has a function object to compile (not a kernel whose code was dropped)."""
         return self._code is not None
 
-    @property
-    def compilable(self) -> bool:
-        return self.has_source or self.from_code
+    from_code = compilable
 
     @property
     def filename(self) -> str | None:
         """The file the kernel was defined in (``<string>``, ``<stdin>`` without source)."""
         if self.has_source:
             return self._source.filename
-        return self._code.co_filename if self.from_code else None
+        return self._code.co_filename if self._code is not None else None
 
     @functools.cached_property
     def definition(self) -> ast.FunctionDef:
@@ -94,14 +92,14 @@ class Kernel:
 
     @functools.cached_property
     def params(self) -> tuple[str, ...]:
-        if self.from_code:
+        if self._code is not None:
             return self._code.co_varnames[:self._code.co_argcount]
         return tuple(a.arg for a in self.definition.args.args)
 
     @functools.cached_property
     def _names(self) -> set[str]:
         """Every name the body refers to (globals, kernels it calls)."""
-        if self.from_code:
+        if self._code is not None:
             return _code_names(self._code)
         return {n.id for n in ast.walk(self.definition) if isinstance(n, ast.Name)}
 
@@ -112,11 +110,12 @@ class Kernel:
 
     @functools.cached_property
     def source_hash(self) -> str:
-        """Digest of this kernel's source (its bytecode when the source is unreadable) and
-        of the globals it reads (kernels it calls by their own digest): compiled code
-        freezes global values, so two kernels with the same text but other constants
-        must not share an executable."""
-        h = hashlib.sha256(_code_digest(self._code).encode() if self.from_code else self._source.text.encode())
+        """Digest of this kernel's bytecode (what is compiled), its defaults and the
+        globals it reads (kernels and functions it calls by their own digest): compiled
+        code freezes global values, so two kernels with the same code but other
+        constants must not share an executable."""
+        h = hashlib.sha256(_code_digest(self._code).encode())
+        h.update(repr(tuple(map(stable_value, self.pyfunc.__defaults__ or ()))).encode())
         for name in sorted(self._names & self._globals.keys()):
             h.update(f"{name}={stable_value(self._globals[name])};".encode())
         return h.hexdigest()
@@ -129,7 +128,7 @@ class Kernel:
         return known
 
     def _analyze(self, ndim: int) -> Access:
-        if self.from_code:  # no syntax tree to read: every parameter may be read and written
+        if not self.has_source:  # no syntax tree to read: every parameter may be read and written
             return Access({p: "rw" for p in self.params[ndim:]}, {})
 
         def callee(name):
@@ -138,11 +137,15 @@ class Kernel:
 
         return analyze(self.definition, ndim, callee)
 
-    def function_in(self, namespace: dict):
-        """The kernel's function over ``namespace`` as its globals (kernels it calls
-        replaced by device functions there); for kernels compiled from their code."""
+    def function_with(self, convert):
+        """The kernel's function with every global and captured value ``v`` it reads
+        replaced by ``convert(v)`` (kernels it calls become device functions)."""
         f = self.pyfunc
-        return types.FunctionType(self._code, namespace, f.__name__, f.__defaults__, f.__closure__)
+        namespace = dict(f.__globals__)
+        for name in self._names & namespace.keys():
+            namespace[name] = convert(namespace[name])
+        closure = tuple(types.CellType(convert(c.cell_contents)) for c in f.__closure__ or ())
+        return types.FunctionType(self._code, namespace, f.__name__, f.__defaults__, closure or None)
 
     def namespace(self) -> dict:
         """Globals the body is compiled with (the user's module globals and closure)."""
@@ -165,6 +168,8 @@ def stable_value(value) -> str:
 
     if isinstance(value, Kernel):
         return f"kernel:{value.source_hash}"
+    if isinstance(getattr(getattr(value, "py_func", value), "__code__", None), types.CodeType):
+        return _function_value(value)
     if isinstance(value, (int, float, complex, str, bool, type(None), np.generic, tuple)):
         return f"{type(value).__name__}:{value!r}"
     if isinstance(value, np.ndarray):
@@ -182,6 +187,23 @@ def function_digest(fn) -> str:
     for name in sorted(_code_names(fn.__code__) & ns.keys()):
         h.update(f"{name}={stable_value(ns[name])};".encode())
     return h.hexdigest()
+
+
+_digesting = threading.local()
+
+
+def _function_value(fn) -> str:
+    """A function a kernel calls, by its type and digest: its code is compiled into the
+    kernel's. A function met again while digesting (recursion) counts by its name."""
+    seen = _digesting.__dict__.setdefault("seen", set())
+    name = f"{type(fn).__name__}:{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}"
+    if id(fn) in seen:
+        return name
+    seen.add(id(fn))
+    try:
+        return f"{name}:{function_digest(fn)}"
+    finally:
+        seen.discard(id(fn))
 
 
 def _function_namespace(fn) -> dict:

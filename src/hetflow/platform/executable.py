@@ -34,11 +34,11 @@ def compiler_versions(kind: str) -> dict:
 
     import llvmlite
 
-    from ..kernels import checks, codegen
+    from ..kernels import checks, codegen, viewtypes
 
-    # hetflow's own code generator (with the checks it writes) counts as a compiler:
-    # entries it wrote differently are stale.
-    text = inspect.getsource(codegen) + inspect.getsource(checks)
+    # hetflow's own code generator (with the view types and checks it compiles in)
+    # counts as a compiler: entries it wrote differently are stale.
+    text = inspect.getsource(codegen) + inspect.getsource(checks) + inspect.getsource(viewtypes)
     generator = hashlib.sha1(text.encode()).hexdigest()[:12]
     versions = {"numba": numba.__version__, "llvmlite": llvmlite.__version__, "hetflow-codegen": generator}
     if kind == "gpu":

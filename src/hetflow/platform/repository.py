@@ -4,12 +4,14 @@ Layout (default root ``~/.cache/hetflow``, ``HETFLOW_CACHE_DIR`` overrides)::
 
     kernels/<kernel>-<source hash>/<kind>-<rank>d-<variant>-<arch>/
         description.json   description data + digest of module.py
-        module.py          generated body + chunk wrapper (what the compiler reads)
-        __pycache__/       Numba's machine code for it (index + one file per signature)
+        module.py          generated chunk entry, calling the kernel (kernels.codegen)
+        __pycache__/       Numba's machine code for it (index + one file per signature),
+                           the kernel's code included
 
 Loading for a device (SPEC §2 "Kernel objects" 2): use a stored executable that is
 optimal for the device; remove stale ones (other architecture or compiler); compile
-from the source when none fits; fail with NoExecutableError when there is no source.
+the kernel's function object when none fits; fail with NoExecutableError when the
+kernel has none (a kernel whose code was dropped).
 A corrupt entry (a damaged file: description.json that does not parse, module.py that
 fails its digest) is removed with a warning and compiled again, never a crash.
 
@@ -45,9 +47,9 @@ import numba
 import numpy as np
 
 from ..errors import KernelError, NoExecutableError
-from ..kernels import checks
-from ..kernels.codegen import BODY, ENTRY, PARALLEL, expanded, generate, generate_entry
-from ..kernels.kernel import function_digest
+from ..kernels import checks, viewtypes
+from ..kernels.codegen import BODY, ENTRY, NONNEG, PARALLEL, constructor, expanded, generate
+from ..kernels.kernel import Kernel, function_digest
 from .cuda_compat import cuda_module
 from .executable import ERROR_MODEL, Description, Executable
 
@@ -256,9 +258,9 @@ class CodeRepository:
     # -- turning module text into compiled functions ----------------------------------------
     def _instantiate(self, kernel, device, desc, entry: Path, text: str, ndim, views) -> Executable:
         module_file = str(entry / "module.py")
-        ns = self._run_module(kernel, device, entry, text, module_file)
         checked = bool(desc.options.get("boundscheck"))
-        entry_fn, parallel = _compile_functions(ns, kernel, device, views, checked)
+        ns = self._run_module(kernel, device, entry, text, ndim, views, checked)
+        entry_fn, parallel = _compile_functions(ns, device, checked)
         if not device.simulated:  # the simulator caches nothing
             for fn in (entry_fn, parallel):
                 _lock_machine_code(fn, entry)
@@ -269,39 +271,45 @@ class CodeRepository:
         params = tuple(p for d in kernel.params[ndim:] for p in expanded(d, views.get(d)))
         return Executable(desc, entry_fn, params, str(entry), module_file, user_file, parallel)
 
-    def _run_module(self, kernel, device, entry: Path, text: str, module_file: str) -> dict:
+    def _run_module(self, kernel, device, entry: Path, text: str, ndim, views, checked) -> dict:
         """The namespace of an entry's module after running its text (functions not yet
-        compiled): the kernel's globals, kernels it calls and what generated code uses."""
-        ns = _module_namespace(entry, kernel)
-        for name, sub in kernel.subkernels.items() if kernel.compilable else ():
-            ns[name] = self.device_function(sub, device)
-        ns["__hf_np"] = np
+        compiled): the kernel compiled as its body, the view constructors and what the
+        entry uses."""
+        ns = _module_namespace(entry)
+        target = viewtypes.target_of(device)
+        # A kernel without code runs only from Numba's cache of the entry, which holds it.
+        ns[BODY] = self.device_function(kernel, device, checked) if kernel.compilable else None
+        ns[NONNEG] = viewtypes.nonneg(target)
+        for k, name in enumerate(kernel.params[ndim:]):
+            if name in views or checked:
+                ns[constructor(k)] = viewtypes.constructor(views.get(name), checked, target)
         ns["__hf_prange"] = numba.prange
-        ns["__hf_OutOfBounds"] = checks.OutOfBounds
         if device.kind == "gpu":
             ns["__hf_cuda"] = cuda_module()
         try:
-            exec(compile(text, module_file, "exec"), ns)
+            exec(compile(text, str(entry / "module.py"), "exec"), ns)
         except SyntaxError as exc:
             raise KernelError(f"generated code for kernel {kernel.name!r} does not parse: {exc}") from exc
         return ns
 
-    def device_function(self, kernel, device):
-        """``kernel``'s body compiled as a device function (for kernels calling kernels)."""
-        key = (kernel.source_hash, device.kind)
+    def device_function(self, kernel, device, checked: bool = False):
+        """``kernel``'s function compiled for ``device`` as a function its entry (or
+        another kernel) calls; kernels it calls become device functions too."""
+        key = (kernel.source_hash, device.kind, checked)
         with self._lock:
             fn = self._device_fns.get(key)
             if fn is None:
-                ns = {"__builtins__": builtins, **kernel.namespace()}
-                for name, sub in kernel.subkernels.items():
-                    ns[name] = self.device_function(sub, device)
-                if kernel.from_code:
-                    fn = _wrappers(device, cache=False)[0](kernel.function_in(ns))
-                else:
-                    exec(compile(kernel.source.padded(), kernel.source.filename, "exec"), ns)
-                    fn = _wrappers(device)[0](ns[kernel.definition.name])
-                self._device_fns[key] = fn
+                fn = self._device_fns[key] = _device_wrapper(device, checked)(
+                    kernel.function_with(lambda v: self._callee(v, device, checked)))
             return fn
+
+    def _callee(self, value, device, checked):
+        """What a kernel's global ``value`` becomes in compiled code on ``device``."""
+        if isinstance(value, Kernel):
+            return self.device_function(value, device, checked)
+        if device.kind == "gpu" and isinstance(value, numba.core.registry.CPUDispatcher):
+            return _device_wrapper(device, checked)(value.py_func)  # an @njit function, for the GPU
+        return value
 
 
 def _touch(entry: Path) -> None:
@@ -362,79 +370,52 @@ def _read_entry(entry: Path):
 
 
 def _generate(kernel, device, ndim, views, checked):
-    """The module text for one executable of ``kernel``."""
-    if kernel.has_source:
-        return generate(kernel.source, ndim, views, device.kind, checked)
-    where = f"kernel {kernel.name!r} was defined where Python cannot read its source ({kernel.filename})"
-    if views:
-        raise KernelError(f"{where}, so views cannot be lowered into it: define the kernel in a file or a "
-                          f"notebook cell, or pass plain arrays (a view's root array, or view.numpy())")
-    if checked and device.kind == "gpu":
-        raise KernelError(f"{where}; checked mode (boundscheck) on a GPU needs the source: define the "
-                          f"kernel in a file or a notebook cell, or run it on the CPU")
+    """The entry module for one executable of ``kernel``."""
     if len(kernel.params) < ndim:
         raise KernelError(f"kernel {kernel.name!r} takes {len(kernel.params)} parameters, fewer than the "
                           f"{ndim} index parameters of a rank-{ndim} launch")
-    return generate_entry(kernel.params, ndim, device.kind)
+    data = [len(views[p].params) if p in views else (0 if checked else None) for p in kernel.params[ndim:]]
+    return generate(ndim, data, device.kind, checked)
 
 
-def _module_namespace(entry: Path, kernel) -> dict:
-    """A fresh module for an entry's generated code, with the kernel's globals.
+def _module_namespace(entry: Path) -> dict:
+    """A fresh module for an entry's generated code.
 
     Numba's cached machine code names the module its functions were compiled in and
-    imports it when loaded. The kernel's own module may not exist in a later process
-    (a test file read by a benchmark sharing the entry), so the code runs in a module
-    named after the entry, which every process that loads the entry creates first.
+    imports it when loaded, so the code runs in a module named after the entry, which
+    every process that loads the entry creates first.
     """
     name = "hetflow_generated_" + hashlib.sha1(f"{entry.parent.name}/{entry.name}".encode()).hexdigest()[:16]
     module = types.ModuleType(name)
-    dunder = re.compile(r"__\w+__$")  # the user module's own (__name__, __file__, ...)
-    module.__dict__.update((k, v) for k, v in kernel.namespace().items() if not dunder.match(k))
     module.__builtins__ = builtins
     sys.modules[name] = module
     return module.__dict__
 
 
-def _compile_functions(ns: dict, kernel, device, views, checked: bool):
-    """Wrap a module's functions for the device's compiler, in place: device functions
-    (body, co-map index functions, checks) and the entry; (entry, CPU parallel entry)."""
-    wrap_device, wrap_entry = _wrappers(device, checked)
-    for lowering in views.values():  # co_map index functions become device functions
-        for name, fn in lowering.globals.items():
-            # one made by exec has no file for Numba's cache: compiled afresh per process
-            wrap = wrap_device if _has_file(fn) else _wrappers(device, checked, cache=False)[0]
-            ns[name] = wrap(fn)
-    for name in checks.HELPERS[device.kind][1]:
-        if name in ns:
-            ns[name] = wrap_device(ns[name])
-    if kernel.from_code:  # the body is the user's function itself (no readable source)
-        ns[BODY] = _wrappers(device, cache=False)[0](kernel.function_in(ns))
-    else:
-        body = kernel.definition.name
-        ns[body] = wrap_device(ns[body])
-    entry_fn = ns[ENTRY] = wrap_entry(ns[ENTRY])
+def _compile_functions(ns: dict, device, checked: bool):
+    """Wrap the module's entry for the device's compiler, in place; (entry, CPU
+    parallel entry)."""
+    entry_fn = ns[ENTRY] = _entry_wrapper(device, checked)(ns[ENTRY])
     parallel = (numba.njit(parallel=True, nogil=True, cache=True, error_model=ERROR_MODEL)(ns[PARALLEL])
                 if device.kind == "cpu" and not checked else None)  # compiled on its first large launch
     return entry_fn, parallel
 
 
-def _has_file(fn) -> bool:
-    """Whether ``fn``'s code comes from a file Numba can key its cache by (not exec's ``<string>``)."""
-    code = getattr(getattr(fn, "py_func", fn), "__code__", None)
-    return code is None or os.path.isfile(code.co_filename)
-
-
-def _wrappers(device, checked=False, cache=True):
-    """(device-function wrapper, entry wrapper) for the device's kind."""
+def _device_wrapper(device, checked=False):
+    """How a kernel's function is compiled to be called from an entry on ``device``.
+    CPU: LLVM inlines it into the entry's loop (so it vectorises); checked: Numba's own
+    boundscheck too, for arrays that are not parameters (made in the kernel, rows taken
+    from one)."""
     if device.kind == "cpu":
-        # inline="always": Numba inlines the body into the chunk loop at the IR level, so
-        # LLVM can vectorise the loop (a call per index would cost ~5x on axpy). Checked:
-        # Numba's boundscheck too, for what the generated checks do not see.
-        extra = {"boundscheck": True} if checked else {}
-        return (numba.njit(nogil=True, cache=cache, inline="always", error_model=ERROR_MODEL),
-                numba.njit(nogil=True, cache=True, error_model=ERROR_MODEL, **extra))
-    cuda = cuda_module()  # numba-cuda's error model is ERROR_MODEL already (not debug builds)
-    return (cuda.jit(device=True), cuda.jit(cache=not device.simulated))
+        return numba.njit(nogil=True, error_model=ERROR_MODEL, boundscheck=checked or None)
+    return cuda_module().jit(device=True)
+
+
+def _entry_wrapper(device, checked=False):
+    if device.kind == "cpu":
+        return numba.njit(nogil=True, cache=True, error_model=ERROR_MODEL, boundscheck=checked or None)
+    # numba-cuda's error model is ERROR_MODEL already (not debug builds)
+    return cuda_module().jit(cache=not device.simulated)
 
 
 def _checked(entry_fn, device, bounds):

@@ -99,6 +99,8 @@ class Layout:
             device = _device_wrapper(self.target)
             for name, fn in (self.low.globals.items() if self.low is not None else ()):
                 ns[name] = device(fn)
+            if self.target == PY:  # the simulator's device functions see its cuda.atomic
+                device = cuda_module().jit(device=True)
             if self.checked:
                 helpers = checks.HELPERS[CPU if self.target == CPU else GPU]
                 raw = {"__hf_OutOfBounds": checks.OutOfBounds, "__hf_cuda": cuda_module()}
@@ -193,6 +195,12 @@ def _slot_setitem(s, idx, val, target):
         return lambda s, idx, val: store(s, val)
 
 
+def _root_attribute(get):
+    def typer(v):
+        return get if _checked_array(v) else None
+    return typer
+
+
 _registered: set = set()
 _exposed = {CPU: set(), GPU: set()}
 _register_lock = threading.RLock()
@@ -216,7 +224,7 @@ def _register(target):
         ov(operator.getitem)(lambda s, idx: _slot_getitem(s, idx, target))
         ov(operator.setitem)(lambda s, idx, val: _slot_setitem(s, idx, val, target))
         for name, get in _ROOT_ATTRS.items():
-            attr(name)(lambda v, get=get: get if _checked_array(v) else None)
+            attr(name)(_root_attribute(get))
         _registered.add(target)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from pathlib import Path
 
 import numba
 
@@ -103,9 +104,12 @@ class Executable:
         return sum(stats.cache_hits.values()) if stats is not None else 0
 
     def compile_error(self, exc: Exception, device, kernel=None) -> KernelCompileError:
-        """Turn a compiler exception into KernelCompileError naming file and line."""
-        text = str(exc).replace(self.module_file, self.user_file)
-        lines = [int(m) for m in re.findall(r'File "[^"]*", line (\d+)', str(exc))]
+        """Turn a compiler exception into KernelCompileError naming file and line: the
+        kernel's, not the generated entry's (which Numba reports as where it called it)."""
+        entry = re.escape(Path(self.module_file).parent.name)
+        text = re.sub(rf'File "[^"]*{entry}[/\\]module\.py", line \d+:\n(.+\n)*?\n', "", str(exc))
+        text = re.sub(rf'\S*{entry}[/\\]module\.py \(\d+\)', "the kernel's entry", text)
+        lines = [int(m) for m in re.findall(r'File "[^"]*", line (\d+)', text)]
         lines = lines or _name_error_lines(text, kernel)
         where = f"{self.user_file}:{lines[-1]}" if lines else self.user_file
         first = _compiler_message(text)

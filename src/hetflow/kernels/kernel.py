@@ -137,11 +137,14 @@ class Kernel:
 
         return analyze(self.definition, ndim, callee)
 
-    def function_with(self, convert):
+    def function_with(self, convert, module: str | None = None):
         """The kernel's function with every global and captured value ``v`` it reads
-        replaced by ``convert(v)`` (kernels it calls become device functions)."""
+        replaced by ``convert(v)`` (kernels it calls become device functions), as a
+        function of the module named ``module`` (default: its own)."""
         f = self.pyfunc
         namespace = dict(f.__globals__)
+        if module is not None:
+            namespace["__name__"] = module
         for name in self._names & namespace.keys():
             namespace[name] = convert(namespace[name])
         closure = tuple(types.CellType(convert(c.cell_contents)) for c in f.__closure__ or ())

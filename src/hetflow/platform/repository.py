@@ -278,7 +278,8 @@ class CodeRepository:
         ns = _module_namespace(entry)
         target = viewtypes.target_of(device)
         # A kernel without code runs only from Numba's cache of the entry, which holds it.
-        ns[BODY] = self.device_function(kernel, device, checked) if kernel.compilable else None
+        module = ns["__name__"]
+        ns[BODY] = self.device_function(kernel, device, checked, module) if kernel.compilable else None
         ns[NONNEG] = viewtypes.nonneg(target)
         for k, name in enumerate(kernel.params[ndim:]):
             if name in views or checked:
@@ -292,21 +293,24 @@ class CodeRepository:
             raise KernelError(f"generated code for kernel {kernel.name!r} does not parse: {exc}") from exc
         return ns
 
-    def device_function(self, kernel, device, checked: bool = False):
+    def device_function(self, kernel, device, checked: bool = False, module: str | None = None):
         """``kernel``'s function compiled for ``device`` as a function its entry (or
-        another kernel) calls; kernels it calls become device functions too."""
-        key = (kernel.source_hash, device.kind, checked)
+        another kernel) calls; kernels it calls become device functions too. They belong
+        to the entry's ``module``: Numba's cached machine code imports the module of
+        each function in it, and the kernel's own may not exist in a later process
+        (None: the kernel's own module, for code that is not cached)."""
+        key = (kernel.source_hash, device.kind, checked, module)
         with self._lock:
             fn = self._device_fns.get(key)
             if fn is None:
                 fn = self._device_fns[key] = _device_wrapper(device, checked)(
-                    kernel.function_with(lambda v: self._callee(v, device, checked)))
+                    kernel.function_with(lambda v: self._callee(v, device, checked, module), module))
             return fn
 
-    def _callee(self, value, device, checked):
+    def _callee(self, value, device, checked, module):
         """What a kernel's global ``value`` becomes in compiled code on ``device``."""
         if isinstance(value, Kernel):
-            return self.device_function(value, device, checked)
+            return self.device_function(value, device, checked, module)
         if device.kind == "gpu" and isinstance(value, numba.core.registry.CPUDispatcher):
             return _device_wrapper(device, checked)(value.py_func)  # an @njit function, for the GPU
         return value

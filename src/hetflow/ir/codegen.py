@@ -1,55 +1,41 @@
-"""Kernel source rewriting for DIR actions: fused kernels and offset kernels.
+"""Generated kernels for DIR actions: fused kernels and offset kernels.
 
-Fusion concatenates kernel bodies (as ASTs) into one function over the common launch
-index. Each kernel's parameters are renamed to the fused kernel's parameters; its local
-variables get a per-kernel prefix so that bodies cannot collide; an intermediate array
-that every body touches only at the launch index becomes a local scalar of the fused
-body (it is never allocated).
+Both call the kernels they are made of, compiled from their own function objects
+(:mod:`hetflow.platform.repository` compiles kernels a kernel calls as device
+functions); no kernel's text is pasted or rewritten. A fused kernel calls each kernel
+of the chain in turn at the common launch index; an intermediate array that every
+kernel touches only at the launch index is passed as a *slot* (a stack variable that
+stands for the array's element at the launch index: it is never allocated).
 
 Splitting needs a kernel that runs a piece ``[off, off + n)`` of the outermost
-dimension: the offset kernel takes the piece's own index and adds ``off``.
+dimension: the offset kernel takes the piece's own index and calls the kernel at
+that index plus ``off``.
 """
 from __future__ import annotations
 
 import ast
-import copy
 import dataclasses
 import hashlib
 
 import numpy as np
 
+from ..kernels.access import Access
 from ..kernels.kernel import Kernel, stable_value
-
-
-def _names(fdef: ast.FunctionDef) -> set[str]:
-    found = {a.arg for a in fdef.args.args}
-    found.update(n.id for n in ast.walk(fdef) if isinstance(n, ast.Name))
-    return found
-
-
-def _assigned(fdef: ast.FunctionDef) -> set[str]:
-    """Names the body binds (Python makes them local to the function)."""
-    return {n.id for n in ast.walk(fdef) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+from ..kernels.viewtypes import SLOT
 
 
 def unfusable_reason(kernel: Kernel, ndim: int) -> str | None:
-    """Why ``kernel``'s body cannot be pasted into another function, or None."""
+    """Why ``kernel`` cannot join a fused kernel, or None: which elements it touches is
+    read from its source (:func:`launch_index_only`)."""
     if not kernel.has_source:
         return f"kernel {kernel.name!r} has no source"
     fdef = kernel.definition
-    params = [a.arg for a in fdef.args.args]
-    if len(params) < ndim:
+    if len(fdef.args.args) < ndim:
         return f"kernel {kernel.name!r} has fewer parameters than the launch rank {ndim}"
-    if fdef.args.vararg or fdef.args.kwarg or fdef.args.kwonlyargs or fdef.args.defaults:
+    if fdef.args.vararg or fdef.args.kwarg or fdef.args.kwonlyargs:
         return f"kernel {kernel.name!r} has non-positional parameters"
-    for node in ast.walk(fdef):
-        if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom)):
-            return f"kernel {kernel.name!r} returns early (line {node.lineno})"
-        if isinstance(node, (ast.Global, ast.Nonlocal, ast.Lambda, ast.AsyncFunctionDef,
-                             ast.ClassDef, ast.Import, ast.ImportFrom)) or (
-                isinstance(node, ast.FunctionDef) and node is not fdef):
-            return f"kernel {kernel.name!r} uses {type(node).__name__} (line {node.lineno})"
-    if set(params[:ndim]) & _assigned(fdef):
+    index = {a.arg for a in fdef.args.args[:ndim]}
+    if any(isinstance(n, ast.Name) and n.id in index and not isinstance(n.ctx, ast.Load) for n in ast.walk(fdef)):
         return f"kernel {kernel.name!r} assigns to its index parameters"
     return None
 
@@ -78,34 +64,11 @@ def launch_index_only(kernel: Kernel, ndim: int) -> set[str]:
 
 @dataclasses.dataclass(frozen=True)
 class Binding:
-    """What a kernel parameter becomes in the fused kernel: a parameter or a local scalar."""
+    """What a kernel parameter becomes in the fused kernel: a parameter or a local slot."""
 
     name: str
     local: bool = False
     dtype: object = None      # the local's dtype (locals only)
-
-
-class _Rewrite(ast.NodeTransformer):
-    def __init__(self, rename: dict[str, str], scalars: dict[str, str]):
-        self.rename, self.scalars = rename, scalars
-
-    def visit_Subscript(self, node):
-        if isinstance(node.value, ast.Name) and node.value.id in self.scalars:
-            return ast.copy_location(ast.Name(self.scalars[node.value.id], node.ctx), node)
-        return self.generic_visit(node)
-
-    def visit_Name(self, node):
-        if node.id in self.rename:
-            return ast.copy_location(ast.Name(self.rename[node.id], node.ctx), node)
-        return node
-
-
-def _prefix(kernels) -> str:
-    used = set().union(*(_names(k.definition) for k in kernels))
-    prefix = "hf_"
-    while any(n.startswith(prefix) for n in used):
-        prefix = "_" + prefix
-    return prefix
 
 
 def fuse_source(name: str, kernels: list[Kernel], bindings: list[dict[str, Binding]],
@@ -115,52 +78,54 @@ def fuse_source(name: str, kernels: list[Kernel], bindings: list[dict[str, Bindi
     ``bindings[k]`` maps each data parameter of ``kernels[k]`` to its Binding;
     ``params`` are the fused kernel's data parameters, in order.
     """
-    prefix = _prefix(kernels)
-    index = [f"{prefix}i{d}" for d in range(ndim)]
-    # The fused kernel belongs to the first kernel's module: Numba's cache of compiled
-    # code names the module of a function's globals and imports it when loading.
-    namespace: dict[str, object] = {"__name__": kernels[0].namespace().get("__name__", __name__)}
-    body: list[ast.stmt] = []
-    locals_seen: dict[str, object] = {}
+    index = [f"hf_i{d}" for d in range(ndim)]
+    # The fused kernel belongs to the first kernel's module (a name for its functions).
+    namespace: dict[str, object] = {"__name__": kernels[0].namespace().get("__name__", __name__),
+                                    "hf_slot": SLOT}
+    lines = [f"def {name}({', '.join(index + [param(p) for p in params])}):"]
+    seen: set = set()
+    for binding in bindings:
+        for b in binding.values():
+            if b.local and b.name not in seen:
+                seen.add(b.name)
+                ctor = f"hf_dtype_{np.dtype(b.dtype).name}"
+                namespace[ctor] = np.dtype(b.dtype).type
+                lines.append(f"    {param(b.name)} = hf_slot({ctor}(0))")
     for k, (kernel, binding) in enumerate(zip(kernels, bindings)):
-        fdef = copy.deepcopy(kernel.definition)
-        kparams = [a.arg for a in fdef.args.args]
-        rename = dict(zip(kparams[:ndim], index))
-        scalars = {}
-        for p in kparams[ndim:]:
-            b = binding[p]
-            if b.local:
-                scalars[p] = f"{prefix}{b.name}"
-                locals_seen.setdefault(scalars[p], b.dtype)
-            else:
-                rename[p] = f"{prefix}{b.name}"
-        for local in _assigned(fdef) - set(kparams):
-            rename[local] = f"{prefix}k{k}_{local}"
-        kernel_ns = kernel.namespace()
-        for free in _names(fdef) - set(kparams) - _assigned(fdef):
-            if free not in kernel_ns:
-                continue  # a builtin (range, min, ...)
-            target = free
-            if free in namespace and namespace[free] is not kernel_ns[free]:
-                target = f"{prefix}g{k}_{free}"
-                rename[free] = target
-            namespace[target] = kernel_ns[free]
-        stmts = fdef.body
-        if stmts and isinstance(stmts[0], ast.Expr) and isinstance(getattr(stmts[0], "value", None), ast.Constant) \
-                and isinstance(stmts[0].value.value, str):
-            stmts = stmts[1:]  # the docstring
-        rewriter = _Rewrite(rename, scalars)
-        body.extend(rewriter.visit(stmt) for stmt in stmts)
-    inits = []
-    for local, dtype in locals_seen.items():
-        ctor = f"{prefix}dtype_{np.dtype(dtype).name}"
-        namespace[ctor] = np.dtype(dtype).type
-        inits.append(ast.parse(f"{local} = {ctor}(0)").body[0])
-    fused = _function(name, index + [f"{prefix}{p}" for p in params], inits + body)
-    # The code repository keys executables by source text; compiled code freezes global
-    # values, so the text must change when they do.
+        namespace[f"hf_k{k}"] = kernel
+        args = index + [param(binding[p].name) for p in kernel.params[ndim:]]
+        lines.append(f"    hf_k{k}({', '.join(args)})")
+    # The code repository keys executables by the kernel's code and globals; the
+    # kernels called count by their own digest.
     header = f"# fused from {', '.join(k.name for k in kernels)}; globals {_digest(namespace)}\n"
-    return header + ast.unparse(fused) + "\n", namespace
+    return header + "\n".join(lines) + "\n", namespace
+
+
+def param(name: str) -> str:
+    """The fused kernel's parameter (or slot) for a binding's ``name``."""
+    return f"hf_{name}"
+
+
+def fused_access(kernels: list[Kernel], bindings: list[dict[str, Binding]], params: list[str],
+                 ndim: int) -> Access:
+    """The fused kernel's access, from its kernels': a parameter is read or written where
+    one of them does, is indexed by the launch index where one of them does so, and is
+    touched in the launch's row only when every kernel touching it is."""
+    modes = {p: set() for p in params}
+    identity, other = {}, set()
+    for kernel, binding in zip(kernels, bindings):
+        access = kernel.access(ndim)
+        for p, b in binding.items():
+            if b.local or not access.modes.get(p):
+                continue
+            modes[b.name].update(access.modes[p])
+            if access.identity.get(p):
+                identity[b.name] = max(identity.get(b.name, 0), access.identity[p])
+            if p not in access.rows:
+                other.add(b.name)
+    touched = {p for p in params if modes[p]}
+    return Access({param(p): "".join(m for m in "rw" if m in modes[p]) for p in params},
+                  {param(p): k for p, k in identity.items()}, frozenset(map(param, touched - other)))
 
 
 def _digest(namespace: dict) -> str:
@@ -170,19 +135,7 @@ def _digest(namespace: dict) -> str:
 
 def offset_source(kernel: Kernel, ndim: int) -> tuple[str, dict]:
     """Source and globals of ``kernel`` shifted along dimension 0 by a trailing ``off`` argument."""
-    fdef = kernel.definition
-    params = [a.arg for a in fdef.args.args]
-    prefix = _prefix([kernel])
-    piece_index, offset = f"{prefix}j", f"{prefix}off"
-    first = params[0]
-    shift = ast.parse(f"{first} = {piece_index} + {offset}").body[0]
-    shifted = _function(f"{kernel.name}_at", [piece_index, *params[1:], offset],
-                        [shift, *copy.deepcopy(fdef.body)])
-    return ast.unparse(shifted) + "\n", kernel.namespace()
-
-
-def _function(name: str, params: list[str], body: list[ast.stmt]) -> ast.Module:
-    """A module defining ``def name(params): body`` (built from text: portable across Pythons)."""
-    module = ast.parse(f"def {name}({', '.join(params)}):\n    pass\n")
-    module.body[0].body = body or [ast.Pass()]
-    return ast.fix_missing_locations(module)
+    rest = [f"hf_a{k}" for k in range(len(kernel.params) - 1)]
+    text = (f"def {kernel.name}_at(hf_j, {', '.join(rest + ['hf_off'])}):\n"
+            f"    hf_kernel(hf_j + hf_off, {', '.join(rest)})\n")
+    return text, {"__name__": kernel.namespace().get("__name__", __name__), "hf_kernel": kernel}

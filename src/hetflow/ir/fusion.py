@@ -3,14 +3,14 @@
 Legality (anything else leaves the graph alone):
 
 - every node is a ``forall`` over the same extent, with the same placement, whose
-  kernel body can be pasted (:func:`codegen.unfusable_reason`);
+  kernel's accesses can be read (:func:`codegen.unfusable_reason`);
 - memory written by one node of the chain and touched by another is accessed only at
   the launch index, through the same array object, by every node of the chain (in a
   fused loop an element must not be read before the index that produces it has run);
 - no node outside the chain both depends on one chain node and feeds another (the
   result must stay acyclic).
 
-An intermediate becomes a local scalar (never allocated) when it is a lazy array
+An intermediate becomes a local slot (never allocated) when it is a lazy array
 created in the graph, not marked as read outside it, touched by no node outside the
 chain, first written (not read) by the chain, and always accessed at the launch index.
 """
@@ -131,7 +131,9 @@ def _build(ctx, chain, ndim, local: set[int]):
 
     def build():
         src, namespace = codegen.fuse_source(name, kernels, bindings, params, ndim)
-        return Kernel.from_source(name, src, namespace)
+        fused = Kernel.from_source(name, src, namespace)
+        fused.set_access(ndim, codegen.fused_access(kernels, bindings, params, ndim))
+        return fused
 
     kernel = ctx.cache.get_or_build(operation, (), (("ndim", ndim),), build)
     access = kernel.access(ndim)

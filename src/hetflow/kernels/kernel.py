@@ -127,6 +127,10 @@ class Kernel:
             known = self._access[ndim] = self._analyze(ndim)
         return known
 
+    def set_access(self, ndim: int, access: Access) -> None:
+        """Access known by construction (a fused kernel's, from its kernels')."""
+        self._access[ndim] = access
+
     def _analyze(self, ndim: int) -> Access:
         if not self.has_source:  # no syntax tree to read: every parameter may be read and written
             return Access({p: "rw" for p in self.params[ndim:]}, {})

@@ -429,6 +429,16 @@ def _slot_functions(target):
     return found
 
 
+class _SlotMarker:
+    """Stands for ``slot`` in a generated kernel's globals; the code repository puts the
+    target's ``slot`` in its place when compiling."""
+
+    __qualname__ = "hetflow.slot"
+
+
+SLOT = _SlotMarker()
+
+
 class PySlot:
     """A fused intermediate on the CUDA simulator."""
 

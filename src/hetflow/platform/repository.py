@@ -311,6 +311,8 @@ class CodeRepository:
         """What a kernel's global ``value`` becomes in compiled code on ``device``."""
         if isinstance(value, Kernel):
             return self.device_function(value, device, checked, module)
+        if value is viewtypes.SLOT:
+            return viewtypes.slot(viewtypes.target_of(device))
         if device.kind == "gpu" and isinstance(value, numba.core.registry.CPUDispatcher):
             return _device_wrapper(device, checked)(value.py_func)  # an @njit function, for the GPU
         return value

@@ -3,13 +3,14 @@ checked at run time, and an index outside the array raises
 :class:`~hetflow.errors.IndexOutOfBoundsError` naming the kernel, the parameter, the
 axis and the index.
 
-Code generation (:mod:`.codegen`) wraps each checked index in a helper defined here as
-module text, compiled with the kernel:
+In checked mode the kernel receives each array parameter as a checked value
+(:mod:`.viewtypes`), whose subscripts call a helper defined here as text, compiled for
+the target:
 
 - CPU: ``__hf_ix`` raises :class:`OutOfBounds` (numbers only); the entry's wrapper turns
   it into the named error. Numba's own ``boundscheck`` is on as well, for subscripts
-  the generated checks do not see (arrays made in the kernel, rows taken from one,
-  kernels it calls): its ``IndexError`` becomes the error without a parameter name.
+  the checked values do not see (arrays made in the kernel, rows taken from one):
+  its ``IndexError`` becomes the error without a parameter name.
 - GPU (numba-cuda has no boundscheck): ``__hf_ix`` / ``__hf_ok`` record the first
   failure in a small device array (``__hf_err``: flag, parameter, axis, index, extent)
   and skip the access; the entry's wrapper reads it back after the launch.
@@ -34,7 +35,7 @@ def __hf_ix(k, n, wrap, pid, axis):
 '''
 
 # A failed load reads element 0 instead (its value is never seen: the launch raises);
-# a failed store is skipped by the ``if __hf_ok(...)`` guard codegen puts around it.
+# a failed store is skipped.
 GPU_HELPERS = '''
 def __hf_ok(k, n, wrap, pid, axis, err):
     if k < n and k >= (-n if wrap else 0):

@@ -51,7 +51,7 @@ class Kernel:
         src = KernelSource.from_text(source, f"<hetflow generated kernel {name}>")
         namespace = dict(globals_ or {})
         namespace.setdefault("__builtins__", builtins)
-        exec(compile(src.padded(), src.filename, "exec"), namespace)
+        exec(compile(src.text, src.filename, "exec"), namespace)
         fn = namespace[src.function().name]
         return cls(fn, source=src, name=name, globals_=namespace)
 

@@ -121,25 +121,24 @@ class Layout:
             comps, checked, wrap = list(self.low.index_source(tuple(f"({n})" for n in names))), ints, 0
         else:  # a checked array: Python's negative indices count from the end
             comps, checked, wrap = names, ints, 1
-        ok, fallback = [], list(comps)
+        ok = []
         for axis, (comp, check) in enumerate(zip(comps, checked)):
             if not check:
                 continue
+            test = f"{comp}, v.root.shape[{axis}], {wrap}, v.pid, {axis}"
             if not self.checked:
                 comps[axis] = f"np.uint64({comp})"
-            elif self.target == CPU:
-                comps[axis] = f"__hf_ix({comp}, v.root.shape[{axis}], {wrap}, v.pid, {axis})"
-            else:  # the GPU records a failure and loads element 0 instead, or skips the store
+            elif self.target == CPU:  # raises OutOfBounds
+                comps[axis] = f"__hf_ix({test})"
+            elif op == "get":  # the GPU records a failure and loads element 0 instead
+                comps[axis] = f"__hf_ix({test}, v.err)"
+            else:  # or skips the store
                 lines.append(f"    k{axis} = {comp}")
                 ok.append(f"__hf_ok(k{axis}, v.root.shape[{axis}], {wrap}, v.pid, {axis}, v.err)")
-                comps[axis], fallback[axis] = f"k{axis}", "0"
+                comps[axis] = f"k{axis}"
         target = f"v.root[{', '.join(comps)}{',' if len(comps) == 1 and is_tuple else ''}]"
         if ok:
-            lines.append(f"    ok = {' and '.join(ok)}")
-            if op == "get":
-                lines.append(f"    if not ok:\n        return v.root[{', '.join(fallback)}]")
-            else:
-                lines.append("    if not ok:\n        return")
+            lines.append(f"    if not ({' and '.join(ok)}):\n        return")
         lines.append(f"    return {target}" if op == "get" else f"    {target} = val")
         return "\n".join(lines) + "\n"
 

@@ -85,13 +85,30 @@ class Lowering:
             box.append(slice(start, start + self.shape[len(box)]))
         return tuple(box)
 
+    @property
+    def shifts(self):
+        """Per root dimension, (position of its view index variable, constant, positions
+        of the parameters added) when every root index is one view index plus numbers
+        (interior, section, a cshift that cannot wrap: the root shifted), else None."""
+        position = {v: k for k, v in enumerate(self.var_names)}
+        params = {p: k for k, p in enumerate(self.param_names)}
+        out = []
+        for expr in self.exprs:
+            found = _terms(expr)
+            if found is None:
+                return None
+            name, const, names = found
+            out.append((position[name], const, tuple(params[p] for p in names)))
+        return tuple(out)
+
     def __repr__(self):
         return (f"Lowering(key={self.key!r}, params={dict(zip(self.param_names, self.params))}, "
                 f"index={self.index_source(self.var_names)})")
 
 
-def _translation(expr, env):
-    """(variable name, offset) when ``expr`` is one variable plus numbers, else None."""
+def _terms(expr):
+    """(variable name, constant, parameter names) when ``expr`` is one variable plus
+    numbers, else None."""
     terms, stack = [], [expr]
     while stack:
         e = stack.pop()
@@ -103,7 +120,17 @@ def _translation(expr, env):
     numbers = [t for t in terms if not isinstance(t, Var)]
     if len(names) != 1 or not all(isinstance(t, (Const, Param)) for t in numbers):
         return None
-    return names[0], sum(t.bounds(env)[0] for t in numbers)
+    return (names[0], sum(t.value for t in numbers if isinstance(t, Const)),
+            tuple(t.name for t in numbers if isinstance(t, Param)))
+
+
+def _translation(expr, env):
+    """(variable name, offset) when ``expr`` is one variable plus numbers, else None."""
+    found = _terms(expr)
+    if found is None:
+        return None
+    name, const, params = found
+    return name, const + sum(env[p] for p in params)
 
 
 def lowering(view, prefix):

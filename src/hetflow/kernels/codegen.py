@@ -48,19 +48,23 @@ def constructor(k: int) -> str:
 
 def generate(ndim: int, data: list, target: str, checked: bool = False) -> Generated:
     """The entry module for ``target`` ('cpu' or 'gpu'). ``data[k]`` says how data
-    parameter ``k`` arrives: None (passed as it is) or its number of lowering integers
-    (built into a value by ``constructor(k)``)."""
+    parameter ``k`` arrives: None (passed as it is) or (its number of lowering
+    integers, how they pack into its value: :func:`.viewtypes.packing`), the value
+    built by ``constructor(k)``."""
     params, setup, args = [], [], []
     err = checks.ERR if checked and target == "gpu" else "0"
-    for k, nparams in enumerate(data):
+    for k, how in enumerate(data):
         name = f"__a{k}"
-        if nparams is None:
+        if how is None:
             params.append(name)
             args.append(name)
             continue
+        nparams, packing = how
         ints = [f"{name}_p{j}" for j in range(nparams)]
         params += [f"{name}_root", *ints]
-        packed = f"({', '.join(ints)}{',' if len(ints) == 1 else ''})"
+        sums = [" + ".join([str(const)] * bool(const) + [ints[j] for j in added]) or "0"
+                for const, added in packing]
+        packed = f"({', '.join(sums)}{',' if len(sums) == 1 else ''})"
         setup.append(f"{name}_v = {constructor(k)}({name}_root, {packed}, {k}, {err})")
         args.append(f"{name}_v")
     if err != "0":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import re
 import threading
 
 import numba
@@ -29,6 +30,7 @@ from numba.core.datamodel import models
 from numba.extending import (intrinsic, make_attribute_wrapper, overload, overload_attribute,
                              register_model)
 
+from ..index.lowering import function_key
 from ..platform.cuda_compat import cuda_module, simulated
 from . import checks
 
@@ -60,17 +62,20 @@ class _ViewModel(models.StructModel):
 class Layout:
     """One view structure on one target: how a subscript becomes a root index.
 
-    ``low``: the view's Lowering (None for a checked plain array of rank ``ndim``);
-    ``checked``: indices are checked against the root's extent.
+    ``exprs``: the root index expressions over ``(i0)``, ``(i1)``, ... and the value's
+    integers ``v.p0``, ... (None for a checked plain array of rank ``ndim``);
+    ``functions``: the co-map functions they call as ``F0``, ...; ``checked``: indices
+    are checked against the root's extent.
     """
 
     _serial = itertools.count()
 
-    def __init__(self, low, ndim: int, checked: bool, target: str):
-        self.low, self.checked, self.target = low, checked, target
-        self.rank = low.rank if low is not None else ndim
-        self.nparams = len(low.params) if low is not None else 0
-        self.name = f"{'view' if low is not None else 'array'}{next(self._serial)}_{target}"
+    def __init__(self, exprs, nparams: int, functions: tuple, ndim: int, checked: bool, target: str):
+        self.exprs, self.functions, self.checked, self.target = exprs, functions, checked, target
+        self.is_view = exprs is not None
+        self.rank = ndim
+        self.nparams = nparams
+        self.name = f"{'view' if self.is_view else 'array'}{next(self._serial)}_{target}"
         self._impls: dict = {}
         self._lock = threading.Lock()
         self._namespace = None
@@ -97,8 +102,8 @@ class Layout:
         if self._namespace is None:
             ns = {"np": np}
             device = _device_wrapper(self.target)
-            for name, fn in (self.low.globals.items() if self.low is not None else ()):
-                ns[name] = device(fn)
+            for k, fn in enumerate(self.functions):
+                ns[f"F{k}"] = device(fn)
             if self.target == PY:  # the simulator's device functions see its cuda.atomic
                 device = cuda_module().jit(device=True)
             if self.checked:
@@ -116,9 +121,8 @@ class Layout:
         names = [f"i{k}" for k in range(len(ints))]
         head = f"def {op}(v, idx{', val' if op == 'set' else ''}):"
         lines = [head] + ([f"    {n} = idx[{k}]" for k, n in enumerate(names)] if is_tuple else ["    i0 = idx"])
-        if self.low is not None:
-            lines += [f"    {p} = v.p{k}" for k, p in enumerate(self.low.param_names)]
-            comps, checked, wrap = list(self.low.index_source(tuple(f"({n})" for n in names))), ints, 0
+        if self.is_view:
+            comps, checked, wrap = list(self.exprs), ints, 0
         else:  # a checked array: Python's negative indices count from the end
             comps, checked, wrap = names, ints, 1
         ok = []
@@ -153,7 +157,7 @@ def _impl_for(v, idx, op):
         return None
     ints, is_tuple = _index_pattern(idx)
     layout = v.layout
-    if layout.low is not None and (len(ints) != layout.rank or not all(ints)):
+    if layout.is_view and (len(ints) != layout.rank or not all(ints)):
         raise numba.core.errors.TypingError(
             f"a view of rank {layout.rank} is subscripted with {len(ints)} indices ({idx}): a view "
             f"takes one integer per dimension")
@@ -174,7 +178,7 @@ def _view_len(v):
 
 
 def _checked_array(v):
-    return isinstance(v, ViewType) and v.layout.low is None
+    return isinstance(v, ViewType) and not v.layout.is_view
 
 
 # What a checked array answers for its root.
@@ -216,7 +220,8 @@ def _register(target):
             ov = lambda f: ext.overload(f, target="cuda")  # noqa: E731
             attr = lambda name: ext.overload_attribute(ViewType, name, target="cuda")  # noqa: E731
         else:
-            ov, attr = overload, (lambda name: overload_attribute(ViewType, name))
+            ov = overload
+            attr = lambda name: overload_attribute(ViewType, name)  # noqa: E731
         ov(operator.getitem)(_view_getitem)
         ov(operator.setitem)(_view_setitem)
         ov(len)(_view_len)
@@ -324,18 +329,55 @@ _layouts_lock = threading.Lock()
 
 def layout(low, ndim: int, checked: bool, target: str) -> Layout:
     """The layout of a view lowered as ``low`` (None: a checked array of rank ``ndim``),
-    shared by every view of the same structure."""
-    key = (low.key if low is not None else ndim, checked, target)
+    shared by every view whose root index is computed by the same code (whatever its
+    parameter's name, its numbers or the operators that led to it: the four shifts of
+    a stencil's interior share one)."""
+    exprs, functions = _canonical(low) if low is not None else (None, ())
+    rank = low.rank if low is not None else ndim
+    nparams = len(packing(low)) if low is not None else 0
+    key = (exprs, nparams, tuple(map(function_key, functions)), rank, checked, target)
     try:
         found = _layouts.get(key)
     except TypeError:  # a co-map function capturing unhashable values: a layout of its own
-        return Layout(low, ndim, checked, target)
+        return Layout(exprs, nparams, functions, rank, checked, target)
     if found is None:
         with _layouts_lock:
             found = _layouts.get(key)
             if found is None:
-                found = _layouts[key] = Layout(low, ndim, checked, target)
+                found = _layouts[key] = Layout(exprs, nparams, functions, rank, checked, target)
     return found
+
+
+def packing(low) -> tuple:
+    """How an entry packs a view's lowering integers into its value: per integer of
+    the value, (a constant, positions of the lowering integers added to it). A shifted
+    root (:attr:`~hetflow.index.lowering.Lowering.shifts`) packs into one offset per
+    root dimension, so that all its views share one layout."""
+    shifts = low.shifts
+    if shifts is not None:
+        return tuple((const, params) for _, const, params in shifts)
+    return tuple((0, (k,)) for k in range(len(low.params)))
+
+
+def _canonical(low) -> tuple:
+    """(root index expressions, functions they call) of the layout of ``low``'s views."""
+    shifts = low.shifts
+    if shifts is not None:
+        return tuple(f"((i{var}) + v.p{axis})" for axis, (var, _, _) in enumerate(shifts)), ()
+    return _normalised(low)
+
+
+def _normalised(low) -> tuple:
+    """(root index expressions over ``(i<k>)``, ``v.p<k>`` and ``F<k>``, the functions
+    ``F<k>``) of a lowering: its own names (which carry the parameter's) replaced."""
+    rename = {p: f"v.p{k}" for k, p in enumerate(low.param_names)}
+    names = list(low.globals)
+    rename.update((f, f"F{k}") for k, f in enumerate(names))
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, rename)) + r")\b") if rename else None
+    texts = low.index_source(tuple(f"(i{k})" for k in range(low.rank)))
+    if pattern is not None:
+        texts = tuple(pattern.sub(lambda m: rename[m.group(1)], t) for t in texts)
+    return texts, tuple(low.globals[f] for f in names)
 
 
 def _device_wrapper(target):

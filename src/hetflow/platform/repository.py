@@ -380,7 +380,8 @@ def _generate(kernel, device, ndim, views, checked):
     if len(kernel.params) < ndim:
         raise KernelError(f"kernel {kernel.name!r} takes {len(kernel.params)} parameters, fewer than the "
                           f"{ndim} index parameters of a rank-{ndim} launch")
-    data = [len(views[p].params) if p in views else (0 if checked else None) for p in kernel.params[ndim:]]
+    data = [(len(views[p].params), viewtypes.packing(views[p])) if p in views else ((0, ()) if checked else None)
+            for p in kernel.params[ndim:]]
     return generate(ndim, data, device.kind, checked)
 
 
@@ -409,12 +410,20 @@ def _compile_functions(ns: dict, device, checked: bool):
 
 def _device_wrapper(device, checked=False):
     """How a kernel's function is compiled to be called from an entry on ``device``.
-    CPU: LLVM inlines it into the entry's loop (so it vectorises); checked: Numba's own
-    boundscheck too, for arrays that are not parameters (made in the kernel, rows taken
-    from one)."""
+    Checked: Numba's own boundscheck too, for arrays that are not parameters (made in
+    the kernel, rows taken from one)."""
     if device.kind == "cpu":
-        return numba.njit(nogil=True, error_model=ERROR_MODEL, boundscheck=checked or None)
+        return numba.njit(nogil=True, error_model=ERROR_MODEL, boundscheck=checked or None,
+                          inline=_unless_starred)
     return cuda_module().jit(device=True)
+
+
+def _unless_starred(call, caller_ir, callee_ir) -> bool:
+    """Numba's inlining decision for a kernel its entry (or another kernel) calls:
+    inline it into the caller's IR (compiled once, with it) unless the call passes a
+    tuple of arguments (``f(*args)``, as CPython compiles a call of more than 30), which
+    Numba cannot inline: then an ordinary call, which LLVM inlines."""
+    return not call.vararg
 
 
 def _entry_wrapper(device, checked=False):

@@ -104,8 +104,8 @@ class Split(Action):
             ctx.replace(group, [whole])
             return
         ndim = len(whole.extent)
-        if not whole.kernel.has_source:
-            log.debug("split: kernel %s has no source; left whole", whole.name)
+        if not whole.kernel.compilable:
+            log.debug("split: kernel %s has no code to compile; left whole", whole.name)
             return
         offset_kernel = ctx.cache.get_or_build(
             ("offset", whole.kernel.name, whole.kernel.source_hash), (), (("ndim", ndim),),

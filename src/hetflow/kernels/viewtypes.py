@@ -1,12 +1,13 @@
 """Views as Numba types: Numba, not text rewriting, lowers view indexing (SPEC §1).
 
 A kernel receives each view as one value of a :class:`ViewType`: its root array and
-the integer parameters of its lowering (:mod:`hetflow.index.lowering`). A *layout* is
-one view structure (the lowering's key) on one target; its ``getitem``/``setitem``
-implementations are the lowering's own root index expressions, rendered once into a
-small function that Numba compiles on the CPU or GPU, and that runs as plain Python on
-the CUDA simulator (:class:`PyView`). Views cost what hand-written indexing costs:
-root indices are cast unsigned (they are never negative in a valid view), which spares
+the integers of its lowering (:mod:`hetflow.index.lowering`), packed by the entry
+(:func:`packing`). A *layout* is the code of a root index on one target, shared by
+every view computing it alike; its ``getitem``/``setitem`` implementations are the
+lowering's own root index expressions, rendered once into a small function that Numba
+compiles on the CPU or GPU (Numba's overloads), and that runs as plain Python on the
+CUDA simulator (:class:`PyView`). Views cost what hand-written indexing costs: root
+indices are cast unsigned (they are never negative in a valid view), which spares
 Numba its wraparound test.
 
 Checked mode (:mod:`.checks`) wraps every array parameter in such a value as well (the
@@ -121,8 +122,8 @@ class Layout:
         names = [f"i{k}" for k in range(len(ints))]
         head = f"def {op}(v, idx{', val' if op == 'set' else ''}):"
         lines = [head] + ([f"    {n} = idx[{k}]" for k, n in enumerate(names)] if is_tuple else ["    i0 = idx"])
-        if self.is_view:
-            comps, checked, wrap = list(self.exprs), ints, 0
+        if self.is_view:  # every root index is an integer
+            comps, checked, wrap = list(self.exprs), [True] * len(self.exprs), 0
         else:  # a checked array: Python's negative indices count from the end
             comps, checked, wrap = names, ints, 1
         ok = []
@@ -145,6 +146,7 @@ class Layout:
             lines.append(f"    if not ({' and '.join(ok)}):\n        return")
         lines.append(f"    return {target}" if op == "get" else f"    {target} = val")
         return "\n".join(lines) + "\n"
+
 
 def _index_pattern(idx):
     """(integer components, whether a tuple) of a Numba index type."""

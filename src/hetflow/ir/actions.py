@@ -252,8 +252,8 @@ def compile_variant(cache, kernel, device, ndim: int):
 class Compile(Action):
     """Compile each matched kernel for the devices (of ``kinds``) it lacks an executable for.
 
-    The executable comes from the code repository (compiled from the kernel's source
-    when none is stored) and is kept in the interpreter's variant cache; the node
+    The executable comes from the code repository (compiled from the kernel's function
+    object when none is stored) and is kept in the interpreter's variant cache; the node
     records the devices it is compiled for in its ``compiled`` attribute.
     """
 

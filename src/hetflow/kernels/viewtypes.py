@@ -287,7 +287,7 @@ def constructor(low, checked: bool, target: str):
                 value.pid = context.cast(builder, pid_v, sig.args[2], types.int64)
             if vt.err is not None:
                 value.err = err_v
-            if context.enable_nrt:  # the value holds references of its own
+            if getattr(context, "enable_nrt", False):  # the value holds references of its own
                 context.nrt.incref(builder, root, root_v)
                 if vt.err is not None:
                     context.nrt.incref(builder, err, err_v)
@@ -409,19 +409,20 @@ def _nonneg_typer(typingctx, i):
     return i(i), codegen
 
 
-_nonneg: dict = {}
-
-
 def nonneg(target: str):
     """``nonneg(i)``: ``i``, with the promise that it is not negative. Launch indices
     never are; told so, LLVM drops the negative-index wraparound test of ``x[i]`` in the
-    kernel, which otherwise stops vectorisation (3-4x on axpy)."""
-    if target == PY:
+    kernel, which otherwise stops vectorisation on the CPU (3-4x on axpy). Elsewhere
+    (no vector units to feed) the identity."""
+    if target != CPU:
         return int
-    found = _nonneg.get(target)
-    if found is None:
-        found = _nonneg[target] = _intrinsic(target)(_nonneg_typer)
-    return found
+    global _nonneg
+    if _nonneg is None:
+        _nonneg = intrinsic(_nonneg_typer)
+    return _nonneg
+
+
+_nonneg = None
 
 
 # -- fused intermediates ------------------------------------------------------------------

@@ -22,7 +22,6 @@ device arrays under the simulator). ``moved`` counts the bytes copied each way.
 """
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 
@@ -334,8 +333,7 @@ def acquired(launch):
     """``launch`` with every Buffer among its entry arguments (plain or a view's root)
     replaced by its copy on the launch's device, made current."""
     device = launch.device
-    entry = tuple(a.acquire(device) if type(a) is Buffer else a for a in launch.entry_args)
-    return dataclasses.replace(launch, entry_args=entry)
+    return launch.on(tuple(a.acquire(device) if type(a) is Buffer else a for a in launch.entry_args))
 
 
 def wrote(launch, written) -> None:

@@ -129,9 +129,17 @@ class FastEntry:
         config = self._configs.get((blocks, threads))
         if config is None:
             config = self._configs[(blocks, threads)] = self._config_type(grid=blocks, block=threads)
-        params = []
+        params, packed = [], {}  # views of one root pack it once: reuse its parameters
         for pack, value in zip(self.packers, args):
-            pack(value, params)
+            if pack is _pack_array:
+                found = packed.get(id(value))
+                if found is None:
+                    found = packed[id(value)] = len(params), len(params) + 7 + 2 * value.ndim
+                    pack(value, params)
+                else:
+                    params += params[found[0]:found[1]]
+            else:
+                pack(value, params)
         self._launch(stream, config, self.kernel, *params)
 
 
@@ -218,7 +226,7 @@ def run(launch: Launch) -> None:
     """Run a whole launch on its GPU. On device data it is only enqueued on the current
     stream (as a CuPy operation is): whatever reads the results next on that stream or
     on the host waits for it. Host arrays are copied in, and the written ones back."""
-    if not launch.device.simulated and not any(type(a) is np.ndarray for a in launch.entry_args):
+    if not launch.device.simulated and not launch.plan.host_arrays:
         _make_current(launch.device.ordinal)
         launch_rows(launch, None, 0, launch.extent[0], launch.entry_args, current_stream())
         return

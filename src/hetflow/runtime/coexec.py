@@ -32,7 +32,7 @@ from ..index.lowering import lowering
 from ..index.operators import section
 from ..platform.cuda_compat import cuda_module
 from . import cpu
-from .gpu import FastEntry, core_stream, launch_rows
+from .gpu import FastEntry, Timing, launch_rows, stream_pointer
 from .launch import SCALARS, Launch, bind, coherent, normalize_extent
 from ..platform.repository import repository
 from .perfmodel import FILE_NAME, PerfModel
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 _last = threading.local()
 _model_lock = threading.Lock()
-_model: PerfModel | None = None
+_model: tuple | None = None  # (the code repository, its performance model)
 
 
 def last_report() -> RunReport | None:
@@ -54,15 +54,21 @@ def last_report() -> RunReport | None:
 
 def perf_model() -> PerfModel:
     global _model
-    path = repository().root / FILE_NAME  # beside the code repository (HETFLOW_CACHE_DIR)
+    repo = repository()
+    found = _model
+    if found is not None and found[0] is repo:  # every co-executed launch asks: kept cheap
+        return found[1]
+    path = repo.root / FILE_NAME  # beside the code repository (HETFLOW_CACHE_DIR)
     with _model_lock:
-        if _model is None or _model.path != path:
-            _model = PerfModel(path)
-        return _model
+        if _model is None or _model[1].path != path:
+            _model = (repo, PerfModel(path))
+        else:
+            _model = (repo, _model[1])
+        return _model[1]
 
 
-def _kernel_key(launch: Launch) -> str:
-    return f"{launch.kernel.name}-{launch.kernel.source_hash[:12]}-{len(launch.extent)}d"
+def _kernel_key(kernel, ndim: int) -> str:
+    return f"{kernel.name}-{kernel.source_hash[:12]}-{ndim}d"
 
 
 def _device_key(device) -> str:
@@ -99,7 +105,7 @@ class GpuChunks:
         plan = self.launch.plan
         with self._context():
             self.stream = self.cuda.stream()
-            self.core = None if self.device.simulated else core_stream(self.stream)
+            self.pointer = None if self.device.simulated else stream_pointer(self.stream)
             dev_args, copies = [], {}
 
             def whole(host):  # one device copy per host array, shared by its views
@@ -168,7 +174,7 @@ class GpuChunks:
         with self._context():
             for host, dev in self.streamed_in:
                 dev[lo:hi].copy_to_device(host[lo:hi], stream=self.stream)
-            launch_rows(self.launch, self.stream, lo, hi, self.dev_args, self.core)
+            launch_rows(self.launch, self.stream, lo, hi, self.dev_args, self.pointer)
             for host, dev in self.streamed_out:
                 dev[lo:hi].copy_to_host(host[lo:hi], stream=self.stream)
 
@@ -303,41 +309,57 @@ ALONE = "/alone"     # model entries of a device's rate running a whole launch b
 TIME_GPU_EVERY = 8   # a GPU launch run alone is waited for (and timed) once in this many
 
 
-def _alone(model, key, launches, counts, rows):
-    """The launch to run alone instead of co-executing, when the history says one device
-    finishes sooner than all of them together plus what co-execution costs beyond the
+def _alone(model, key, targets, counts, rows):
+    """The device to run the launch alone on instead of co-executing, when the history says
+    it finishes sooner than all of them together plus what co-execution costs beyond the
     work (a short memory-bound loop on a GPU: thread hand-offs outlast the loop); else None.
     A device's time alone comes from its launches alone: its rate in co-execution, in
     chunks, undersells a GPU that runs a whole launch at once; so each device runs one
     launch alone first, once co-execution has shown its cost."""
-    rates = [model.throughput(key, _device_key(L.device)) for L in launches]
+    rates = [model.throughput(key, _device_key(d)) for d in targets]
     overhead = model.overhead(key)
     if overhead is None or not all(rates):
         return None  # co-execute: that is how rates and overhead are learnt
-    solo = [model.throughput(key, _device_key(L.device) + ALONE) for L in launches]
+    solo = [model.throughput(key, _device_key(d) + ALONE) for d in targets]
     if not all(solo):
-        return launches[solo.index(None)]
+        return targets[solo.index(None)]
     alone = [rows / r for r in solo]
-    best = min(range(len(launches)), key=alone.__getitem__)
+    best = min(range(len(targets)), key=alone.__getitem__)
     together = rows / sum(r * c for r, c in zip(rates, counts)) + overhead
     if together < alone[best]:
         return None
     seen = _launches_alone[key] = _launches_alone.get(key, 0) + 1
-    return None if seen % probe_interval(together, alone[best]) == 0 else launches[best]
+    return None if seen % probe_interval(together, alone[best]) == 0 else targets[best]
+
+
+_timings: dict = {}  # kernel key -> (rows, gpu.Timing) of a GPU launch alone being timed
 
 
 def _run_alone(model, key, launch):
     """Run ``launch`` on its device alone and learn that device's rate alone: every time
-    on a CPU, and on a GPU the first time and then once in ``TIME_GPU_EVERY`` launches
-    (the timed launch waits for the GPU)."""
+    on a CPU; on a GPU the first time (waiting for it) and then once in ``TIME_GPU_EVERY``
+    launches, by CUDA events read at a later launch, so the host never waits."""
     from .forall import run_on
 
     name = _device_key(launch.device) + ALONE
-    timed = (launch.device.kind == "cpu" or model.throughput(key, name) is None
-             or _launches_alone.get(key, 0) % TIME_GPU_EVERY == 1)
-    report = run_on(launch, wait=timed)
-    if timed and report.wall_s > 0:
-        model.observe(key, name, launch.extent[0] / report.wall_s)
+    if launch.device.kind == "cpu" or model.throughput(key, name) is None:
+        report = run_on(launch, wait=True)
+        if report.wall_s > 0:
+            model.observe(key, name, launch.extent[0] / report.wall_s)
+        return report
+    pending = _timings.get(key)
+    if pending is not None:
+        seconds = pending[1].seconds()
+        if seconds is not None:
+            del _timings[key]
+            if seconds > 0:
+                model.observe(key, name, pending[0] / seconds)
+    if pending is not None or _launches_alone.get(key, 0) % TIME_GPU_EVERY != 1:
+        return run_on(launch)
+    timing = Timing(launch.device)
+    report = run_on(launch)
+    timing.stop()
+    _timings[key] = (launch.extent[0], timing)
     return report
 
 
@@ -376,6 +398,15 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
     """Run one forall over every device of ``targets`` at once."""
     extent = normalize_extent(extent)
     rows = extent[0]
+    # Each GPU's worker thread stages copies and launches: leave it a core of its own.
+    n_gpus = sum(d.kind == "gpu" for d in targets)
+    counts = [max(1, d.compute_units - n_gpus) if d.kind == "cpu" else 1 for d in targets]
+    model = perf_model()
+    key = _kernel_key(kernel, len(extent))
+    if shares is None and schedule == "steal" and len(targets) > 1:
+        alone = _alone(model, key, targets, counts, rows)
+        if alone is not None:  # decided before binding: the other devices' launches cost time
+            return _run_alone(model, key, bind(kernel, extent, args, alone))
     launches = [bind(kernel, extent, args, dev) for dev in targets]
     if not co_executable(launches[0]):
         fastest = _fastest(launches)
@@ -389,15 +420,6 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
         from .forall import run_on
 
         return run_on(_fastest(launches))
-    # Each GPU's worker thread stages copies and launches: leave it a core of its own.
-    n_gpus = sum(L.device.kind == "gpu" for L in launches)
-    counts = [max(1, L.device.compute_units - n_gpus) if L.device.kind == "cpu" else 1 for L in launches]
-    model = perf_model()
-    key = _kernel_key(launches[0])
-    if shares is None and schedule == "steal" and len(launches) > 1:
-        alone = _alone(model, key, launches, counts, rows)
-        if alone is not None:
-            return _run_alone(model, key, alone)
     workers, gpu_parts = [], []
     for launch in launches:
         if launch.device.kind == "cpu":

@@ -45,6 +45,8 @@ def expanded(name: str, lowering) -> list[str]:
     """The generated parameters standing for one kernel parameter (a view expands)."""
     if lowering is None:
         return [name]
+    if lowering.root_name is not None:  # the root comes with another view (Lowering.sharing)
+        return list(lowering.param_names)
     return [f"{name}__root", *lowering.param_names]
 
 
@@ -134,7 +136,7 @@ class _BodyRewriter:
         # Root indices of a valid view are never negative; saying so (unsigned) lets Numba
         # drop its negative-index wraparound check, which otherwise costs 2x on stencils.
         cast = None if self.checked else "__hf_np.uint64"
-        return f"{node.value.id}__root", list(low.index_source(tuple(f"({t})" for t in texts), cast=cast))
+        return low.root_name or f"{node.value.id}__root", list(low.index_source(tuple(f"({t})" for t in texts), cast=cast))
 
     def _view_subscript(self, node) -> str:
         root, index = self._view_index(node)

@@ -115,16 +115,16 @@ class GpuChunks:
                     copies[id(host)] = self._copy_in(host, stopped)
                 return copies[id(host)]
 
-            for name, arg in zip(plan.data, self.launch.args):
+            for k, (name, arg) in enumerate(zip(plan.data, self.launch.args)):
                 root = _views.root_of(arg) if not isinstance(arg, SCALARS) else None
                 if coherent(root):  # the Buffer's own copy here: rows move per chunk
                     dev = root.copy_on(self.device)
-                    dev_args.extend([dev, *lowering(arg, f"{name}__p").params] if arg is not root else [dev])
+                    dev_args.extend(self.launch.view_arguments(k, dev) if arg is not root else [dev])
                 elif _views.is_view(arg):
                     dev = whole(arg.root)
                     if dev is None:
                         return
-                    dev_args.extend([dev, *lowering(arg, f"{name}__p").params])
+                    dev_args.extend(self.launch.view_arguments(k, dev))
                     if plan.access.writes(name):
                         self.merged.append((arg, dev))
                 elif isinstance(arg, np.ndarray):

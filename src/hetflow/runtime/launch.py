@@ -95,6 +95,14 @@ class Launch:
     plan: Plan
     args: tuple            # the kernel's data arguments as given (arrays, views, scalars)
     entry_args: tuple      # what the entry point takes after lo, hi and the inner extents
+    lowerings: tuple = ()  # per data argument: its view's Lowering, or None
+
+    def view_arguments(self, k: int, root) -> list:
+        """The entry arguments of view argument ``k`` over ``root`` (its root, or that
+        root's copy on a device): the root, unless another view passes it, then the
+        view's numbers."""
+        low = self.lowerings[k]
+        return [root, *low.params] if low.root_name is None else list(low.params)
 
     @property
     def executable(self):
@@ -111,7 +119,7 @@ class Launch:
 
     def on(self, entry_args: tuple) -> "Launch":
         """The same launch over other entry arguments (a device's copies of its arrays)."""
-        return Launch(self.kernel, self.extent, self.device, self.plan, self.args, entry_args)
+        return Launch(self.kernel, self.extent, self.device, self.plan, self.args, entry_args, self.lowerings)
 
 
 _BY_TYPE = frozenset((float, int, bool, complex))  # Python scalars: keyed by their type
@@ -210,10 +218,16 @@ def _check_extent(kernel: Kernel, extent: tuple, args: tuple, checks: tuple) -> 
 
 def _key(names, args: tuple) -> tuple:
     """What the arguments contribute to a plan's key: a view its interned structure (which
-    fixes its extent and lowering) and its root's type."""
+    fixes its extent and lowering), its root's type and which view first passes its root."""
     if all(type(a) in _PLAIN for a in args):  # plain arrays and scalars: the common case
         return tuple(map(_arg_key, args))
-    return tuple(_view_key(n, a) if _views.is_view(a) else _arg_key(a) for n, a in zip(names, args))
+    first, key = {}, []
+    for k, (n, a) in enumerate(zip(names, args)):
+        if _views.is_view(a):
+            key.append((*_view_key(n, a), first.setdefault(id(a.root), k)))
+        else:
+            key.append(_arg_key(a))
+    return tuple(key)
 
 
 def _view_key(name: str, view) -> tuple:
@@ -252,14 +266,24 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         if low is None:
             entry_args.append(arg)
         else:
-            entry_args.append(arg.root)
+            if low.root_name is None:
+                entry_args.append(arg.root)
             entry_args.extend(low.params)
-    return Launch(kernel, extent, device, plan, args, tuple(entry_args))
+    return Launch(kernel, extent, device, plan, args, tuple(entry_args), lowerings)
 
 
 def _lowerings(names, args: tuple) -> tuple:
-    """Per argument: its view's lowering (shared with every view of its structure), or None."""
-    return tuple(shared_lowering(a, f"{n}__p") if _views.is_view(a) else None for n, a in zip(names, args))
+    """Per argument: its view's lowering (shared with every view of its structure), or None;
+    views over the array an earlier view passes read that view's root (Lowering.sharing)."""
+    found, first = [], {}
+    for n, a in zip(names, args):
+        if not _views.is_view(a):
+            found.append(None)
+            continue
+        low = shared_lowering(a, f"{n}__p")
+        passes = first.setdefault(id(a.root), n)
+        found.append(low if passes == n else low.sharing(passes))
+    return tuple(found)
 
 
 def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:

@@ -71,8 +71,14 @@ def _kernel_key(kernel, ndim: int) -> str:
     return f"{kernel.name}-{kernel.source_hash[:12]}-{ndim}d"
 
 
+_device_keys: dict = {}
+
+
 def _device_key(device) -> str:
-    return f"{device.kind}:{device.name}:{device.arch}"
+    found = _device_keys.get(device.id)
+    if found is None:
+        found = _device_keys[device.id] = f"{device.kind}:{device.name}:{device.arch}"
+    return found
 
 
 class GpuChunks:
@@ -91,6 +97,7 @@ class GpuChunks:
         self.launch = launch
         self.residents = residents
         self.staged_s = 0.0   # time spent making coherent arrays' rows current here
+        self.compile_s = 0.0  # time spent compiling the entry (not a cost of co-execution)
         self.device = launch.device
         self.cuda = cuda_module()
         self.stream = None
@@ -147,7 +154,9 @@ class GpuChunks:
             self.dev_args = tuple(dev_args)
             # compile now, off the clock of the chunks: a first chunk that compiles would
             # teach the performance model a GPU a hundred times slower than it is
+            began = time.perf_counter()
             FastEntry.of(self.launch, (0, 0, *self.launch.inner, *self.dev_args))
+            self.compile_s = time.perf_counter() - began
 
     def _copy_in(self, host, stopped):
         """A device copy of ``host``, made piece by piece; None if ``stopped()`` first."""
@@ -302,6 +311,7 @@ def _worker_shares(shares, targets, workers) -> list[float]:
 
 
 PROBE_EVERY = 32   # a kernel run alone is co-executed again every so often: speeds change
+PROBE_LIMIT = 1024
 _launches_alone: dict[str, int] = {}
 
 
@@ -316,11 +326,12 @@ def _alone(model, key, targets, counts, rows):
     A device's time alone comes from its launches alone: its rate in co-execution, in
     chunks, undersells a GPU that runs a whole launch at once; so each device runs one
     launch alone first, once co-execution has shown its cost."""
-    rates = [model.throughput(key, _device_key(d)) for d in targets]
+    names = [_device_key(d) for d in targets]
+    rates = model.throughputs(key, names)
     overhead = model.overhead(key)
     if overhead is None or not all(rates):
         return None  # co-execute: that is how rates and overhead are learnt
-    solo = [model.throughput(key, _device_key(d) + ALONE) for d in targets]
+    solo = model.throughputs(key, [name + ALONE for name in names])
     if not all(solo):
         return targets[solo.index(None)]
     alone = [rows / r for r in solo]
@@ -365,8 +376,9 @@ def _run_alone(model, key, launch):
 
 def probe_interval(together: float, alone: float) -> int:
     """How many launches run alone between two co-executed ones (which measure again):
-    seldom enough that probing costs a program about 5% of its time alone."""
-    return max(PROBE_EVERY, int(20 * together / alone))
+    seldom enough that probing costs a program about 5% of its time alone, and at most
+    ``PROBE_LIMIT``: a history gone wrong (a loaded machine) is corrected within it."""
+    return min(PROBE_LIMIT, max(PROBE_EVERY, int(20 * together / alone)))
 
 
 def _fastest(launches):
@@ -459,7 +471,8 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
         if stats.name in staged and not stats.failed and stats.indices and compute > 0:
             model.observe(key, by_worker[stats.name], stats.indices / compute)
     rate = sum(w.throughput for w in report.workers if not w.failed and w.indices > 0 and w.busy_s > 0)
-    if rate > 0:
-        model.observe_overhead(key, report.wall_s - rows / rate)
+    if rate > 0:  # a first launch compiles its GPU entry inside the loop: not an overhead
+        compiled = max((chunks.compile_s for _, chunks in gpu_parts), default=0.0)
+        model.observe_overhead(key, report.wall_s - compiled - rows / rate)
     _last.report = report
     return report

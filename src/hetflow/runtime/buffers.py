@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from ..errors import DTypeError, QueueError
+from ..errors import DeviceFailure, DTypeError, QueueError
 from ..platform.cuda_compat import cuda_module, cupy_module
 from . import deps
 from .events import LOCK
@@ -242,6 +242,40 @@ class Buffer:
                     self._valid[copy] = _minus(self._valid[copy], ranges)
             self._valid[where] = _union(self._valid.get(where, []), ranges)
 
+    def forget_rows(self, device, ranges) -> None:
+        """Rows ``ranges`` of ``device``'s copy may hold half-applied updates (it failed
+        mid-launch): they stop counting as current there. DeviceFailure if that leaves
+        them current nowhere."""
+        with self._lock:
+            self._valid[device.id] = _minus(self._valid.get(device.id, []), _union(ranges, []))
+            self._check_current(_union(ranges, []), device)
+
+    def forget(self, device) -> None:
+        """``device`` failed: copy home the rows current only there, then stop counting
+        its copy (DeviceFailure naming the rows if they cannot be copied)."""
+        with self._lock:
+            try:
+                self._take(HOST, self._valid.get(device.id, []))
+            except Exception as exc:  # noqa: BLE001  the device's memory is gone with it
+                only = self._valid.pop(device.id, [])
+                self._devices.pop(device.id, None)
+                for rows in self._valid.values():
+                    only = _minus(only, rows)
+                raise DeviceFailure(f"{self!r}: rows {only} were current only on {device.id}, which "
+                                    f"failed, and cannot be copied home ({exc}): they are lost") from exc
+            self._valid.pop(device.id, None)
+            self._devices.pop(device.id, None)
+
+    def _check_current(self, ranges, failed) -> None:
+        """DeviceFailure if some of rows ``ranges`` are current on no copy."""
+        lost = ranges
+        for rows in self._valid.values():
+            lost = _minus(lost, rows)
+        if lost:
+            where = f"on {failed.id}, which failed while a launch updated them in place" if failed else \
+                "on a device that failed"
+            raise DeviceFailure(f"{self!r}: rows {lost} were current only {where}: they are lost")
+
     def _to_host(self) -> None:
         self._take(HOST, self._all)
 
@@ -256,6 +290,7 @@ class Buffer:
             self._allocate(where, int(where.removeprefix("gpu")))
             self._copy(where, missing, to_host=False)
         else:
+            self._check_current(missing, None)
             left = missing
             for source, rows in list(self._valid.items()):
                 pieces = _intersect(left, rows)

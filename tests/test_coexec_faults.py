@@ -165,3 +165,42 @@ def test_a_gpu_dying_before_its_results_come_home_has_them_re_run_once(gpu_devic
     assert gpu_rows(report) > 0
     np.testing.assert_array_equal(out, want_out)
     np.testing.assert_array_equal(u, want_u)
+
+
+@hetflow.kernel
+def heat(i, j, new, c, n, s, w, e):
+    new[i, j] = c[i, j] + 0.1 * (n[i, j] + s[i, j] + w[i, j] + e[i, j] - 4.0 * c[i, j])
+
+
+@hetflow.kernel
+def relax(i, j, u):
+    u[i, j] = 0.75 * u[i, j] + 0.5
+
+
+def program(u, v, steps, device):
+    """``steps`` heat steps (``u`` into ``v``, then swapped), each followed by an update
+    in place; on hetflow arrays. Returns the last grid."""
+    split = {"schedule": "static", "shares": [0.25, 0.75]} if len(device) > 1 else {}
+    for _ in range(steps):
+        hetflow.forall((u.shape[0] - 2, u.shape[1] - 2), heat, interior(v, 1), interior(u, 1),
+                       interior(cshift(u, 0, -1), 1), interior(cshift(u, 0, 1), 1),
+                       interior(cshift(u, 1, -1), 1), interior(cshift(u, 1, 1), 1), device=device, **split)
+        hetflow.forall(v.shape, relax, v, device=device, **split)
+        u, v = v, u
+    return u
+
+
+# The GPU's 13th chunk and 8th sync are in the second in-place update, with a chunk of
+# it already run; its 21st chunk is in the third.
+@pytest.mark.parametrize("where,at,every", [("run_chunk", 13, False), ("sync", 8, False),
+                                            ("run_chunk", 13, True), ("run_chunk", 21, False)])
+def test_a_gpu_failing_mid_program_loses_no_data(gpu_device, monkeypatch, where, at, every):
+    """Issue 16: a program of launches over coherent arrays on cpu0 + gpu0, the GPU
+    failing in a middle one (for good, with ``every``), gives the single-device grid."""
+    grid = np.random.default_rng(5).random((66, 6))
+    want = program(hetflow.array(grid), hetflow.array(grid), 3, ["cpu0"]).numpy()
+    u, v = hetflow.array(grid), hetflow.array(grid)
+    calls = fail_gpu(monkeypatch, at, where, every)
+    got = program(u, v, 3, ["cpu0", gpu_device.id])
+    assert calls["n"] >= at
+    np.testing.assert_array_equal(got.numpy(), want)

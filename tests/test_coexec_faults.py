@@ -204,3 +204,18 @@ def test_a_gpu_failing_mid_program_loses_no_data(gpu_device, monkeypatch, where,
     got = program(u, v, 3, ["cpu0", gpu_device.id])
     assert calls["n"] >= at
     np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_a_merge_that_cannot_be_redone_from_the_host_is_named_not_applied_twice(gpu_device, monkeypatch):
+    def lost(self, ranges):
+        raise Fault("GPU lost before the merge")
+
+    start = np.arange(N, dtype=np.float64)
+    out = hetflow.array(start)
+    hetflow.forall(N, bump, out, device=gpu_device.id)       # the only current copy is the GPU's
+    monkeypatch.setattr(coexec.GpuChunks, "merge_back", lost)
+    u = np.zeros((N + 2, 3))
+    with pytest.raises(hetflow.DeviceFailure, match=r"cannot re-run rows \[\(51, 512\)\] on cpu0: rows "
+                                                    r"\[\(51, 512\)\] of <hetflow Buffer .* updated in place"):
+        both(gpu_device, bump_both, out, project(interior(u, 1), 1, 0))
+    np.testing.assert_array_equal(out.numpy(), start + 2)      # each row's update landed once

@@ -215,10 +215,13 @@ class Buffer:
 
     def acquire_rows(self, device, ranges) -> None:
         """Make rows ``ranges`` (sorted, disjoint ``(lo, hi)``) current on ``device``."""
-        where = HOST if device.kind == "cpu" else device.id
-        if _minus(ranges, self._valid.get(where, ())):
+        if self.stale_rows(device, ranges):
             with self._lock:
-                self._take(where, ranges)
+                self._take(HOST if device.kind == "cpu" else device.id, ranges)
+
+    def stale_rows(self, device, ranges) -> list:
+        """The rows of ``ranges`` (sorted, disjoint) not current on ``device``'s copy."""
+        return _minus(ranges, self._valid.get(HOST if device.kind == "cpu" else device.id, ()))
 
     def copy_on(self, device) -> object:
         """``device``'s copy as it is (allocated on first use), current or not."""

@@ -45,9 +45,10 @@ from ..index import views as _views
 from ..index.lowering import lowering
 from ..index.operators import section
 from ..platform.cuda_compat import cuda_module
+from ..errors import DeviceFailure
 from . import cpu
+from .buffers import _minus, _union
 from .gpu import FastEntry, core_stream, launch_rows
-from .buffers import _minus
 from .launch import SCALARS, Launch, bind, coherent, normalize_extent
 from ..platform.repository import repository
 from .perfmodel import FILE_NAME, PerfModel
@@ -454,22 +455,38 @@ def _land(gpu_parts, report, cpu_launch, held, device_of) -> None:
             if cpu_launch is None:
                 raise
             left = _minus(_coalesce(ranges), _coalesce(chunks.merged_home))
-            log.warning("could not read results back from %s (%s); re-running %d of its ranges on the CPU",
+            log.warning("could not read results back from %s (%s); %d of its ranges are to re-run on the CPU",
                         worker.device_id, exc, len(left))
             redo += left
-    if redo:  # before the marks: the CPU takes rows still current on the host from there
+    lost = _not_redoable(held, redo, cpu_launch.device) if redo else None
+    if redo and not lost:  # before the marks: the CPU takes rows still current on the host from there
         run = _cpu_runner(cpu_launch, held)
         for lo, hi in redo:
             run(lo, hi)
+        ran = {d: _minus(_coalesce(r), _coalesce(redo)) if d.kind == "gpu" else r for d, r in ran.items()}
         ran[cpu_launch.device] = ran.get(cpu_launch.device, []) + redo
     if held:
-        _mark_written(held, {d: _minus(_coalesce(r), _coalesce(redo)) if d.kind == "gpu" else r
-                             for d, r in ran.items()})
+        _mark_written(held, ran)
+    if lost:
+        raise DeviceFailure(lost)
     failed = {f.device_id for f in report.failures}
     for worker, chunks in gpu_parts:
         if worker.device_id in failed:
             for buffer in {id(r.buffer): r.buffer for r in held}.values():
                 buffer.forget(chunks.device)
+
+
+def _not_redoable(held, redo, cpu_device) -> str | None:
+    """Why ``redo`` cannot be re-run on the CPU, if it cannot: that needs the rows it
+    reads and writes of each coherent array as they were before the launch, on the host,
+    not only on a GPU that updated them in place."""
+    for r in held:
+        stale = r.writes and r.reads and r.buffer.stale_rows(cpu_device, _union(
+            [p for lo, hi in redo for p in r.rows(lo, hi)], []))
+        if stale:
+            return (f"cannot re-run rows {redo} on {cpu_device.id}: rows {stale} of {r.buffer!r} were "
+                    f"updated in place on a GPU that failed before its other results came home")
+    return None
 
 
 def co_executable(launch: Launch) -> bool:

@@ -452,7 +452,7 @@ def _land(gpu_parts, report, cpu_launch, held, device_of) -> None:
         try:
             chunks.merge_back(ranges)
         except Exception as exc:  # noqa: BLE001  the GPU died after computing: redo the rest
-            if cpu_launch is None:
+            if cpu_launch is None or not chunks.merged:
                 raise
             left = _minus(_coalesce(ranges), _coalesce(chunks.merged_home))
             log.warning("could not read results back from %s (%s); %d of its ranges are to re-run on the CPU",

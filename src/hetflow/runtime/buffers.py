@@ -19,6 +19,10 @@ copy), ``np.asarray(buffer)`` (the host copy, read-only), :meth:`Buffer.write` a
 and DLPack. Each first waits for the instances enqueued before it that touch the
 buffer, like any other access. GPU copies are CuPy arrays where CuPy runs (Numba's
 device arrays under the simulator). ``moved`` counts the bytes copied each way.
+
+A device that failed stops counting (:meth:`Buffer.forget`): the rows current only
+there are copied home first. Rows that end up current on no copy (the device's memory
+went with it) raise DeviceFailure naming them, never stale contents.
 """
 from __future__ import annotations
 

@@ -26,10 +26,12 @@ current there; after the loop the rows each device wrote are current there alone
 the same shares from one launch to the next, each device keeps its block of rows and
 only the halo rows its views reach across the split, and the rows stolen, move. A GPU
 writes them in place, so a GPU that fails first waits for what it launched (those
-chunks count as run); if even that fails, the rows its unfinished chunks read and wrote
-are current nowhere else than on a broken copy: they are dropped from it and taken from
-a copy where they are still current, or the launch raises DeviceFailure naming them.
-After the loop a failed GPU's rows are copied home and its copies no longer count.
+chunks count as run); if even that fails, its unfinished chunks may have half-updated
+the rows they read and write: those stop counting as current on the GPU and are re-run
+from a copy where they still are, or, where there is none, the launch raises
+DeviceFailure naming them (as it does when a failed merge would have to re-run rows
+that only the GPU holds). After the loop a failed GPU's rows are copied home and its
+copies no longer count.
 """
 from __future__ import annotations
 

@@ -120,9 +120,9 @@ def cases(draw):
     every = draw(st.booleans())
     # a dead GPU may hold the only copy of rows it was updating: those are lost (another test)
     resident = not every and draw(st.booleans())
-    return dict(name=name, places=places, where=where, at=draw(st.integers(1, 4)), every=every,
-                resident=resident, gpu_share=draw(st.sampled_from([0.5, 0.75, 1.0])),
-                schedule=draw(st.sampled_from(["static", "steal"])), seed=draw(st.integers(0, 2**16)))
+    return {"name": name, "places": places, "where": where, "at": draw(st.integers(1, 4)), "every": every,
+            "resident": resident, "gpu_share": draw(st.sampled_from([0.5, 0.75, 1.0])),
+            "schedule": draw(st.sampled_from(["static", "steal"])), "seed": draw(st.integers(0, 2**16))}
 
 
 @settings(max_examples=300, deadline=None,

@@ -263,7 +263,7 @@ class Buffer:
         with self._lock:
             try:
                 self._take(HOST, self._valid.get(device.id, []))
-            except Exception as exc:  # noqa: BLE001  the device's memory is gone with it
+            except Exception as exc:  # the device's memory is gone with it
                 only = self._valid.pop(device.id, [])
                 self._devices.pop(device.id, None)
                 for rows in self._valid.values():

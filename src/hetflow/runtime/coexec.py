@@ -43,11 +43,11 @@ import time
 
 import numpy as np
 
+from ..errors import DeviceFailure
 from ..index import views as _views
 from ..index.lowering import lowering
 from ..index.operators import section
 from ..platform.cuda_compat import cuda_module
-from ..errors import DeviceFailure
 from . import cpu
 from .buffers import _minus, _union
 from .gpu import FastEntry, core_stream, launch_rows

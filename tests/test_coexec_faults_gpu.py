@@ -7,36 +7,11 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.runtime import coexec
+from test_coexec_faults import bump, fail_gpu, keep_positive
 
 pytestmark = pytest.mark.gpu
 
 N = 1 << 23     # about 15 chunks of an H100's (132 SMs x 32 x 32 x 4 rows)
-
-
-@hetflow.kernel
-def bump(i, out):
-    out[i] = out[i] + 1.0
-
-
-@hetflow.kernel
-def keep_positive(i, x, out):
-    if x[i] > 0:
-        out[i] = x[i]
-
-
-def fail_gpu(monkeypatch, where, at):
-    calls = {"n": 0}
-    original = getattr(coexec.GpuChunks, where)
-
-    def flaky(self, *args):
-        calls["n"] += 1
-        if calls["n"] == at:
-            raise RuntimeError(f"GPU lost at {where} call {at}")
-        return original(self, *args)
-
-    monkeypatch.setattr(coexec.GpuChunks, where, flaky)
-    return calls
 
 
 def both(gpu_device, kernel, *args):
@@ -62,7 +37,7 @@ def test_read_modify_write_applies_once_when_the_gpu_fails(gpu_device, monkeypat
     if kind == "resident":
         hetflow.forall(N, bump, out, device=gpu_device.id)   # current on the GPU alone
         start = start + 1
-    calls = fail_gpu(monkeypatch, where, at)
+    calls = fail_gpu(monkeypatch, at, where)
     report = both(gpu_device, bump, out)
     assert calls["n"] >= at and report.failures
     np.testing.assert_array_equal(np.asarray(out), start + 1)

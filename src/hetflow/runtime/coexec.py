@@ -9,13 +9,29 @@ the history-based performance model predicts.
 Data on a GPU worker: arrays read or written only at the launch index (``x[i]``) move
 per chunk, just the rows the GPU runs; every other array is copied to the GPU once.
 After the loop, written arrays of the second kind are merged back row range by row
-range, so each output element comes from the device that computed it.
+range, so each output element comes from the device that computed it. Written arrays
+are copied in too: a kernel that writes only where a condition holds leaves the other
+elements as they were.
+
+Faults: a GPU chunk's results *land* on the host only once the GPU finished it: its
+rows come back into staging arrays and are copied home at ``sync``; whole copies merge
+back after the loop, range by range, every written array of a range at once (a launch
+with such an array merges all its written arrays so). A GPU that fails has exactly the
+chunks whose results did not land re-run elsewhere, once; a failed merge re-runs on the
+CPU just the ranges that did not come home. So ``out[i] = out[i] + 1`` applies once.
 
 Coherent arrays (:class:`hetflow.Buffer`) stay where they are: each device works on its
 own copy, and before a chunk runs, the rows it reaches (:class:`Resident`) are made
 current there; after the loop the rows each device wrote are current there alone. With
 the same shares from one launch to the next, each device keeps its block of rows and
-only the halo rows its views reach across the split, and the rows stolen, move.
+only the halo rows its views reach across the split, and the rows stolen, move. A GPU
+writes them in place, so a GPU that fails first waits for what it launched (those
+chunks count as run); if even that fails, its unfinished chunks may have half-updated
+the rows they read and write: those stop counting as current on the GPU and are re-run
+from a copy where they still are, or, where there is none, the launch raises
+DeviceFailure naming them (as it does when a failed merge would have to re-run rows
+that only the GPU holds). After the loop a failed GPU's rows are copied home and its
+copies no longer count.
 """
 from __future__ import annotations
 
@@ -27,11 +43,13 @@ import time
 
 import numpy as np
 
+from ..errors import DeviceFailure
 from ..index import views as _views
 from ..index.lowering import lowering
 from ..index.operators import section
 from ..platform.cuda_compat import cuda_module
 from . import cpu
+from .buffers import _minus, _union
 from .gpu import FastEntry, Timing, launch_rows, stream_pointer
 from .launch import SCALARS, Launch, bind, coherent, normalize_extent
 from ..platform.repository import repository
@@ -102,6 +120,8 @@ class GpuChunks:
         self.cuda = cuda_module()
         self.stream = None
         self.streamed_in, self.streamed_out, self.merged = [], [], []
+        self.pending = []     # (lo, hi, [(host, staged rows)]) launched since the last sync
+        self.merged_home = []  # ranges merge_back brought home
         self.dev_args = ()
 
     def _context(self):
@@ -122,6 +142,7 @@ class GpuChunks:
                     copies[id(host)] = self._copy_in(host, stopped)
                 return copies[id(host)]
 
+            streamed = _streamed(plan, self.launch.args)
             for k, (name, arg) in enumerate(zip(plan.data, self.launch.args)):
                 root = _views.root_of(arg) if not isinstance(arg, SCALARS) else None
                 if coherent(root):  # the Buffer's own copy here: rows move per chunk
@@ -135,11 +156,11 @@ class GpuChunks:
                     if plan.access.writes(name):
                         self.merged.append((arg, dev))
                 elif isinstance(arg, np.ndarray):
-                    if name in plan.access.rows and arg.flags.c_contiguous:
-                        # allocated only: rows move with their chunk
+                    if name in streamed:
+                        # allocated only: rows move with their chunk, written ones both
+                        # ways (what the kernel leaves alone must come back unchanged)
                         dev = self.cuda.device_array(arg.shape, arg.dtype, stream=self.stream)
-                        if plan.access.reads(name):
-                            self.streamed_in.append((arg, dev))
+                        self.streamed_in.append((arg, dev))
                         if plan.access.writes(name):
                             self.streamed_out.append((arg, dev))
                     else:
@@ -175,6 +196,8 @@ class GpuChunks:
         return dev
 
     def run_chunk(self, lo: int, hi: int) -> None:
+        """Launch rows ``[lo, hi)``; their streamed results come back into staging
+        arrays, copied home at :meth:`sync` (the results land once the GPU finished)."""
         if self.residents:
             began = time.perf_counter()
             for r in self.residents:
@@ -184,35 +207,79 @@ class GpuChunks:
             for host, dev in self.streamed_in:
                 dev[lo:hi].copy_to_device(host[lo:hi], stream=self.stream)
             launch_rows(self.launch, self.stream, lo, hi, self.dev_args, self.pointer)
-            for host, dev in self.streamed_out:
-                dev[lo:hi].copy_to_host(host[lo:hi], stream=self.stream)
+            staged = [(host, dev[lo:hi].copy_to_host(stream=self.stream)) for host, dev in self.streamed_out]
+        self.pending.append((lo, hi, staged))
 
     def sync(self) -> None:
+        """Wait for the chunks launched, then land their results."""
         with self._context():
             self.stream.synchronize()
+        for lo, hi, staged in self.pending:
+            for host, rows in staged:
+                host[lo:hi] = rows
+        self.pending.clear()
+
+    def salvage(self) -> int:
+        """After a failure: how many of the chunks launched since the last sync landed
+        all the same (the stream still completes them). When it does not, the rows those
+        chunks read and wrote of a coherent array may hold half-applied updates here:
+        they stop counting as current on this GPU, and if they are current nowhere else
+        they are lost (DeviceFailure)."""
+        ran = len(self.pending)
+        try:
+            self.sync()
+            return ran
+        except Exception as exc:  # noqa: BLE001  the device is gone: nothing it did lands
+            log.warning("%s cannot finish the chunks it launched (%s)", self.device.id, exc)
+        for r in self.residents:
+            if r.writes and r.reads:
+                rows = [p for lo, hi, _ in self.pending for p in r.rows(lo, hi)]
+                r.buffer.forget_rows(self.device, rows)
+        self.pending.clear()
+        return 0
 
     def merge_back(self, ranges) -> None:
         """Copy home the rows this GPU computed of every written array copied whole:
-        just those rows where they form a box of the array, else the whole copy."""
+        just those rows where they form a box of the array, else the whole copy. A range
+        lands whole or not at all (every array's rows are fetched before any is stored);
+        ``merged_home`` lists the ranges that landed."""
         if not self.merged or not ranges:
             return
+        wholes = {}
         with self._context():
-            for target, dev in self.merged:
-                whole = None
-                for lo, hi in _coalesce(ranges):
-                    rows = _row_section(target, lo, hi)
-                    home = target.root if _views.is_view(target) else target
-                    box = rows.root_box() if _views.is_view(rows) else (slice(lo, hi),)
-                    if box is not None:
-                        part = dev[box[0]].copy_to_host(stream=self.stream)
-                        self.stream.synchronize()
-                        home[box] = part[(slice(None),) + box[1:]]
-                        continue
-                    if whole is None:
-                        whole = dev.copy_to_host(stream=self.stream)
-                        self.stream.synchronize()
-                    idx = rows._root_index(np)
-                    home[idx] = whole[idx]
+            for lo, hi in _coalesce(ranges):
+                parts = [self._fetch(target, dev, lo, hi, wholes) for target, dev in self.merged]
+                for home, idx, values in parts:
+                    home[idx] = values
+                self.merged_home.append((lo, hi))
+
+    def _fetch(self, target, dev, lo, hi, wholes):
+        """(home array, index, values) of rows ``[lo, hi)`` of ``target`` on this GPU."""
+        rows = _row_section(target, lo, hi)
+        home = target.root if _views.is_view(target) else target
+        box = rows.root_box() if _views.is_view(rows) else (slice(lo, hi),)
+        if box is not None:
+            part = dev[box[0]].copy_to_host(stream=self.stream)
+            self.stream.synchronize()
+            return home, box, part[(slice(None),) + box[1:]]
+        if id(dev) not in wholes:
+            wholes[id(dev)] = dev.copy_to_host(stream=self.stream)
+            self.stream.synchronize()
+        idx = rows._root_index(np)
+        return home, idx, wholes[id(dev)][idx]
+
+
+def _streamed(plan, args) -> set:
+    """The plain arrays that move per chunk: C-contiguous ones touched only in their own
+    row. If some written argument is copied whole instead, none that is written moves
+    per chunk, so that all written arrays of a range land together (at the merge)."""
+    rowwise = {name for name, arg in zip(plan.data, args)
+               if isinstance(arg, np.ndarray) and name in plan.access.rows and arg.flags.c_contiguous}
+    whole = {name for name, arg in zip(plan.data, args) if name not in rowwise and (
+        isinstance(arg, np.ndarray) or _views.is_view(arg) and not coherent(_views.root_of(arg)))}
+    if any(plan.access.writes(name) for name in whole):
+        return {name for name in rowwise if not plan.access.writes(name)}
+    return rowwise
 
 
 def _coalesce(ranges):
@@ -241,6 +308,7 @@ class Resident:
     buffer: object
     offset: int | None   # the root row a launch row reaches is row + offset; None: any row
     writes: bool
+    reads: bool = True
 
     def rows(self, lo: int, hi: int) -> list:
         """The root rows that launch rows ``[lo, hi)`` reach."""
@@ -260,23 +328,33 @@ def residents(launch: Launch) -> list[Resident]:
         if name in plan.access.rows:
             box = lowering(arg, f"{name}__p").box if arg is not root else (slice(0, None),)
             offset = box[0].start if box is not None else None
-        found.append(Resident(root, offset, plan.access.writes(name)))
-    return found
+        found.append(Resident(root, offset, plan.access.writes(name), plan.access.reads(name)))
+    # a Buffer read through one argument and written through another is read and written
+    read = {id(r.buffer) for r in found if r.reads}
+    return [dataclasses.replace(r, reads=id(r.buffer) in read) for r in found]
 
 
-def _cpu_workers(launch: Launch, rows: int, count: int, held=()) -> list[Worker]:
-    if held:  # the host copies of the coherent arrays; rows made current per chunk
+def _cpu_runner(launch: Launch, held=()):
+    """``run(lo, hi)``: rows ``[lo, hi)`` of ``launch`` on the CPU, over the host copies
+    of the coherent arrays, whose rows it makes current first."""
+    if held:
         launch = dataclasses.replace(launch, entry_args=tuple(
             a.copy_on(launch.device) if coherent(a) else a for a in launch.entry_args))
     cpu.compile_launch(launch)
     run = cpu.chunk_runner(launch)
-    if held:
-        plain, device = run, launch.device
+    if not held:
+        return run
+    device = launch.device
 
-        def run(lo, hi):
-            for r in held:
-                r.buffer.acquire_rows(device, r.rows(lo, hi))
-            plain(lo, hi)
+    def run_held(lo, hi):
+        for r in held:
+            r.buffer.acquire_rows(device, r.rows(lo, hi))
+        run(lo, hi)
+    return run_held
+
+
+def _cpu_workers(launch: Launch, rows: int, count: int, held=()) -> list[Worker]:
+    run = _cpu_runner(launch, held)
     # A CPU chunk enters and leaves Python, taking the GIL, and 16 workers queue for it:
     # on a 16-core host, 5-row chunks of a 1024^2 stencil took 300 us for 5 us of work.
     # So a chunk holds at least what the runtime would run inline rather than spread.
@@ -293,7 +371,7 @@ def _gpu_worker(launch: Launch, held=()) -> tuple[Worker, GpuChunks]:
     threads = 64 if dev.simulated else gpu_chunk_size(dev.compute_units, dev.simd_width, 32, waves=4)
     size = max(1, threads // per_row)
     worker = Worker(dev.id, "gpu", chunks.run_chunk, size, dev.id, inflight=2, sync=chunks.sync,
-                    setup=chunks.setup)
+                    setup=chunks.setup, salvage=chunks.salvage)
     return worker, chunks
 
 
@@ -386,16 +464,65 @@ def _fastest(launches):
                                         L.device.compute_units))
 
 
-def _mark_written(held, report, device_of) -> None:
-    """The rows each device wrote are current on that device alone."""
-    ran: dict = {}
-    for e in report.events:
-        ran.setdefault(device_of[e.worker], []).append((e.lo, e.hi))
+def _mark_written(held, ran: dict) -> None:
+    """The rows each device wrote (``ran``: device -> launch row ranges) are current on
+    that device alone."""
     for r in held:
         if r.writes:
             for device, ranges in ran.items():
                 rows = [p for lo, hi in _coalesce(ranges) for p in r.rows(lo, hi)]
                 r.buffer.wrote_rows(device, rows)
+
+
+def _land(gpu_parts, report, cpu_launch, held, device_of) -> None:
+    """After the loop: merge home what the GPUs computed, re-running on the CPU (once)
+    the ranges whose results could not come home; then mark the coherent arrays' rows
+    each device wrote, and bring home the rows of GPUs that failed (their copies no
+    longer count)."""
+    ran: dict = {}
+    for e in report.events:
+        ran.setdefault(device_of[e.worker], []).append((e.lo, e.hi))
+    redo = []
+    for worker, chunks in gpu_parts:
+        ranges = [(e.lo, e.hi) for e in report.events if e.worker == worker.name]
+        try:
+            chunks.merge_back(ranges)
+        except Exception as exc:  # noqa: BLE001  the GPU died after computing: redo the rest
+            if cpu_launch is None or not chunks.merged:
+                raise
+            left = _minus(_coalesce(ranges), _coalesce(chunks.merged_home))
+            log.warning("could not read results back from %s (%s); %d of its ranges are to re-run on the CPU",
+                        worker.device_id, exc, len(left))
+            redo += left
+    lost = _not_redoable(held, redo, cpu_launch.device) if redo else None
+    if redo and not lost:  # before the marks: the CPU takes rows still current on the host from there
+        run = _cpu_runner(cpu_launch, held)
+        for lo, hi in redo:
+            run(lo, hi)
+        ran = {d: _minus(_coalesce(r), _coalesce(redo)) if d.kind == "gpu" else r for d, r in ran.items()}
+        ran[cpu_launch.device] = ran.get(cpu_launch.device, []) + redo
+    if held:
+        _mark_written(held, ran)
+    if lost:
+        raise DeviceFailure(lost)
+    failed = {f.device_id for f in report.failures}
+    for worker, chunks in gpu_parts:
+        if worker.device_id in failed:
+            for buffer in {id(r.buffer): r.buffer for r in held}.values():
+                buffer.forget(chunks.device)
+
+
+def _not_redoable(held, redo, cpu_device) -> str | None:
+    """Why ``redo`` cannot be re-run on the CPU, if it cannot: that needs the rows it
+    reads and writes of each coherent array as they were before the launch, on the host,
+    not only on a GPU that updated them in place."""
+    for r in held:
+        stale = r.writes and r.reads and r.buffer.stale_rows(cpu_device, _union(
+            [p for lo, hi in redo for p in r.rows(lo, hi)], []))
+        if stale:
+            return (f"cannot re-run rows {redo} on {cpu_device.id}: rows {stale} of {r.buffer!r} were "
+                    f"updated in place on a GPU that failed before its other results came home")
+    return None
 
 
 def co_executable(launch: Launch) -> bool:
@@ -447,22 +574,8 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
         shares = _worker_shares(shares, targets, workers)
     report = run_loop(rows, workers, schedule=schedule, shares=shares)
     trace_notify(report, label=kernel.name)  # before merging back: the loop's end is now
-    if held:
-        _mark_written(held, report, {w.name: L.device for L in launches for w in workers
-                                     if w.device_id == L.device.id})
-    cpu_launch = next((L for L in launches if L.device.kind == "cpu"), None)
-    for worker, chunks in gpu_parts:
-        ranges = [(e.lo, e.hi) for e in report.events if e.worker == worker.name]
-        try:
-            chunks.merge_back(ranges)
-        except Exception as exc:  # noqa: BLE001  the GPU died after computing: redo its rows
-            if cpu_launch is None:
-                raise
-            log.warning("could not read results back from %s (%s); re-running its %d ranges on the CPU",
-                        worker.device_id, exc, len(ranges))
-            run = cpu.chunk_runner(cpu_launch)
-            for lo, hi in ranges:
-                run(lo, hi)
+    _land(gpu_parts, report, next((L for L in launches if L.device.kind == "cpu"), None), held,
+          {w.name: L.device for L in launches for w in workers if w.device_id == L.device.id})
     by_worker = dict(zip((w.name for w in workers), device_keys))
     staged = {worker.name: chunks.staged_s for worker, chunks in gpu_parts if chunks.staged_s}
     model.update(key, report, device_key=lambda stats: None if stats.name in staged else by_worker[stats.name])

@@ -38,6 +38,8 @@ def expanded(name: str, lowering) -> list[str]:
     """The entry parameters standing for one kernel parameter (a view expands)."""
     if lowering is None:
         return [name]
+    if lowering.root_name is not None:  # the root comes with another view (Lowering.sharing)
+        return list(lowering.param_names)
     return [f"{name}__root", *lowering.param_names]
 
 
@@ -49,8 +51,9 @@ def constructor(k: int) -> str:
 def generate(ndim: int, data: list, target: str, checked: bool = False) -> Generated:
     """The entry module for ``target`` ('cpu' or 'gpu'). ``data[k]`` says how data
     parameter ``k`` arrives: None (passed as it is) or (its number of lowering
-    integers, how they pack into its value: :func:`.viewtypes.packing`), the value
-    built by ``constructor(k)``."""
+    integers, how they pack into its value: :func:`.viewtypes.packing`, the data
+    parameter whose root it reads: ``k`` itself unless another view passes it), the
+    value built by ``constructor(k)``."""
     params, setup, args = [], [], []
     err = checks.ERR if checked and target == "gpu" else "0"
     for k, how in enumerate(data):
@@ -59,13 +62,13 @@ def generate(ndim: int, data: list, target: str, checked: bool = False) -> Gener
             params.append(name)
             args.append(name)
             continue
-        nparams, packing = how
+        nparams, packing, root = how
         ints = [f"{name}_p{j}" for j in range(nparams)]
-        params += [f"{name}_root", *ints]
+        params += [f"{name}_root"] * (root == k) + ints
         sums = [" + ".join([str(const)] * bool(const) + [ints[j] for j in added]) or "0"
                 for const, added in packing]
         packed = f"({', '.join(sums)}{',' if len(sums) == 1 else ''})"
-        setup.append(f"{name}_v = {constructor(k)}({name}_root, {packed}, {k}, {err})")
+        setup.append(f"{name}_v = {constructor(k)}(__a{root}_root, {packed}, {k}, {err})")
         args.append(f"{name}_v")
     if err != "0":
         params.append(err)
@@ -130,17 +133,16 @@ def _gpu_wrapper(ndim: int, params: list, setup: list, args: list) -> str:
 
 
 def _gpu_wrapper_2d(params: list, setup: list, args: list) -> str:
-    """Rank 2: a 2-D grid, columns on x (coalesced), rows on y; no index division."""
+    """Rank 2: a 2-D grid, columns on x (coalesced; the grid covers every column, see
+    runtime.gpu.launch_config), rows on y striding; no index division. A loop over
+    columns too, never taken twice, cost 20% of a 4096^2 stencil on an H100."""
     head = ", ".join(["__lo", "__hi", "__e1", *params])
     return "\n".join([f"def {ENTRY}({head}):"] + [f"    {s}" for s in setup] + [
-        "    __c0 = __hf_cuda.blockIdx.x * __hf_cuda.blockDim.x + __hf_cuda.threadIdx.x",
-        "    __cs = __hf_cuda.gridDim.x * __hf_cuda.blockDim.x",
+        "    __i1 = __hf_cuda.blockIdx.x * __hf_cuda.blockDim.x + __hf_cuda.threadIdx.x",
         "    __i0 = __lo + __hf_cuda.blockIdx.y * __hf_cuda.blockDim.y + __hf_cuda.threadIdx.y",
         "    __rs = __hf_cuda.gridDim.y * __hf_cuda.blockDim.y",
-        "    while __i0 < __hi:",
-        "        __i1 = __c0",
-        "        while __i1 < __e1:",
+        "    if __i1 < __e1:",
+        "        while __i0 < __hi:",
         f"            {_call(['__i0', '__i1'], args)}",
-        "            __i1 += __cs",
-        "        __i0 += __rs",
+        "            __i0 += __rs",
     ]) + "\n"

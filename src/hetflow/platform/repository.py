@@ -380,9 +380,16 @@ def _generate(kernel, device, ndim, views, checked):
     if len(kernel.params) < ndim:
         raise KernelError(f"kernel {kernel.name!r} takes {len(kernel.params)} parameters, fewer than the "
                           f"{ndim} index parameters of a rank-{ndim} launch")
-    data = [(len(views[p].params), viewtypes.packing(views[p])) if p in views else ((0, ()) if checked else None)
-            for p in kernel.params[ndim:]]
-    return generate(ndim, data, device.kind, checked)
+    names = kernel.params[ndim:]
+    passes = {f"{p}__root": k for k, p in enumerate(names)}  # which view passes a shared root
+
+    def arrives(k, p):
+        low = views.get(p)
+        if low is None:
+            return (0, (), k) if checked else None
+        return len(low.params), viewtypes.packing(low), passes[low.root_name] if low.root_name else k
+
+    return generate(ndim, [arrives(k, p) for k, p in enumerate(names)], device.kind, checked)
 
 
 def _module_namespace(entry: Path) -> dict:

@@ -60,11 +60,8 @@ def compile_launch(launch: Launch) -> None:
 
 
 def _lowerings(launch: Launch) -> dict:
-    from ..index import views as _views
-    from ..index.lowering import lowering
-
     data = launch.kernel.params[len(launch.extent):]
-    return {n: lowering(a, f"{n}__p") for n, a in zip(data, launch.args) if _views.is_view(a)}
+    return {n: low for n, low in zip(data, launch.lowerings) if low is not None}
 
 
 def chunk_runner(launch: Launch):

@@ -80,6 +80,13 @@ class PerfModel:
             entry = self._table().get(kernel_key, {}).get(device_key)
         return None if entry is None else entry["throughput"]
 
+    def throughputs(self, kernel_key: str, device_keys) -> list:
+        """:meth:`throughput` of each of ``device_keys``, looked up at once."""
+        with self._lock:
+            per_kernel = self._table().get(kernel_key, {})
+            found = [per_kernel.get(k) for k in device_keys]
+        return [None if e is None else e["throughput"] for e in found]
+
     def shares(self, kernel_key: str, device_keys) -> list[float]:
         """Predicted fractions of a loop for workers on ``device_keys`` (one key per worker).
 
@@ -89,7 +96,7 @@ class PerfModel:
         keys = list(device_keys)
         if not keys:
             raise ScheduleError("shares needs at least one device key")
-        rates = [self.throughput(kernel_key, k) for k in keys]
+        rates = self.throughputs(kernel_key, keys)
         known = [r for r in rates if r]
         if not known:
             return [1.0 / len(keys)] * len(keys)

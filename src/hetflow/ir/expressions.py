@@ -1,0 +1,373 @@
+"""Rule expressions: Python expressions, parsed with :mod:`ast`, checked, compiled once.
+
+Rules are written by other people and loaded from files, so their expressions are
+never handed to Python's ``eval``. :func:`parse` reads the text with ``ast.parse``,
+accepts only
+
+- constants: numbers, strings, ``True``, ``False``;
+- variables by name, dotted names meaning one variable (``gpu.utilization``,
+  ``throughput.cpu0``, ``node.pieces``);
+- ``+ - * / // %`` (``+`` also joins strings), unary ``-``, ``+``;
+- comparisons ``< <= > >= == !=``, chained as in Python;
+- ``and``, ``or``, ``not`` on booleans (a number is not a truth value here);
+- calls of a fixed set of functions by name with positional arguments:
+  ``min max abs round floor ceil`` and the context's ``count(kind)``,
+  ``defined(name)``, ``happened(event)``, ``compiled(device)``;
+
+and compiles the tree into nested closures, so evaluating it is a few Python calls.
+Anything else (``**``, subscripts, lambdas, comprehensions, attributes of calls, keyword
+arguments) is a RuleSyntaxError naming where the expression came from and its column.
+Nesting is bounded (:data:`MAX_DEPTH` levels), so no expression reaches Python's
+recursion limit.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+import numbers
+import operator
+from typing import Callable, Mapping
+
+from ..errors import RuleError, RuleSyntaxError
+
+MAX_DEPTH = 200  # syntax-tree levels; 100 nested parenthesised operations fit
+
+BUILTINS: dict[str, Callable] = {
+    "min": min,
+    "max": max,
+    "abs": abs,
+    "round": round,
+    "floor": math.floor,
+    "ceil": math.ceil,
+}
+CONTEXT_FUNCTIONS = ("count", "defined", "happened", "compiled")
+FUNCTIONS = frozenset(BUILTINS) | frozenset(CONTEXT_FUNCTIONS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Where:
+    """Where an expression was written: its file, its rule and the key holding it."""
+
+    filename: str | None      # None: written in Python (a Rule's arguments)
+    rule: str
+    key: str
+
+    def __str__(self):
+        place = f"rule {self.rule!r}, key {self.key!r}"
+        return f"{self.filename}: {place}" if self.filename else place
+
+
+class UnknownName(RuleError, NameError):
+    """An expression read a variable that nobody has set."""
+
+    def __init__(self, name: str, text: str):
+        super().__init__(f"unknown variable {name!r} in expression {text!r}")
+        self.name = name
+
+
+@dataclasses.dataclass
+class Environment:
+    """What an expression can see: variables by dotted name and the context's functions."""
+
+    lookup: Callable[[str], object]                  # raises KeyError when unknown
+    functions: Mapping[str, Callable] = dataclasses.field(default_factory=dict)
+
+    def call(self, name: str, args: list):
+        fn = self.functions.get(name)
+        if fn is None:
+            raise RuleError(f"{name}() is not available here (no rule context)")
+        return fn(*args)
+
+
+class Expr:
+    """A checked, compiled expression: its text, the variables it reads, ``evaluate(env)``.
+
+    ``env`` has ``lookup(name)`` (KeyError when unknown) and ``call(name, args)`` for the
+    context's functions (:data:`CONTEXT_FUNCTIONS`).
+    """
+
+    __slots__ = ("text", "where", "_names", "_run")
+
+    def __init__(self, text: str, where: Where | None = None):
+        self.text, self.where = text, where
+        tree = _parse(text, where)
+        names: set[str] = set()
+        self._run = _Compiler(self, names).compile(tree.body)
+        self._names = frozenset(names)
+
+    def names(self) -> set[str]:
+        """The variable names the expression reads."""
+        return set(self._names)
+
+    def evaluate(self, env):
+        return self._run(env)
+
+    def fail(self, msg: str, node: ast.AST) -> RuleError:
+        """An evaluation error naming the expression's origin and the column."""
+        return RuleError(f"{self._origin()}{msg} at column {_column(self.text, node)} of {self.text!r}")
+
+    def _origin(self) -> str:
+        return f"{self.where}: " if self.where is not None else "expression: "
+
+    def __eq__(self, other):
+        return isinstance(other, Expr) and other.text == self.text
+
+    def __hash__(self):
+        return hash(self.text)
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        return f"Expr({self.text!r})"
+
+
+def parse(text, where: Where | None = None) -> Expr:
+    """Check and compile ``text``; RuleSyntaxError naming ``where`` and the column."""
+    if not isinstance(text, str):
+        raise _syntax(f"an expression must be a string, not {type(text).__name__}", str(text), None, where)
+    return Expr(text, where)
+
+
+def _syntax(msg: str, text: str, column: int | None, where: Where | None) -> RuleSyntaxError:
+    origin = f"{where}: " if where is not None else ""
+    at = f" at column {column}" if column is not None else ""
+    err = RuleSyntaxError(f"{origin}{msg}{at} of expression {text!r}",
+                          (where.filename if where else "<expression>", None, column, text))
+    err.rule, err.key = (where.rule, where.key) if where else (None, None)
+    return err
+
+
+def _parse(text: str, where: Where | None) -> ast.Expression:
+    # eval mode takes no leading indent: strip it, and shift reported columns back.
+    body = text.lstrip(" \t")
+    shift = len(text) - len(body)
+    if not body.strip():
+        raise _syntax("empty expression", text, 1, where)
+    try:
+        tree = ast.parse(body, mode="eval")
+    except SyntaxError as exc:
+        msg, column = exc.msg, (exc.offset or 0) + shift
+        if not exc.offset:  # Python reports an expression that stops too early at offset 0
+            msg = "incomplete expression" if msg == "invalid syntax" else msg
+            column = len(text.rstrip()) + 1
+        if exc.lineno and exc.lineno > 1:
+            column = None
+        if "\n" in body:
+            msg += " (an expression spanning lines needs parentheses, as in Python)"
+        raise _syntax(msg, text, column, where) from None
+    except (MemoryError, RecursionError, ValueError) as exc:  # too deep for Python's parser; NUL bytes
+        raise _syntax(f"cannot parse: {exc or 'nested too deeply'}", text, None, where) from None
+    if shift:
+        for node in ast.walk(tree):
+            if hasattr(node, "col_offset") and node.lineno == 1:
+                node.col_offset += shift
+            if getattr(node, "end_lineno", None) == 1:
+                node.end_col_offset += shift
+    _check_depth(tree, text, where)
+    return tree
+
+
+def _check_depth(tree: ast.AST, text: str, where: Where | None) -> None:
+    """Iteratively, so that the check itself cannot overflow the stack."""
+    todo = [(tree, 0)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise _syntax(f"nested more than {MAX_DEPTH} levels deep", text,
+                          getattr(node, "col_offset", -1) + 1 or None, where)
+        todo.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
+# -- compilation to closures -----------------------------------------------------------
+
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+               ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+           ast.Pow: "**", ast.MatMult: "@", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&",
+           ast.BitOr: "|", ast.BitXor: "^", ast.Invert: "~", ast.In: "in", ast.NotIn: "not in",
+           ast.Is: "is", ast.IsNot: "is not"}
+_ORDER = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+_EQUAL = {ast.Eq: operator.eq, ast.NotEq: operator.ne}
+_KINDS = {ast.Subscript: "subscripts", ast.Lambda: "lambdas", ast.IfExp: "conditional expressions",
+          ast.ListComp: "comprehensions", ast.SetComp: "comprehensions", ast.DictComp: "comprehensions",
+          ast.GeneratorExp: "comprehensions", ast.List: "lists", ast.Tuple: "tuples", ast.Dict: "dicts",
+          ast.Set: "sets", ast.NamedExpr: "assignments", ast.JoinedStr: "f-strings", ast.Starred: "unpacking",
+          ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield", ast.Slice: "slices"}
+
+
+def _column(text: str, node: ast.AST) -> int:
+    """1-based column of what ``node`` is about: an operator's symbol, else its start."""
+    left = getattr(node, "left", None) or getattr(node, "operand", None)
+    if isinstance(node, (ast.BinOp, ast.Compare)) and left.end_lineno == left.lineno == 1:
+        k = left.end_col_offset
+        while k < len(text) and text[k] in " \t)":
+            k += 1
+        return k + 1
+    return node.col_offset + 1
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return "a string"
+    return "a number" if isinstance(value, numbers.Real) else type(value).__name__
+
+
+class _Compiler:
+    """Turns a checked syntax tree into closures ``fn(env) -> value``."""
+
+    def __init__(self, expr: Expr, names: set):
+        self.expr, self.names = expr, names
+
+    def error(self, msg: str, node: ast.AST) -> RuleSyntaxError:
+        return _syntax(msg, self.expr.text, _column(self.expr.text, node), self.expr.where)
+
+    def compile(self, node: ast.AST):
+        method = getattr(self, "_" + type(node).__name__, None)
+        if method is None:
+            what = _KINDS.get(type(node), type(node).__name__)
+            raise self.error(f"{what} are not allowed in rule expressions", node)
+        return method(node)
+
+    def _Constant(self, node):
+        value = node.value
+        if not isinstance(value, (bool, int, float, str)):
+            raise self.error(f"the constant {value!r} is not allowed (numbers, strings, True, False)", node)
+        return lambda env: value
+
+    def _Name(self, node):
+        if node.id in ("true", "false"):
+            raise self.error(f"unknown name {node.id!r}: write {node.id.capitalize()}, as in Python", node)
+        return self._variable(node.id, node)
+
+    def _Attribute(self, node):
+        parts, base = [node.attr], node.value
+        while isinstance(base, ast.Attribute):
+            parts.append(base.attr)
+            base = base.value
+        if not isinstance(base, ast.Name):
+            raise self.error("attributes are read from variable names only (as in gpu.utilization)", node)
+        parts.append(base.id)
+        return self._variable(".".join(reversed(parts)), node)
+
+    def _variable(self, name: str, node):
+        self.names.add(name)
+        text = self.expr.text
+
+        def variable(env):
+            try:
+                return env.lookup(name)
+            except KeyError:
+                raise UnknownName(name, text) from None
+        return variable
+
+    def _UnaryOp(self, node):
+        operand, expr = self.compile(node.operand), self.expr
+        if isinstance(node.op, ast.Not):
+            def negation(env):
+                value = operand(env)
+                if value is True or value is False:
+                    return not value
+                raise expr.fail(f"'not' needs a boolean, got {_kind(value)} {value!r}", node)
+            return negation
+        if not isinstance(node.op, (ast.USub, ast.UAdd)):
+            raise self.error(f"operator {_SYMBOL[type(node.op)]!r} is not allowed in rule expressions", node)
+        fn, symbol = (operator.neg, "-") if isinstance(node.op, ast.USub) else (operator.pos, "+")
+
+        def sign(env):
+            value = operand(env)
+            if not _is_number(value):
+                raise expr.fail(f"operator {symbol!r} needs a number, got {_kind(value)} {value!r}", node)
+            return fn(value)
+        return sign
+
+    def _BinOp(self, node):
+        fn = _ARITHMETIC.get(type(node.op))
+        symbol = _SYMBOL[type(node.op)]
+        if fn is None:
+            raise self.error(f"operator {symbol!r} is not allowed in rule expressions", node)
+        left, right, expr = self.compile(node.left), self.compile(node.right), self.expr
+        joins = isinstance(node.op, ast.Add)
+
+        def arithmetic(env):
+            a, b = left(env), right(env)
+            if not (_is_number(a) and _is_number(b)):
+                if joins and isinstance(a, str) and isinstance(b, str):
+                    return a + b
+                raise expr.fail(f"operator {symbol!r} needs numbers, got {_kind(a)} {a!r} and "
+                                f"{_kind(b)} {b!r}", node)
+            try:
+                return fn(a, b)
+            except ZeroDivisionError:
+                raise expr.fail(f"division by zero in {symbol!r}", node) from None
+            except ArithmeticError as exc:
+                raise expr.fail(f"{symbol!r} failed: {exc}", node) from None
+        return arithmetic
+
+    def _BoolOp(self, node):
+        items = [(self.compile(v), v) for v in node.values]
+        stop = isinstance(node.op, ast.Or)  # the value that decides: True for 'or', False for 'and'
+        word, expr = ("or" if stop else "and"), self.expr
+
+        def logic(env):
+            for item, where in items:
+                value = item(env)
+                if value is not True and value is not False:
+                    raise expr.fail(f"'{word}' needs booleans, got {_kind(value)} {value!r}", where)
+                if value is stop:
+                    return stop
+            return not stop
+        return logic
+
+    def _Compare(self, node):
+        steps = []
+        for op, right in zip(node.ops, node.comparators):
+            if type(op) in _ORDER:
+                steps.append((_ORDER[type(op)], True, self.compile(right)))
+            elif type(op) in _EQUAL:
+                steps.append((_EQUAL[type(op)], False, self.compile(right)))
+            else:
+                raise self.error(f"comparison {_SYMBOL[type(op)]!r} is not allowed in rule expressions", node)
+        first, expr = self.compile(node.left), self.expr
+
+        def compare(env):
+            left = first(env)
+            for fn, ordered, right_fn in steps:
+                right = right_fn(env)
+                if ordered and not ((_is_number(left) and _is_number(right))
+                                    or (isinstance(left, str) and isinstance(right, str))):
+                    raise expr.fail(f"cannot order {_kind(left)} and {_kind(right)}", node)
+                if not fn(left, right):
+                    return False
+                left = right
+            return True
+        return compare
+
+    def _Call(self, node):
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+            called = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
+            raise self.error(f"unknown function {called!r} (functions: {', '.join(sorted(FUNCTIONS))})", node)
+        if node.keywords:
+            raise self.error(f"{node.func.id}() takes positional arguments only", node)
+        name = node.func.id
+        if name == "defined":  # reads the variable it names
+            self.names.update(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
+        args = [self.compile(a) for a in node.args]
+        builtin, expr = BUILTINS.get(name), self.expr
+
+        def call(env):
+            values = [a(env) for a in args]
+            try:
+                return builtin(*values) if builtin is not None else env.call(name, values)
+            except RuleError:
+                raise
+            except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
+                raise expr.fail(f"{name}() failed: {exc}", node) from exc
+        return call

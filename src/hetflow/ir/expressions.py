@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import math
 import numbers
 import operator
@@ -84,31 +85,30 @@ class Expr:
     """A checked, compiled expression: its text, the variables it reads, ``evaluate(env)``.
 
     ``env`` has ``lookup(name)`` (KeyError when unknown) and ``call(name, args)`` for the
-    context's functions (:data:`CONTEXT_FUNCTIONS`).
+    context's functions (:data:`CONTEXT_FUNCTIONS`). Expressions of the same text share
+    their compiled form.
     """
 
     __slots__ = ("text", "where", "_names", "_run")
 
     def __init__(self, text: str, where: Where | None = None):
         self.text, self.where = text, where
-        tree = _parse(text, where)
-        names: set[str] = set()
-        self._run = _Compiler(self, names).compile(tree.body)
-        self._names = frozenset(names)
+        try:
+            self._run, self._names = _compiled(text)
+        except _Invalid as exc:
+            raise _syntax(exc.args[0], text, exc.args[1], where) from None
 
     def names(self) -> set[str]:
         """The variable names the expression reads."""
         return set(self._names)
 
     def evaluate(self, env):
-        return self._run(env)
-
-    def fail(self, msg: str, node: ast.AST) -> RuleError:
-        """An evaluation error naming the expression's origin and the column."""
-        return RuleError(f"{self._origin()}{msg} at column {_column(self.text, node)} of {self.text!r}")
-
-    def _origin(self) -> str:
-        return f"{self.where}: " if self.where is not None else "expression: "
+        try:
+            return self._run(env)
+        except _Failure as exc:
+            msg, column = exc.args
+            origin = f"{self.where}: " if self.where is not None else "expression: "
+            raise RuleError(f"{origin}{msg} at column {column} of {self.text!r}") from exc.__cause__
 
     def __eq__(self, other):
         return isinstance(other, Expr) and other.text == self.text
@@ -139,12 +139,21 @@ def _syntax(msg: str, text: str, column: int | None, where: Where | None) -> Rul
     return err
 
 
-def _parse(text: str, where: Where | None) -> ast.Expression:
-    # eval mode takes no leading indent: strip it, and shift reported columns back.
-    body = text.lstrip(" \t")
+class _Invalid(Exception):
+    """(message, column or None): the text is not an allowed expression."""
+
+
+class _Failure(Exception):
+    """(message, column): evaluation failed; :meth:`Expr.evaluate` says where."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(text: str) -> tuple[Callable, frozenset]:
+    """(closure, names read) for ``text``; _Invalid when it is not an allowed expression."""
+    body = text.lstrip(" \t")  # eval mode takes no leading indent; columns shift back below
     shift = len(text) - len(body)
     if not body.strip():
-        raise _syntax("empty expression", text, 1, where)
+        raise _Invalid("empty expression", 1)
     try:
         tree = ast.parse(body, mode="eval")
     except SyntaxError as exc:
@@ -156,32 +165,15 @@ def _parse(text: str, where: Where | None) -> ast.Expression:
             column = None
         if "\n" in body:
             msg += " (an expression spanning lines needs parentheses, as in Python)"
-        raise _syntax(msg, text, column, where) from None
+        raise _Invalid(msg, column) from None
     except (MemoryError, RecursionError, ValueError) as exc:  # too deep for Python's parser; NUL bytes
-        raise _syntax(f"cannot parse: {exc or 'nested too deeply'}", text, None, where) from None
-    if shift:
-        for node in ast.walk(tree):
-            if hasattr(node, "col_offset") and node.lineno == 1:
-                node.col_offset += shift
-            if getattr(node, "end_lineno", None) == 1:
-                node.end_col_offset += shift
-    _check_depth(tree, text, where)
-    return tree
-
-
-def _check_depth(tree: ast.AST, text: str, where: Where | None) -> None:
-    """Iteratively, so that the check itself cannot overflow the stack."""
-    todo = [(tree, 0)]
-    while todo:
-        node, depth = todo.pop()
-        if depth > MAX_DEPTH:
-            raise _syntax(f"nested more than {MAX_DEPTH} levels deep", text,
-                          getattr(node, "col_offset", -1) + 1 or None, where)
-        todo.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+        raise _Invalid(f"cannot parse: {exc or 'nested too deeply'}", None) from None
+    names: set[str] = set()
+    run = _Compiler(text, shift, names).compile(tree.body, 0)
+    return run, frozenset(names)
 
 
 # -- compilation to closures -----------------------------------------------------------
-
 _ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
                ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
 _SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
@@ -197,17 +189,6 @@ _KINDS = {ast.Subscript: "subscripts", ast.Lambda: "lambdas", ast.IfExp: "condit
           ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield", ast.Slice: "slices"}
 
 
-def _column(text: str, node: ast.AST) -> int:
-    """1-based column of what ``node`` is about: an operator's symbol, else its start."""
-    left = getattr(node, "left", None) or getattr(node, "operand", None)
-    if isinstance(node, (ast.BinOp, ast.Compare)) and left.end_lineno == left.lineno == 1:
-        k = left.end_col_offset
-        while k < len(text) and text[k] in " \t)":
-            k += 1
-        return k + 1
-    return node.col_offset + 1
-
-
 def _is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
@@ -221,33 +202,52 @@ def _kind(value) -> str:
 
 
 class _Compiler:
-    """Turns a checked syntax tree into closures ``fn(env) -> value``."""
+    """Turns a syntax tree into closures ``fn(env) -> value``, checking every node.
 
-    def __init__(self, expr: Expr, names: set):
-        self.expr, self.names = expr, names
+    Closures hold columns, not tree nodes, and raise :class:`_Failure` without naming
+    where the text came from, so that one compiled form serves every rule using it.
+    """
 
-    def error(self, msg: str, node: ast.AST) -> RuleSyntaxError:
-        return _syntax(msg, self.expr.text, _column(self.expr.text, node), self.expr.where)
+    def __init__(self, text: str, shift: int, names: set):
+        self.text, self.shift, self.names = text, shift, names
 
-    def compile(self, node: ast.AST):
+    def column(self, node: ast.AST) -> int:
+        """1-based column in the text of what ``node`` is about: an operator's symbol, else its start."""
+        shift = self.shift if node.lineno == 1 else 0
+        left = getattr(node, "left", None)
+        if isinstance(node, (ast.BinOp, ast.Compare)) and left.end_lineno == left.lineno == 1:
+            k = left.end_col_offset + shift
+            while k < len(self.text) and self.text[k] in " \t)":
+                k += 1
+            return k + 1
+        return node.col_offset + shift + 1
+
+    def error(self, msg: str, node: ast.AST) -> _Invalid:
+        return _Invalid(msg, self.column(node))
+
+    def compile(self, node: ast.AST, depth: int):
+        # Bounded here, before recursing further, so that neither this compiler nor the
+        # closures it makes come near Python's recursion limit.
+        if depth > MAX_DEPTH:
+            raise self.error(f"nested more than {MAX_DEPTH} levels deep", node)
         method = getattr(self, "_" + type(node).__name__, None)
         if method is None:
             what = _KINDS.get(type(node), type(node).__name__)
             raise self.error(f"{what} are not allowed in rule expressions", node)
-        return method(node)
+        return method(node, depth + 1)
 
-    def _Constant(self, node):
+    def _Constant(self, node, depth):
         value = node.value
         if not isinstance(value, (bool, int, float, str)):
             raise self.error(f"the constant {value!r} is not allowed (numbers, strings, True, False)", node)
         return lambda env: value
 
-    def _Name(self, node):
+    def _Name(self, node, depth):
         if node.id in ("true", "false"):
             raise self.error(f"unknown name {node.id!r}: write {node.id.capitalize()}, as in Python", node)
-        return self._variable(node.id, node)
+        return self._variable(node.id)
 
-    def _Attribute(self, node):
+    def _Attribute(self, node, depth):
         parts, base = [node.attr], node.value
         while isinstance(base, ast.Attribute):
             parts.append(base.attr)
@@ -255,11 +255,11 @@ class _Compiler:
         if not isinstance(base, ast.Name):
             raise self.error("attributes are read from variable names only (as in gpu.utilization)", node)
         parts.append(base.id)
-        return self._variable(".".join(reversed(parts)), node)
+        return self._variable(".".join(reversed(parts)))
 
-    def _variable(self, name: str, node):
+    def _variable(self, name: str):
         self.names.add(name)
-        text = self.expr.text
+        text = self.text
 
         def variable(env):
             try:
@@ -268,14 +268,14 @@ class _Compiler:
                 raise UnknownName(name, text) from None
         return variable
 
-    def _UnaryOp(self, node):
-        operand, expr = self.compile(node.operand), self.expr
+    def _UnaryOp(self, node, depth):
+        operand, column = self.compile(node.operand, depth), self.column(node)
         if isinstance(node.op, ast.Not):
             def negation(env):
                 value = operand(env)
                 if value is True or value is False:
                     return not value
-                raise expr.fail(f"'not' needs a boolean, got {_kind(value)} {value!r}", node)
+                raise _Failure(f"'not' needs a boolean, got {_kind(value)} {value!r}", column)
             return negation
         if not isinstance(node.op, (ast.USub, ast.UAdd)):
             raise self.error(f"operator {_SYMBOL[type(node.op)]!r} is not allowed in rule expressions", node)
@@ -284,58 +284,58 @@ class _Compiler:
         def sign(env):
             value = operand(env)
             if not _is_number(value):
-                raise expr.fail(f"operator {symbol!r} needs a number, got {_kind(value)} {value!r}", node)
+                raise _Failure(f"operator {symbol!r} needs a number, got {_kind(value)} {value!r}", column)
             return fn(value)
         return sign
 
-    def _BinOp(self, node):
+    def _BinOp(self, node, depth):
         fn = _ARITHMETIC.get(type(node.op))
         symbol = _SYMBOL[type(node.op)]
         if fn is None:
             raise self.error(f"operator {symbol!r} is not allowed in rule expressions", node)
-        left, right, expr = self.compile(node.left), self.compile(node.right), self.expr
-        joins = isinstance(node.op, ast.Add)
+        left, right = self.compile(node.left, depth), self.compile(node.right, depth)
+        joins, column = isinstance(node.op, ast.Add), self.column(node)
 
         def arithmetic(env):
             a, b = left(env), right(env)
             if not (_is_number(a) and _is_number(b)):
                 if joins and isinstance(a, str) and isinstance(b, str):
                     return a + b
-                raise expr.fail(f"operator {symbol!r} needs numbers, got {_kind(a)} {a!r} and "
-                                f"{_kind(b)} {b!r}", node)
+                raise _Failure(f"operator {symbol!r} needs numbers, got {_kind(a)} {a!r} and "
+                               f"{_kind(b)} {b!r}", column)
             try:
                 return fn(a, b)
             except ZeroDivisionError:
-                raise expr.fail(f"division by zero in {symbol!r}", node) from None
+                raise _Failure(f"division by zero in {symbol!r}", column) from None
             except ArithmeticError as exc:
-                raise expr.fail(f"{symbol!r} failed: {exc}", node) from None
+                raise _Failure(f"{symbol!r} failed: {exc}", column) from None
         return arithmetic
 
-    def _BoolOp(self, node):
-        items = [(self.compile(v), v) for v in node.values]
+    def _BoolOp(self, node, depth):
+        items = [(self.compile(v, depth), self.column(v)) for v in node.values]
         stop = isinstance(node.op, ast.Or)  # the value that decides: True for 'or', False for 'and'
-        word, expr = ("or" if stop else "and"), self.expr
+        word = "or" if stop else "and"
 
         def logic(env):
-            for item, where in items:
+            for item, column in items:
                 value = item(env)
                 if value is not True and value is not False:
-                    raise expr.fail(f"'{word}' needs booleans, got {_kind(value)} {value!r}", where)
+                    raise _Failure(f"'{word}' needs booleans, got {_kind(value)} {value!r}", column)
                 if value is stop:
                     return stop
             return not stop
         return logic
 
-    def _Compare(self, node):
+    def _Compare(self, node, depth):
         steps = []
         for op, right in zip(node.ops, node.comparators):
             if type(op) in _ORDER:
-                steps.append((_ORDER[type(op)], True, self.compile(right)))
+                steps.append((_ORDER[type(op)], True, self.compile(right, depth)))
             elif type(op) in _EQUAL:
-                steps.append((_EQUAL[type(op)], False, self.compile(right)))
+                steps.append((_EQUAL[type(op)], False, self.compile(right, depth)))
             else:
                 raise self.error(f"comparison {_SYMBOL[type(op)]!r} is not allowed in rule expressions", node)
-        first, expr = self.compile(node.left), self.expr
+        first, column = self.compile(node.left, depth), self.column(node)
 
         def compare(env):
             left = first(env)
@@ -343,14 +343,14 @@ class _Compiler:
                 right = right_fn(env)
                 if ordered and not ((_is_number(left) and _is_number(right))
                                     or (isinstance(left, str) and isinstance(right, str))):
-                    raise expr.fail(f"cannot order {_kind(left)} and {_kind(right)}", node)
+                    raise _Failure(f"cannot order {_kind(left)} and {_kind(right)}", column)
                 if not fn(left, right):
                     return False
                 left = right
             return True
         return compare
 
-    def _Call(self, node):
+    def _Call(self, node, depth):
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
             called = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
             raise self.error(f"unknown function {called!r} (functions: {', '.join(sorted(FUNCTIONS))})", node)
@@ -359,8 +359,8 @@ class _Compiler:
         name = node.func.id
         if name == "defined":  # reads the variable it names
             self.names.update(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
-        args = [self.compile(a) for a in node.args]
-        builtin, expr = BUILTINS.get(name), self.expr
+        args = [self.compile(a, depth) for a in node.args]
+        builtin, column = BUILTINS.get(name), self.column(node)
 
         def call(env):
             values = [a(env) for a in args]
@@ -369,5 +369,5 @@ class _Compiler:
             except RuleError:
                 raise
             except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
-                raise expr.fail(f"{name}() failed: {exc}", node) from exc
+                raise _Failure(f"{name}() failed: {exc}", column) from exc
         return call

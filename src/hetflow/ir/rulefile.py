@@ -158,14 +158,18 @@ _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a b
                dict: "a table"}
 
 
-def _expect(value, types, at: _At):
+def _expect(value, types, at: _At, *path):
+    """``value`` when it has one of ``types`` (a bool is no int here), else an error at
+    ``at / path``; the place is spelled out only on error, so checks cost little."""
     types = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
+        return value
+    for step in path:
+        at = at / step
     wanted = " or ".join(dict.fromkeys(_TYPE_NAMES.get(t, t.__name__) for t in types))
-    if isinstance(value, bool) and bool not in types:
+    if isinstance(value, bool):
         raise at.error(f"must be {wanted}, not a boolean")
-    if not isinstance(value, types):
-        raise at.error(f"must be {wanted}, not {type(value).__name__} {value!r}")
-    return value
+    raise at.error(f"must be {wanted}, not {type(value).__name__} {value!r}")
 
 
 def _expression(value, at: _At) -> Expr:
@@ -176,7 +180,7 @@ def _rule(spec, at: _At) -> Rule:
     _expect(spec, dict, at)
     if "name" not in spec:
         raise at.error("a rule needs a name")
-    name = _expect(spec["name"], str, at / "name")
+    name = _expect(spec["name"], str, at, "name")
     if not name:
         raise at.error("a rule name must not be empty")
     if at.key == "":   # a top-level rule: name it from here on (rules it adds keep its name)
@@ -191,13 +195,13 @@ def _rule(spec, at: _At) -> Rule:
     then = spec["then"]
     if isinstance(then, dict):
         then = [then]
-    _expect(then, list, at / "then")
+    _expect(then, list, at, "then")
     if not then:
         raise (at / "then").error("is empty: a rule needs an action")
     acts = [_action(item, at / "then" / k) for k, item in enumerate(then)]
-    priority = _expect(spec.get("priority", 0), int, at / "priority")
-    enabled = _expect(spec.get("enabled", True), bool, at / "enabled")
-    description = _expect(spec.get("description", ""), str, at / "description")
+    priority = _expect(spec.get("priority", 0), int, at, "priority")
+    enabled = _expect(spec.get("enabled", True), bool, at, "enabled")
+    description = _expect(spec.get("description", ""), str, at, "description")
     try:
         return Rule(name, when=[when] if when is not None else None, then=acts, priority=priority,
                     match=pattern, enabled=enabled, description=description)
@@ -210,7 +214,7 @@ def _names(value, at: _At) -> tuple | str:
         return value
     _expect(value, list, at)
     for k, item in enumerate(value):
-        _expect(item, str, at / k)
+        _expect(item, str, at, k)
     return tuple(value)
 
 
@@ -231,7 +235,7 @@ def _match(spec, at: _At):
         if key in spec:
             fields[key] = _names(spec[key], at / key)
     if "dtype" in spec:
-        fields["dtype"] = _expect(spec["dtype"], str, at / "dtype")
+        fields["dtype"] = _expect(spec["dtype"], str, at, "dtype")
     for key in ("min_size", "max_size"):
         if key in spec:
             fields[key] = _number(spec[key], at / key)
@@ -239,20 +243,20 @@ def _match(spec, at: _At):
         kinds = _names(spec["device_kinds"], at / "device_kinds")
         fields["device_kinds"] = (kinds,) if isinstance(kinds, str) else kinds
     if "place" in spec:
-        fields["place"] = _number(_expect(spec["place"], int, at / "place"), at / "place")
+        fields["place"] = _number(_expect(spec["place"], int, at, "place"), at / "place")
     element = NodePattern(**fields)
     if "chain" not in spec:
         for key in ("max_chain", "same_extent"):
             if key in spec:
                 raise (at / key).error("needs match.chain")
         return element
-    length = _expect(spec["chain"], int, at / "chain")
+    length = _expect(spec["chain"], int, at, "chain")
     if length < 1:
         raise (at / "chain").error(f"must be >= 1; got {length}")
     longest = spec.get("max_chain")
-    if longest is not None and _expect(longest, int, at / "max_chain") < length:
+    if longest is not None and _expect(longest, int, at, "max_chain") < length:
         raise (at / "max_chain").error(f"must be >= match.chain ({length}); got {longest}")
-    same = _expect(spec.get("same_extent", True), bool, at / "same_extent")
+    same = _expect(spec.get("same_extent", True), bool, at, "same_extent")
     return Chain(element, min_len=length, max_len=longest, same_extent=same)
 
 
@@ -292,7 +296,7 @@ def _fuse(spec, at):
 
 
 def _split(spec, at):
-    fields = {"place": _expect(spec.get("place", True), bool, at / "place")}
+    fields = {"place": _expect(spec.get("place", True), bool, at, "place")}
     if "pieces" in spec:
         fields["pieces"] = _value(spec["pieces"], at / "pieces")
     try:
@@ -304,16 +308,16 @@ def _split(spec, at):
 def _substitute(spec, at):
     if "map" not in spec:
         raise at.error("substitute needs map = { name = \"replacement\" }")
-    mapping = _expect(spec["map"], dict, at / "map")
+    mapping = _expect(spec["map"], dict, at, "map")
     for key, value in mapping.items():
-        _expect(value, str, at / "map" / key)
+        _expect(value, str, at, "map", key)
     return A.Substitute(mapping, at.kernels)
 
 
 def _partition(spec, at):
     shares = None
     if "shares" in spec:
-        table = _expect(spec["shares"], dict, at / "shares")
+        table = _expect(spec["shares"], dict, at, "shares")
         shares = {k: _value(v, at / "shares" / k) for k, v in table.items()}
     return A.Partition(shares, kinds=_kinds(spec, at))
 
@@ -325,7 +329,7 @@ def _compile(spec, at):
 def _set(spec, at):
     if "var" not in spec or "value" not in spec:
         raise at.error("set needs var and value")
-    var = _expect(spec["var"], str, at / "var")
+    var = _expect(spec["var"], str, at, "var")
     return A.Set(var, _value(spec["value"], at / "value"))
 
 
@@ -338,18 +342,18 @@ def _add_rule(spec, at):
 def _remove_rule(spec, at):
     if "name" not in spec:
         raise at.error("remove_rule needs name")
-    return A.RemoveRule(_expect(spec["name"], str, at / "name"))
+    return A.RemoveRule(_expect(spec["name"], str, at, "name"))
 
 
 def _change_rule(spec, at):
     if "name" not in spec:
         raise at.error("change_rule needs name")
-    name = _expect(spec["name"], str, at / "name")
+    name = _expect(spec["name"], str, at, "name")
     changes = {}
     if "priority" in spec:
-        changes["priority"] = _expect(spec["priority"], int, at / "priority")
+        changes["priority"] = _expect(spec["priority"], int, at, "priority")
     if "enabled" in spec:
-        changes["enabled"] = _expect(spec["enabled"], bool, at / "enabled")
+        changes["enabled"] = _expect(spec["enabled"], bool, at, "enabled")
     if "when" in spec:
         changes["when"] = [_expression(spec["when"], at / "when")]
     return A.ChangeRule(name, **changes)

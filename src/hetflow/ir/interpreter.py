@@ -180,6 +180,7 @@ class Interpreter:
             self.add_child(child)
         self._seen = None
         self._seen_revision = -1
+        self._seen_names = None
         self._warned: set = set()
 
     @property
@@ -210,9 +211,14 @@ class Interpreter:
     def due(self, nodes, rules: RuleSet | None = None) -> bool:
         """Whether anything the rules depend on changed since the last evaluation."""
         rules = rules if rules is not None else self.rules
-        if (self._seen != self._key(nodes, rules) or self.monitor.pending()
-                or self.monitor.changed_since(self._seen_revision, self._names(nodes, rules))):
+        monitor = self.monitor
+        if self._seen != self._key(nodes, rules) or monitor.has_pending():
             return True
+        revision = monitor.revision
+        if revision != self._seen_revision:
+            if monitor.changed_since(self._seen_revision, self._seen_names):
+                return True
+            self._seen_revision = revision   # what changed is not read by the rules
         return any(child.due(nodes) for child in self.children)
 
     # -- evaluation -----------------------------------------------------------------------
@@ -252,6 +258,7 @@ class Interpreter:
         rules = rules if rules is not None else self.rules
         self._seen = self._key(nodes, rules)
         self._seen_revision = self.monitor.revision
+        self._seen_names = self._names(nodes, rules)   # what due() watches until the next evaluation
         for child in self.children:
             child.mark_seen(nodes)
 

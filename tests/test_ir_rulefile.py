@@ -209,3 +209,50 @@ def test_deep_nesting_works_or_is_a_rule_error():
 def test_missing_file(tmp_path):
     with pytest.raises(RuleError, match="cannot read rule file"):
         RuleSet.load(tmp_path / "none.toml")
+
+
+def _many_rules(count):
+    """``count`` rules, each with its own expressions (no two share a compiled form)."""
+    return "".join(
+        f'[[rule]]\nname = "r{k}"\npriority = {k % 5}\nwhen = "gpu.utilization > {k} and count(\'gpu\') > 0"\n'
+        f'match = {{ op = "forall", chain = 2 }}\n'
+        f'then = [ {{ action = "partition", shares = {{ cpu = "gpu.utilization * {k}", gpu = {k + 1} }} }} ]\n'
+        for k in range(count))
+
+
+def _calls(fn) -> int:
+    """Python and C function calls made by ``fn()`` (the work done, independent of the
+    machine's speed and load)."""
+    import sys
+
+    made = [0]
+
+    def count(frame, event, arg):
+        if event in ("call", "c_call"):
+            made[0] += 1
+
+    sys.setprofile(count)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return made[0]
+
+
+def test_loading_is_linear_in_the_number_of_rules():
+    small, large = _many_rules(200), _many_rules(2000)
+    work_small = _calls(lambda: RuleSet(loads(small)))
+    work_large = _calls(lambda: RuleSet(loads(large)))
+    # Ten times the rules: ten times the work (it was quadratic: a search of the text per
+    # rule and key, and a scan of the rule set per added rule).
+    assert work_large <= 10.5 * work_small, (work_small, work_large)
+
+
+def test_ten_thousand_rules_load():
+    rules = RuleSet(loads(_many_rules(10_000)))
+    assert len(rules) == 10_000
+    rule = rules.get("r9876")
+    assert rule.conditions[0].expr.text == "gpu.utilization > 9876 and count('gpu') > 0"
+    assert rule.pattern == Chain(NodePattern(op="forall"), min_len=2)
+    assert dict(rule.actions[0].shares)["gpu"] == 9877
+    assert rules.names()[:3] == ["r4", "r9", "r14"]    # priority 4 first, in file order

@@ -202,10 +202,13 @@ def _kind(value) -> str:
 
 
 class _Compiler:
-    """Turns a syntax tree into closures ``fn(env) -> value``, checking every node.
+    """Turns a syntax tree into functions ``fn(env) -> value``, checking every node.
 
-    Closures hold columns, not tree nodes, and raise :class:`_Failure` without naming
-    where the text came from, so that one compiled form serves every rule using it.
+    The functions hold columns, not tree nodes, and raise :class:`_Failure` without
+    naming where the text came from, so that one compiled form serves every rule using
+    it. What each function needs is bound as default arguments, not closed over: one
+    tuple per function instead of a cell per value, which keeps a file of many rules
+    light for the garbage collector.
     """
 
     def __init__(self, text: str, shift: int, names: set):
@@ -240,7 +243,7 @@ class _Compiler:
         value = node.value
         if not isinstance(value, (bool, int, float, str)):
             raise self.error(f"the constant {value!r} is not allowed (numbers, strings, True, False)", node)
-        return lambda env: value
+        return lambda env, value=value: value
 
     def _Name(self, node, depth):
         if node.id in ("true", "false"):
@@ -259,9 +262,8 @@ class _Compiler:
 
     def _variable(self, name: str):
         self.names.add(name)
-        text = self.text
 
-        def variable(env):
+        def variable(env, name=name, text=self.text):
             try:
                 return env.lookup(name)
             except KeyError:
@@ -271,7 +273,7 @@ class _Compiler:
     def _UnaryOp(self, node, depth):
         operand, column = self.compile(node.operand, depth), self.column(node)
         if isinstance(node.op, ast.Not):
-            def negation(env):
+            def negation(env, operand=operand, column=column):
                 value = operand(env)
                 if value is True or value is False:
                     return not value
@@ -281,7 +283,7 @@ class _Compiler:
             raise self.error(f"operator {_SYMBOL[type(node.op)]!r} is not allowed in rule expressions", node)
         fn, symbol = (operator.neg, "-") if isinstance(node.op, ast.USub) else (operator.pos, "+")
 
-        def sign(env):
+        def sign(env, operand=operand, fn=fn, symbol=symbol, column=column):
             value = operand(env)
             if not _is_number(value):
                 raise _Failure(f"operator {symbol!r} needs a number, got {_kind(value)} {value!r}", column)
@@ -296,7 +298,7 @@ class _Compiler:
         left, right = self.compile(node.left, depth), self.compile(node.right, depth)
         joins, column = isinstance(node.op, ast.Add), self.column(node)
 
-        def arithmetic(env):
+        def arithmetic(env, left=left, right=right, fn=fn, joins=joins, symbol=symbol, column=column):
             a, b = left(env), right(env)
             if not (_is_number(a) and _is_number(b)):
                 if joins and isinstance(a, str) and isinstance(b, str):
@@ -312,11 +314,11 @@ class _Compiler:
         return arithmetic
 
     def _BoolOp(self, node, depth):
-        items = [(self.compile(v, depth), self.column(v)) for v in node.values]
+        items = tuple((self.compile(v, depth), self.column(v)) for v in node.values)
         stop = isinstance(node.op, ast.Or)  # the value that decides: True for 'or', False for 'and'
         word = "or" if stop else "and"
 
-        def logic(env):
+        def logic(env, items=items, stop=stop, word=word):
             for item, column in items:
                 value = item(env)
                 if value is not True and value is not False:
@@ -335,9 +337,9 @@ class _Compiler:
                 steps.append((_EQUAL[type(op)], False, self.compile(right, depth)))
             else:
                 raise self.error(f"comparison {_SYMBOL[type(op)]!r} is not allowed in rule expressions", node)
-        first, column = self.compile(node.left, depth), self.column(node)
+        first, column, steps = self.compile(node.left, depth), self.column(node), tuple(steps)
 
-        def compare(env):
+        def compare(env, first=first, steps=steps, column=column):
             left = first(env)
             for fn, ordered, right_fn in steps:
                 right = right_fn(env)
@@ -359,10 +361,9 @@ class _Compiler:
         name = node.func.id
         if name == "defined":  # reads the variable it names
             self.names.update(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
-        args = [self.compile(a, depth) for a in node.args]
-        builtin, column = BUILTINS.get(name), self.column(node)
+        args = tuple(self.compile(a, depth) for a in node.args)
 
-        def call(env):
+        def call(env, args=args, name=name, builtin=BUILTINS.get(name), column=self.column(node)):
             values = [a(env) for a in args]
             try:
                 return builtin(*values) if builtin is not None else env.call(name, values)

@@ -28,7 +28,7 @@ import functools
 import math
 import numbers
 import operator
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from ..errors import RuleError, RuleSyntaxError
 
@@ -89,7 +89,7 @@ class Expr:
     their compiled form.
     """
 
-    __slots__ = ("text", "where", "_names", "_run")
+    __slots__ = ("_names", "_run", "text", "where")
 
     def __init__(self, text: str, where: Where | None = None):
         self.text, self.where = text, where
@@ -361,9 +361,9 @@ class _Compiler:
         name = node.func.id
         if name == "defined":  # reads the variable it names
             self.names.update(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
-        args = tuple(self.compile(a, depth) for a in node.args)
+        args, builtin, column = tuple(self.compile(a, depth) for a in node.args), BUILTINS.get(name), self.column(node)
 
-        def call(env, args=args, name=name, builtin=BUILTINS.get(name), column=self.column(node)):
+        def call(env, args=args, name=name, builtin=builtin, column=column):
             values = [a(env) for a in args]
             try:
                 return builtin(*values) if builtin is not None else env.call(name, values)

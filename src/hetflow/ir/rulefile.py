@@ -72,18 +72,18 @@ ACTION_KEYS = {
 class _At:
     """Where a value sits in a rule file: the file, the rule (by name) and the key path."""
 
-    __slots__ = ("filename", "rule", "key", "kernels")
+    __slots__ = ("filename", "kernels", "key", "rule")
 
     def __init__(self, filename: str, rule: str | int | None, key: str, kernels: dict):
         # rule: its name, or its number in the file (1-based) until its name is known
         self.filename, self.rule, self.key, self.kernels = filename, rule, key, kernels
 
-    def __truediv__(self, key) -> "_At":
+    def __truediv__(self, key) -> _At:
         """The place of ``key`` (a name, or an index in a list) under this one."""
         step = f"[{key}]" if isinstance(key, int) else (f".{key}" if self.key else key)
         return _At(self.filename, self.rule, self.key + step, self.kernels)
 
-    def named(self, rule: str | int) -> "_At":
+    def named(self, rule: str | int) -> _At:
         return _At(self.filename, rule, self.key, self.kernels)
 
     def error(self, msg: str) -> RuleSyntaxError:

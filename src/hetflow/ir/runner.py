@@ -34,7 +34,7 @@ def run_version(version: Version, monitor) -> None:
 # Steps of the versions run lately, made again when the device table changes: what does
 # not change between runs of a version (placement, which arguments are lazy) is worked
 # out once, so that running a version again costs little more than its launches.
-_prepared: "weakref.WeakKeyDictionary[Version, tuple]" = weakref.WeakKeyDictionary()
+_prepared: weakref.WeakKeyDictionary[Version, tuple] = weakref.WeakKeyDictionary()
 
 
 def _steps(version: Version) -> tuple:
@@ -87,10 +87,11 @@ def placement(node: Node, table=None) -> tuple[dict, dict]:
 
 
 class _Forall:
-    __slots__ = ("node", "kwargs", "shares", "lazy", "launch", "whole")
+    __slots__ = ("kwargs", "launch", "lazy", "node", "shares", "whole")
 
     def __init__(self, node, table):
-        from ..runtime.forall import forall   # the runtime imports this package: import at run time
+        # The runtime imports this package: import it when a step is made, not at import.
+        from ..runtime.forall import forall
         from ..runtime.report import LaunchReport
 
         self.node, self.launch, self.whole = node, forall, LaunchReport

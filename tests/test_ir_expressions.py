@@ -191,3 +191,19 @@ def test_logic_matches_python(text, a, b, c):
 
 def test_float_literals_round_trip():
     assert math.isclose(ev("1.5e-3 * 2"), 3e-3)
+
+
+def test_a_stack_near_its_limit_gives_a_rule_error():
+    import sys
+
+    text = "(" * 150 + "near_the_limit" + " + 1)" * 150   # a text no other test compiles (cached)
+
+    def deep(k, fn):
+        return fn() if k == 0 else deep(k - 1, fn)
+
+    limit = sys.getrecursionlimit()
+    with pytest.raises(RuleSyntaxError, match="nested too deeply"):
+        deep(limit - 250, lambda: parse(text + " > 0"))
+    compiled = parse(text)
+    with pytest.raises(RuleError, match="nested too deeply"):
+        deep(limit - 100, lambda: compiled.evaluate(env({"near_the_limit": 1})))

@@ -107,8 +107,13 @@ class Expr:
             return self._run(env)
         except _Failure as exc:
             msg, column = exc.args
-            origin = f"{self.where}: " if self.where is not None else "expression: "
-            raise RuleError(f"{origin}{msg} at column {column} of {self.text!r}") from exc.__cause__
+            raise RuleError(f"{self._origin()}{msg} at column {column} of {self.text!r}") from exc.__cause__
+        except RecursionError:  # evaluated from a stack already near Python's limit
+            raise RuleError(f"{self._origin()}nested too deeply for the stack it is evaluated on: "
+                            f"{self.text!r}") from None
+
+    def _origin(self) -> str:
+        return f"{self.where}: " if self.where is not None else "expression: "
 
     def __eq__(self, other):
         return isinstance(other, Expr) and other.text == self.text
@@ -169,7 +174,10 @@ def _compiled(text: str) -> tuple[Callable, frozenset]:
     except (MemoryError, RecursionError, ValueError) as exc:  # too deep for Python's parser; NUL bytes
         raise _Invalid(f"cannot parse: {exc or 'nested too deeply'}", None) from None
     names: set[str] = set()
-    run = _Compiler(text, shift, names).compile(tree.body, 0)
+    try:
+        run = _Compiler(text, shift, names).compile(tree.body, 0)
+    except RecursionError:  # MAX_DEPTH levels, called from a stack already near Python's limit
+        raise _Invalid("nested too deeply for the stack it is compiled on", None) from None
     return run, frozenset(names)
 
 

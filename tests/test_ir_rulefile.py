@@ -256,3 +256,15 @@ def test_ten_thousand_rules_load():
     assert rule.pattern == Chain(NodePattern(op="forall"), min_len=2)
     assert dict(rule.actions[0].shares)["gpu"] == 9877
     assert rules.names()[:3] == ["r4", "r9", "r14"]    # priority 4 first, in file order
+
+
+def test_rules_adding_rules_nested_deeply_is_a_rule_error():
+    def nested(depth):
+        rule = '{ name = "leaf", then = [ { action = "fuse" } ] }'
+        for k in range(depth):
+            rule = f'{{ name = "r{k}", then = [ {{ action = "add_rule", rule = {rule} }} ] }}'
+        return f'[[rule]]\nname = "top"\nthen = [ {{ action = "add_rule", rule = {rule} }} ]\n'
+
+    assert loads(nested(20))[0].actions[0].rule.name == "r19"
+    with pytest.raises(RuleSyntaxError, match="nested too deeply"):
+        loads(nested(2000), "rules.toml")

@@ -124,6 +124,8 @@ def loads(text: str, filename: str = "<rules>", kernels: dict | None = None) -> 
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _toml_error(exc, text, filename) from None
+    except RecursionError:  # tomllib parses nested tables recursively
+        raise RuleSyntaxError(f"{filename}: tables nested too deeply", (filename, None, None, None)) from None
     top = _At(filename, None, "", kernels or {})
     for key in doc:
         if key != "rule":
@@ -133,7 +135,10 @@ def loads(text: str, filename: str = "<rules>", kernels: dict | None = None) -> 
         raise top.error("'rule' must be an array of tables: write [[rule]]")
     rules, names = [], set()
     for index, spec in enumerate(specs):
-        rule = _rule(spec, top.named(index + 1))
+        try:
+            rule = _rule(spec, top.named(index + 1))
+        except RecursionError:  # rules adding rules adding rules...
+            raise top.named(index + 1).error("rules added by rules nested too deeply") from None
         if rule.name in names:
             raise top.named(index + 1).error(f"duplicate rule name {rule.name!r}")
         names.add(rule.name)

@@ -66,7 +66,8 @@ _model: tuple | None = None  # (the code repository, its performance model)
 
 
 def last_report() -> RunReport | None:
-    """The run report of this thread's last co-executed forall."""
+    """The run report of this thread's last forall over several devices (a
+    :class:`RunReport`, or a one-device report where it ran on one of them alone)."""
     return getattr(_last, "report", None)
 
 
@@ -533,8 +534,15 @@ def co_executable(launch: Launch) -> bool:
                if plan.access.writes(name))
 
 
-def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -> RunReport:
-    """Run one forall over every device of ``targets`` at once."""
+def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None):
+    """Run one forall over every device of ``targets`` at once (or on one of them alone,
+    where that is faster); its report is also this thread's :func:`last_report`."""
+    report = _co_forall(extent, kernel, args, targets, schedule, shares)
+    _last.report = report
+    return report
+
+
+def _co_forall(extent, kernel, args, targets, schedule, shares):
     extent = normalize_extent(extent)
     rows = extent[0]
     # Each GPU's worker thread stages copies and launches: leave it a core of its own.
@@ -587,5 +595,4 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
     if rate > 0:  # a first launch compiles its GPU entry inside the loop: not an overhead
         compiled = max((chunks.compile_s for _, chunks in gpu_parts), default=0.0)
         model.observe_overhead(key, report.wall_s - compiled - rows / rate)
-    _last.report = report
     return report

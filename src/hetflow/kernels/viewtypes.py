@@ -317,12 +317,18 @@ class PyView:
     def __setitem__(self, idx, val):
         self._impl("set", idx)(self, idx, val)
 
+    def _array(self):
+        """The root of a checked array (a view, as compiled, is only subscripted)."""
+        if self.layout.is_view:
+            raise AttributeError("a view in a kernel can only be subscripted")
+        return self.root
+
     @property
     def shape(self):
-        return self.root.shape
+        return self._array().shape
 
     def __len__(self):
-        return len(self.root)
+        return len(self._array())
 
 
 _layouts: dict = {}

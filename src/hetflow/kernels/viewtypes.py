@@ -56,8 +56,15 @@ class ViewType(types.Type):
 
 @register_model(ViewType)
 class _ViewModel(models.StructModel):
+    """The value's members, borrowed: a view lives within its entry's call, which holds
+    its root (and error record). Not counting references keeps reference-count calls out
+    of the kernel's loop, which would stop it vectorising."""
+
     def __init__(self, dmm, fe_type):
         super().__init__(dmm, fe_type, fe_type.members())
+
+    def traverse(self, builder):
+        return []
 
 
 class Layout:
@@ -287,10 +294,6 @@ def constructor(low, checked: bool, target: str):
                 value.pid = context.cast(builder, pid_v, sig.args[2], types.int64)
             if vt.err is not None:
                 value.err = err_v
-            if getattr(context, "enable_nrt", False):  # the value holds references of its own
-                context.nrt.incref(builder, root, root_v)
-                if vt.err is not None:
-                    context.nrt.incref(builder, err, err_v)
             return value._getvalue()
 
         return vt(root, params, pid, err), codegen

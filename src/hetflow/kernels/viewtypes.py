@@ -28,7 +28,8 @@ import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.datamodel import models
-from numba.extending import (intrinsic, make_attribute_wrapper, overload, overload_attribute,
+from numba.core.typing.templates import AbstractTemplate, infer_global, signature
+from numba.extending import (intrinsic, lower_builtin, make_attribute_wrapper, overload, overload_attribute,
                              register_model)
 
 from ..index.lowering import function_key
@@ -78,8 +79,12 @@ class Layout:
 
     _serial = itertools.count()
 
-    def __init__(self, exprs, nparams: int, functions: tuple, ndim: int, checked: bool, target: str):
+    def __init__(self, exprs, nparams: int, functions: tuple, ndim: int, checked: bool, target: str,
+                 shift=None):
         self.exprs, self.functions, self.checked, self.target = exprs, functions, checked, target
+        # A shifted root (one view index plus ``v.p<axis>`` per root dimension): on the CPU,
+        # unchecked, lowered straight to the root's subscript (see _ShiftedGet).
+        self.shift = shift if target == CPU and not checked else None
         self.is_view = exprs is not None
         self.rank = ndim
         self.nparams = nparams
@@ -162,7 +167,7 @@ def _index_pattern(idx):
 
 
 def _impl_for(v, idx, op):
-    if not isinstance(v, ViewType):
+    if not isinstance(v, ViewType) or _shifted(v, idx):
         return None
     ints, is_tuple = _index_pattern(idx)
     layout = v.layout
@@ -171,6 +176,59 @@ def _impl_for(v, idx, op):
             f"a view of rank {layout.rank} is subscripted with {len(ints)} indices ({idx}): a view "
             f"takes one integer per dimension")
     return layout.impl(op, ints, is_tuple)
+
+
+def _shifted(v, idx) -> bool:
+    """A subscript of a shifted root by one integer per dimension, lowered by
+    :func:`_shifted_getitem`: no implementation to compile (compile time)."""
+    ints, _ = _index_pattern(idx)
+    return (isinstance(v, ViewType) and v.layout.shift is not None and len(ints) == v.layout.rank
+            and all(ints) and isinstance(v.root.dtype, (types.Number, types.Boolean)))
+
+
+@infer_global(operator.getitem)
+class _ShiftedGet(AbstractTemplate):
+    def generic(self, args, kws):
+        if len(args) == 2 and not kws and _shifted(*args):
+            return signature(args[0].root.dtype, *args)
+
+
+@infer_global(operator.setitem)
+class _ShiftedSet(AbstractTemplate):
+    def generic(self, args, kws):
+        if len(args) == 3 and not kws and _shifted(*args[:2]):
+            return signature(types.none, args[0], args[1], args[0].root.dtype)
+
+
+def _root_subscript(context, builder, sig, args):
+    """(root type, root, root index type, root index) of a shifted root's subscript:
+    root index ``k`` is view index ``shift[k]`` plus member ``p<k>``, unsigned."""
+    vt, idx_ty = sig.args[:2]
+    value = cgutils.create_struct_proxy(vt)(context, builder, value=args[0])
+    parts = cgutils.unpack_tuple(builder, args[1]) if isinstance(idx_ty, types.BaseTuple) else [args[1]]
+    kinds = list(idx_ty) if isinstance(idx_ty, types.BaseTuple) else [idx_ty]
+    index = []
+    for axis, var in enumerate(vt.layout.shift):
+        i = context.cast(builder, parts[var], kinds[var], types.int64)
+        index.append(builder.add(i, getattr(value, f"p{axis}")))
+    index_ty = types.UniTuple(types.uint64, len(index))
+    return vt.root, value.root, index_ty, context.make_tuple(builder, index_ty, index)
+
+
+@lower_builtin(operator.getitem, ViewType, types.Integer)
+@lower_builtin(operator.getitem, ViewType, types.BaseTuple)
+def _shifted_getitem(context, builder, sig, args):
+    root_ty, root, index_ty, index = _root_subscript(context, builder, sig, args)
+    impl = context.get_function(operator.getitem, signature(sig.return_type, root_ty, index_ty))
+    return impl(builder, (root, index))
+
+
+@lower_builtin(operator.setitem, ViewType, types.Integer, types.Any)
+@lower_builtin(operator.setitem, ViewType, types.BaseTuple, types.Any)
+def _shifted_setitem(context, builder, sig, args):
+    root_ty, root, index_ty, index = _root_subscript(context, builder, sig, args)
+    impl = context.get_function(operator.setitem, signature(types.none, root_ty, index_ty, sig.args[2]))
+    return impl(builder, (root, index, args[2]))
 
 
 def _view_getitem(v, idx):
@@ -346,16 +404,19 @@ def layout(low, ndim: int, checked: bool, target: str) -> Layout:
     exprs, functions = _canonical(low) if low is not None else (None, ())
     rank = low.rank if low is not None else ndim
     nparams = len(packing(low)) if low is not None else 0
+    shifts = low.shifts if low is not None else None
+    shift = tuple(var for var, _, _ in shifts) if shifts is not None else None
+    args = (exprs, nparams, functions, rank, checked, target, shift)
     key = (exprs, nparams, tuple(map(function_key, functions)), rank, checked, target)
     try:
         found = _layouts.get(key)
     except TypeError:  # a co-map function capturing unhashable values: a layout of its own
-        return Layout(exprs, nparams, functions, rank, checked, target)
+        return Layout(*args)
     if found is None:
         with _layouts_lock:
             found = _layouts.get(key)
             if found is None:
-                found = _layouts[key] = Layout(exprs, nparams, functions, rank, checked, target)
+                found = _layouts[key] = Layout(*args)
     return found
 
 

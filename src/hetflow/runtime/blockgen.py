@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from ..kernels import Kernel
 
 
@@ -108,7 +110,7 @@ def _flat(rank: int) -> str:
 
 
 def _build(name: str, lines: list[str], globals_: dict) -> Kernel:
-    return Kernel.from_source(name, "\n".join(lines) + "\n", globals_)
+    return Kernel.from_source(name, "\n".join(lines) + "\n", {"__hf_np": np, **globals_})
 
 
 @functools.lru_cache(maxsize=256)

@@ -33,7 +33,7 @@ def test_exec_kernel_runs_and_matches_numpy():
             out[i] = a * x[i] + OFFSET
     """, OFFSET=0.5)
     k = ns["shifted"]
-    assert k.from_code and not k.has_source
+    assert k.compilable and not k.has_source
     x = np.linspace(0, 1, 1000)
     out = np.zeros_like(x)
     hetflow.forall(1000, k, 3.0, x, out)

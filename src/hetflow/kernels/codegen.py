@@ -28,10 +28,9 @@ NONNEG = "__hf_nonneg"
 
 @dataclasses.dataclass(frozen=True)
 class Generated:
-    """A generated entry module: its text and the entry's data parameters."""
+    """A generated entry module."""
 
     text: str
-    entry_params: tuple[str, ...]
 
 
 def expanded(name: str, lowering) -> list[str]:
@@ -73,7 +72,7 @@ def generate(ndim: int, data: list, target: str, checked: bool = False) -> Gener
     if err != "0":
         params.append(err)
     wrapper = _cpu_wrapper if target == "cpu" else _gpu_wrapper
-    return Generated(wrapper(ndim, params, setup, args), tuple(params))
+    return Generated(wrapper(ndim, params, setup, args))
 
 
 def _index_names(ndim):

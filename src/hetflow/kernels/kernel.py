@@ -77,8 +77,6 @@ class Kernel:
         """Has a function object to compile (not a kernel whose code was dropped)."""
         return self._code is not None
 
-    from_code = compilable
-
     @property
     def filename(self) -> str | None:
         """The file the kernel was defined in (``<string>``, ``<stdin>`` without source)."""

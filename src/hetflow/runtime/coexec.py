@@ -35,7 +35,7 @@ from . import cpu
 from .gpu import FastEntry, core_stream, launch_rows
 from .launch import SCALARS, Launch, bind, coherent, normalize_extent
 from ..platform.repository import repository
-from .perfmodel import FILE_NAME, PerfModel
+from .perfmodel import device_key as _device_key, kernel_key as _kernel_key, perf_model
 from .report import RunReport
 from ..trace.recorder import notify as trace_notify
 from .steal import Worker, cpu_chunk_size, gpu_chunk_size, run_loop
@@ -43,30 +43,11 @@ from .steal import Worker, cpu_chunk_size, gpu_chunk_size, run_loop
 log = logging.getLogger(__name__)
 
 _last = threading.local()
-_model_lock = threading.Lock()
-_model: PerfModel | None = None
 
 
 def last_report() -> RunReport | None:
     """The run report of this thread's last co-executed forall."""
     return getattr(_last, "report", None)
-
-
-def perf_model() -> PerfModel:
-    global _model
-    path = repository().root / FILE_NAME  # beside the code repository (HETFLOW_CACHE_DIR)
-    with _model_lock:
-        if _model is None or _model.path != path:
-            _model = PerfModel(path)
-        return _model
-
-
-def _kernel_key(launch: Launch) -> str:
-    return f"{launch.kernel.name}-{launch.kernel.source_hash[:12]}-{len(launch.extent)}d"
-
-
-def _device_key(device) -> str:
-    return f"{device.kind}:{device.name}:{device.arch}"
 
 
 class GpuChunks:
@@ -367,9 +348,12 @@ def _mark_written(held, report, device_of) -> None:
 def co_executable(launch: Launch) -> bool:
     """May this launch be split over devices? Only if every written array is written at
     the launch index alone, so each device's rows are its own."""
-    plan = launch.plan
-    return all(name in plan.access.rows for k, name in enumerate(plan.data)
-               if plan.access.writes(name))
+    return not _written_elsewhere(launch.plan)
+
+
+def _written_elsewhere(plan) -> list:
+    """Arrays the launch writes outside the rows of its launch index (scalars are never written)."""
+    return [plan.data[k] for k in plan.written if plan.data[k] not in plan.access.rows]
 
 
 def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -> RunReport:
@@ -378,9 +362,13 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
     rows = extent[0]
     launches = [bind(kernel, extent, args, dev) for dev in targets]
     if not co_executable(launches[0]):
-        fastest = _fastest(launches)
-        log.warning("kernel %s writes arrays at other indices than its launch index; running it "
-                    "on %s alone", kernel.name, fastest.device.id)
+        fastest, plan = _fastest(launches), launches[0].plan
+        elsewhere = _written_elsewhere(plan)
+        # Atomic updates are meant to land anywhere: only the devices' copies cannot be merged.
+        level = logging.INFO if set(elsewhere) <= plan.access.atomic else logging.WARNING
+        log.log(level, "kernel %s writes %s outside the rows of its launch index, so devices cannot "
+                "split it; running it on %s alone", kernel.name, ", ".join(map(repr, elsewhere)),
+                fastest.device.id)
         from .forall import run_on
 
         return run_on(fastest)

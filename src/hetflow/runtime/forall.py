@@ -69,14 +69,14 @@ def run_on(launch, wait: bool = False) -> LaunchReport:
     dev = launch.device
     if launch.plan.buffers:
         launch = acquired(launch)
-    t0 = perf_counter()
+    t0, pieces = perf_counter(), None
     if dev.kind == "cpu":
-        cpu.run(launch, dev.compute_units)
+        pieces = cpu.run(launch, dev.compute_units)
     else:
         gpu.run(launch)
         if wait and not dev.simulated:
             gpu.synchronize(dev)
-    report = LaunchReport(launch.extent[0], dev, perf_counter() - t0)
+    report = LaunchReport(launch.extent[0], dev, perf_counter() - t0, pieces)
     if launch.plan.buffers:
         wrote(launch, launch.written)
     trace_notify(report, label=launch.kernel.name)  # traces show launches on one device too

@@ -23,7 +23,7 @@ from numba.core.errors import NumbaError
 from ..errors import HetflowError, KernelRaisedError
 from ..index.managed import device_view
 from ..platform.cuda_compat import cuda_module, cupy_module
-from .launch import Launch, is_device_array
+from .launch import Launch, is_device_array, warn_scattered
 
 THREADS = 256
 SIM_THREADS = 16   # the simulator runs one OS thread per GPU thread: keep it small
@@ -218,6 +218,7 @@ def run(launch: Launch) -> None:
     """Run a whole launch on its GPU. On device data it is only enqueued on the current
     stream (as a CuPy operation is): whatever reads the results next on that stream or
     on the host waits for it. Host arrays are copied in, and the written ones back."""
+    warn_scattered(launch)
     if not launch.device.simulated and not any(type(a) is np.ndarray for a in launch.entry_args):
         _make_current(launch.device.ordinal)
         launch_rows(launch, None, 0, launch.extent[0], launch.entry_args, current_stream())

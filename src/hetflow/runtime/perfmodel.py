@@ -26,7 +26,7 @@ import threading
 import time
 
 from ..errors import ScheduleError
-from ..platform.repository import default_root
+from ..platform.repository import default_root, repository
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,11 @@ class PerfModel:
                                       "updated": time.time()}
             self._dirty.add((kernel_key, device_key))
 
+    def record(self, kernel_key: str, device_key: str, throughput: float) -> None:
+        """:meth:`observe`, then save (throttled) as :meth:`update` does."""
+        self.observe(kernel_key, device_key, throughput)
+        self._save_throttled()
+
     def overhead(self, kernel_key: str) -> float | None:
         """Seconds a co-executed launch of the kernel costs beyond its work (thread hand-offs,
         halo copies, stealing), averaged; None if never measured."""
@@ -183,3 +188,27 @@ class PerfModel:
             self._entries = merged
             self._dirty.clear()
             self._saved_at = time.monotonic()
+
+
+_shared_lock = threading.Lock()
+_shared: PerfModel | None = None
+
+
+def perf_model() -> PerfModel:
+    """The process's model, kept beside the code repository in use (``HETFLOW_CACHE_DIR``)."""
+    global _shared
+    path = repository().root / FILE_NAME
+    with _shared_lock:
+        if _shared is None or _shared.path != path:
+            _shared = PerfModel(path)
+        return _shared
+
+
+def kernel_key(launch) -> str:
+    """The model's key of a launch's kernel: its name, source digest and rank."""
+    return f"{launch.kernel.name}-{launch.kernel.source_hash[:12]}-{len(launch.extent)}d"
+
+
+def device_key(device) -> str:
+    """The model's key of a kind of device (every core of one CPU model shares it)."""
+    return f"{device.kind}:{device.name}:{device.arch}"

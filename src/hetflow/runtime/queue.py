@@ -34,7 +34,6 @@ import time
 import weakref
 from heapq import heappop
 
-import numba
 import numpy as np
 
 from ..errors import HetflowTimeoutError, KernelArgumentError, KernelError, QueueError
@@ -270,7 +269,7 @@ class _Core:
                     launch = _with_buffers(inst, device)
                 elif launch.device is not device:
                     launch = bind(launch.kernel, launch.extent, launch.args, device)
-                shape = _run_whole(launch, device, inst.work)
+                shape = _run_whole(launch, device)
                 if inst.buffers is not None:
                     wrote(launch, [k for k in inst.buffers if inst.modes[k] & WRITE])
             error = None
@@ -326,15 +325,10 @@ def _with_buffers(inst: Instance, device):
     return acquired(launch)
 
 
-def _run_whole(launch, device, work: int) -> tuple:
+def _run_whole(launch, device) -> tuple:
     """Run the whole launch; return the (blocks, threads) it used."""
     if device.kind == "cpu":
-        cpu.run(launch, device.compute_units)
-        rows = launch.extent[0]
-        # cpu.run's rule: small launches run as one piece, others one piece per thread.
-        if work <= cpu.INLINE_LIMIT or device.compute_units <= 1 or rows <= 1:
-            return 1, 1
-        return min(numba.get_num_threads(), rows), 1
+        return len(cpu.run(launch, device.compute_units)), 1
     gpu.run(launch)
     return gpu.launch_config(device, launch.extent[0], launch.inner)
 

@@ -88,6 +88,7 @@ class _Analysis:
         self.identity, self.guarded_axes = {}, {}
         self.other, self.scattered, self.atomic = set(), set(), set()
         self.row = self.index[0] if self.index else None
+        self.claimed = self._claimed_names(fdef)
 
     def run(self) -> Access:
         guards = _guards(self.fdef, self.derived)
@@ -108,10 +109,26 @@ class _Analysis:
         return Access(ordered, self.identity, frozenset(touched - self.other), guarded,
                       frozenset(self.scattered), frozenset(self.atomic))
 
+    def _claimed_names(self, fdef) -> set:
+        """Locals bound once, to what an atomic returned (``t = atomic.add(n, 0, 1)``):
+        indices the atomic handed to one launch index alone (tickets, claims)."""
+        stores, values = {}, {}
+        for node in ast.walk(fdef):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                stores[node.id] = stores.get(node.id, 0) + 1
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                values[node.targets[0].id] = node.value
+        return {n for n, v in values.items() if stores[n] == 1 and self._atomic_call(v)}
+
+    def _atomic_call(self, node) -> bool:
+        return isinstance(node, ast.Call) and self.resolve(node.func) in atomic.FUNCTIONS
+
     def _write(self, base, mode):
         name = base.value.id
         self.modes[name].update(mode)
-        if not any(self._is_derived(p) for p in _components(base.slice)):
+        parts = _components(base.slice)
+        if not any(self._is_derived(p) or self._atomic_call(p) or (isinstance(p, ast.Name) and p.id in self.claimed)
+                   for p in parts):
             self.scattered.add(name)
 
     def _is_derived(self, node) -> bool:

@@ -146,16 +146,18 @@ def _inline(launch: Launch, lo: int, hi: int) -> None:
 
 
 def _probe(launch: Launch, rows: int) -> tuple[int, float]:
-    """Run rows from 0 on this thread, doubling their number until they took
-    ``PROBE_SECONDS``; the rows run and the seconds per row."""
-    lo, step, spent = 0, 1, 0.0
-    while lo < rows and spent < PROBE_SECONDS:
+    """Run rows from 0 on this thread, doubling their number until the rows run took
+    ``PROBE_SECONDS``; the rows run and the seconds per row of the last step (the
+    first step's may hold one-time costs of a first call)."""
+    lo, step, spent, steps = 0, 1, 0.0, 0
+    while lo < rows and (steps < 2 or spent < PROBE_SECONDS):
         hi = min(rows, lo + step)
         began = perf_counter()
         _inline(launch, lo, hi)
-        spent += perf_counter() - began
+        last, count = perf_counter() - began, hi - lo
+        spent, steps = spent + last, steps + 1
         lo, step = hi, 2 * step
-    return lo, _learn(launch, lo, spent)
+    return lo, _learn(launch, count, last)
 
 
 def _row_cost(launch: Launch) -> float | None:

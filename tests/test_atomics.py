@@ -213,3 +213,30 @@ def test_atomics_over_cpu_and_gpu_run_on_one_device_without_a_warning(gpu_device
     assert report.schedule == "one-device"
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "writes 'h' outside the rows" in caplog.text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32, np.uint64, np.float32, np.float64])
+def test_atomics_on_a_real_gpu(gpu_device, dtype):
+    x, y = _samples(1 << 20, seed=10), _samples(1 << 20, seed=11)
+    for run in range(3):
+        h = np.zeros(BINS, dtype)
+        hetflow.forall(x.shape[0], histogram, x, h, device=gpu_device.id)
+        np.testing.assert_array_equal(h, np.histogram(x, BINS, (0, 1))[0], err_msg=f"run {run}")
+    h2 = np.zeros((8, 16), dtype)
+    hetflow.forall(x.shape[0], histogram_2d, x, y, h2, device=gpu_device.id)
+    np.testing.assert_array_equal(h2, np.histogram2d(x, y, (8, 16), ((0, 1), (0, 1)))[0])
+    lo, hi = np.full(BINS, np.inf), np.full(BINS, -np.inf)
+    hetflow.forall(x.shape[0], extremes, x, lo, hi, device=gpu_device.id)
+    b = (x * BINS).astype(np.int64)
+    want_lo, want_hi = np.full(BINS, np.inf), np.full(BINS, -np.inf)
+    np.minimum.at(want_lo, b, x)
+    np.maximum.at(want_hi, b, x)
+    np.testing.assert_array_equal(lo, want_lo)
+    np.testing.assert_array_equal(hi, want_hi)
+    owner, won = np.full(BINS, -1, np.int64), np.zeros(x.shape[0], np.bool_)
+    hetflow.forall(x.shape[0], first_claim, x, owner, won, device=gpu_device.id)
+    assert won.sum() == BINS and (b[owner] == np.arange(BINS)).all()
+    counter, order = np.zeros(1, np.int64), np.full(x.shape[0], -1, np.int64)
+    hetflow.forall(x.shape[0], tickets, counter, order, device=gpu_device.id)
+    np.testing.assert_array_equal(np.sort(order), np.arange(x.shape[0]))

@@ -225,47 +225,73 @@ def _stored_names(fdef) -> set:
 
 
 def _index_functions(fdef, index, stored) -> tuple[set, set]:
-    """(derived, invariant) names: ``derived`` hold functions of the launch indices alone
-    (``j = i + 1``, a loop over ``range(i * b, i * b + b)``), ``invariant`` functions of
-    no index and no data (``m = n - 1``, parameters and globals never rebound). A local
-    counts only if every binding of it is such an expression."""
-    derived = {p for p in index if p is not None}
-    invariant = {n.id for n in ast.walk(fdef) if isinstance(n, ast.Name) and n.id not in stored}
-    bindings, seen = {}, set()  # name -> [(tag, expression) or None (untracked)]
+    """(derived, invariant) names: ``invariant`` ones hold functions of no launch index
+    and no data (``m = n - 1``, parameters and globals never rebound); ``derived`` ones
+    move with the launch indices, every binding of them a function of those, invariants
+    and other such names (``j = i + 1``, a loop over ``range(i * b, i * b + b)``, ``k =
+    lo`` then ``k += step``). A loop counter over a fixed range (``for t in range(n)``)
+    is neither: ``x[i + t]`` may be another index's element."""
+    bindings = _bindings(fdef)
+    index = {p for p in index if p is not None}
+    invariant = {n.id for n in ast.walk(fdef) if isinstance(n, ast.Name) and n.id not in stored} - index
+    changed = True
+    while changed:  # invariants: every binding an assignment of an invariant expression
+        changed = False
+        for name, values in bindings.items():
+            if name not in invariant and None not in values and all(
+                    tag == "=" and _kind(e, set(), invariant) == "invariant" for tag, e in values):
+                invariant.add(name)
+                changed = True
+    candidates = {n for n, vs in bindings.items() if None not in vs and n not in invariant}
+    while True:
+        changed = True
+        while changed:  # the largest set whose bindings are functions of indices, invariants and itself
+            changed = False
+            for name in list(candidates):
+                if any(_kind(e, index | candidates, invariant) is None for _, e in bindings[name]):
+                    candidates.discard(name)
+                    changed = True
+        moving, changed = set(index), True
+        while changed:  # those of them some binding of which reaches a launch index
+            changed = False
+            for name in candidates - moving:
+                if any(_mentions(e, moving - {name}) for _, e in bindings[name]):
+                    moving.add(name)
+                    changed = True
+        if candidates <= moving:
+            return moving, invariant
+        candidates &= moving  # counters over fixed ranges: drop them and what uses them
+
+
+def _bindings(fdef) -> dict:
+    """name -> [(kind, expression)]: ``('=', value)`` for ``n = value``, ``('+=', n op
+    value)`` for augmented assignments, ``('for', range(...))`` for loops over a range;
+    None where the value cannot be followed (unpacking, ``with``, other iterables)."""
+    out, seen = {}, set()
     for node in ast.walk(fdef):
+        pairs = []
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             pairs = [(t, ("=", node.value)) for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            grown = ast.BinOp(ast.Name(node.target.id, ast.Load()), node.op, node.value)
+            pairs = [(node.target, ("+=", grown))]
         elif isinstance(node, (ast.For, ast.comprehension)):
             it = node.iter
             ranged = isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
             pairs = [(node.target, ("for", it) if ranged else None)]
-        else:
-            continue
         for target, value in pairs:
             for n in ast.walk(target):
-                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):  # unpacking binds a part: not tracked
-                    bindings.setdefault(n.id, []).append(value if n is target else None)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):  # unpacking: not followed
+                    out.setdefault(n.id, []).append(value if n is target else None)
                     seen.add(id(n))
-    for n in ast.walk(fdef):  # augmented assignments, with/except targets, deletions...
+    for n in ast.walk(fdef):  # with/except targets, deletions, walrus...
         if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in seen:
-            bindings.setdefault(n.id, []).append(None)
-    changed = True
-    while changed:
-        changed = False
-        for name, values in bindings.items():
-            if name in derived or name in invariant or None in values:
-                continue
-            kinds = [_kind(expr, derived, invariant) for _, expr in values]
-            if None in kinds:
-                continue
-            if "derived" in kinds:
-                derived.add(name)
-            elif all(tag == "=" for tag, _ in values):  # a loop variable takes many values
-                invariant.add(name)
-            else:
-                continue
-            changed = True
-    return derived, invariant
+            out.setdefault(n.id, []).append(None)
+    return out
+
+
+def _mentions(node, names) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
 
 
 _ARITH = (ast.BinOp, ast.UnaryOp, ast.IfExp, ast.Compare, ast.BoolOp, ast.Tuple, ast.Constant)

@@ -246,8 +246,7 @@ def _cpu_workers(launch: Launch, rows: int, count: int, held=()) -> list[Worker]
     # A CPU chunk enters and leaves Python, taking the GIL, and 16 workers queue for it:
     # on a 16-core host, 5-row chunks of a 1024^2 stencil took 300 us for 5 us of work.
     # So a chunk holds at least what the runtime would run inline rather than spread.
-    per_row = max(1, math.prod(launch.inner))
-    size = cpu_chunk_size(rows, count, minimum=max(1, -(-cpu.INLINE_LIMIT // per_row)))
+    size = cpu_chunk_size(rows, count, minimum=cpu.least_rows(launch))
     return [Worker(f"{launch.device.id}/core{k}", "cpu", run, size, launch.device.id) for k in range(count)]
 
 

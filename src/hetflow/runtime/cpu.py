@@ -138,6 +138,14 @@ def run(launch: Launch, workers: int) -> list[tuple[int, int]]:
     return ([(0, lo)] if lo else []) + _threads(launch, lo, rows, workers)
 
 
+def least_rows(launch: Launch) -> int:
+    """The fewest rows worth handing to another thread: those of ``INLINE_LIMIT``
+    indices, or fewer where a row is known to cost more (``INLINE_SECONDS`` of work)."""
+    rows = -(-INLINE_LIMIT // max(1, math.prod(launch.inner)))
+    cost = _row_cost(launch)
+    return max(1, min(rows, math.ceil(INLINE_SECONDS / cost)) if cost else rows)
+
+
 def _inline(launch: Launch, lo: int, hi: int) -> None:
     try:
         launch.executable.entry(lo, hi, *launch.inner, *launch.entry_args)

@@ -8,7 +8,8 @@ from . import errors
 from .errors import *  # noqa: F401,F403  (the exception hierarchy is part of the API)
 from .index import (Grid, asarray, co_map, cshift, empty, extent, index, interior, partition, project,
                     section, tile, transpose, zeros)
-from .kernels import Kernel, atomic, kernel
+from .kernels import Kernel, kernel
+from . import atomic
 from .platform import Context, Device, LogicalDevice, devices, get_device, select
 from .ir import Monitor, Rule, RuleSet, graph
 from .runtime.coexec import last_report

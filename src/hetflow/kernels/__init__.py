@@ -1,5 +1,4 @@
-"""Kernels: the decorator, access analysis, atomics and per-device code generation."""
-from . import atomic
+"""Kernels: the decorator, access analysis and per-device code generation."""
 from .kernel import Kernel, kernel
 
-__all__ = ["Kernel", "atomic", "kernel"]
+__all__ = ["Kernel", "kernel"]

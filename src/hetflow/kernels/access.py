@@ -121,7 +121,7 @@ class _Analysis:
         return {n for n, v in values.items() if stores[n] == 1 and self._atomic_call(v)}
 
     def _atomic_call(self, node) -> bool:
-        return isinstance(node, ast.Call) and self.resolve(node.func) in atomic.FUNCTIONS
+        return isinstance(node, ast.Call) and _is_atomic(self.resolve(node.func))
 
     def _write(self, base, mode):
         name = base.value.id
@@ -140,17 +140,14 @@ class _Analysis:
             self.modes[name].add("r")
         k = _identity_rank(node.slice, self.index)
         if k:
-            self.identity[name] = max(k, self.identity.get(name, 0))
-            axes = {a for a in range(k) if self.index[a] in guarded_names}
-            known = self.guarded_axes.get(name)
-            self.guarded_axes[name] = axes if known is None else known & axes
+            self._identity(name, k, {a for a in range(k) if self.index[a] in guarded_names})
         first = _components(node.slice)[0] if _components(node.slice) else None
         if self.row is None or not (isinstance(first, ast.Name) and first.id == self.row):
             self.other.add(name)
 
     def _call(self, node):
         obj = self.resolve(node.func)
-        if obj in atomic.FUNCTIONS:
+        if _is_atomic(obj):
             target = node.args[0] if node.args else None
             if isinstance(target, ast.Name) and target.id in self.data:
                 self.modes[target.id].update("rw")
@@ -201,10 +198,18 @@ class _Analysis:
                 self.other.add(name)
             k = min(acc.identity.get(p, 0), exact)
             if k:
-                self.identity[name] = max(k, self.identity.get(name, 0))
-                axes = {a for a in acc.guarded.get(p, ()) if a < k}
-                known = self.guarded_axes.get(name)
-                self.guarded_axes[name] = axes if known is None else known & axes
+                self._identity(name, k, {a for a in acc.guarded.get(p, ()) if a < k})
+
+    def _identity(self, name, k, guarded_axes):
+        """``name`` subscripted by the first ``k`` launch indices, guarded on ``guarded_axes``
+        (an axis stays guarded only while every such access is guarded there)."""
+        self.identity[name] = max(k, self.identity.get(name, 0))
+        known = self.guarded_axes.get(name)
+        self.guarded_axes[name] = guarded_axes if known is None else known & guarded_axes
+
+
+def _is_atomic(obj) -> bool:
+    return any(obj is f for f in atomic.FUNCTIONS)
 
 
 def _pure_call(node, obj) -> bool:

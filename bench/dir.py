@@ -1,5 +1,9 @@
 """DIR benchmark: a chain of four elementwise launches, fused by the rules vs as captured.
 
+First, the cost of a safe point: ``g.run()`` of a captured graph of two tiny launches
+(8 elements each, default rules, nothing to change) against calling the same two
+launches directly; the difference is what running through the DIR adds per run.
+
 The program (10^7 float64 by default) is captured once per contender with
 ``hetflow.graph()``:
 
@@ -39,7 +43,7 @@ from hetflow.ir import Interpreter, Monitor, NodePattern, Partition, Rule, RuleS
 from hetflow.platform.cuda_compat import cuda_module, cupy_module
 
 sys.path.append(os.path.dirname(__file__))
-from _common import best_time, fmt_s, report  # noqa: E402
+from _common import best_time, fmt_s, per_call, report  # noqa: E402
 from _gpuload import GpuHog  # noqa: E402
 
 MOVE_RULES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -88,6 +92,34 @@ def check_fused(fused, temps) -> None:
     launches = sum(1 for node in fused.current.nodes if node.op == "forall")
     if launches != 1 or any(t.materialized for t in temps):
         raise RuntimeError(f"the chain was not fused as expected:\n{fused.describe()}")
+
+
+def overhead_rows(args):
+    """g.run() of a 2-node graph against the two launches called directly."""
+    n, calls = 8, 200 if args.quick else 3000
+    x, y, z = np.ones(n), np.zeros(n), np.zeros(n)
+    with hetflow.graph("two-launches") as g:
+        hetflow.forall(n, dir_scale, 2.0, x, y)
+        hetflow.forall(n, dir_scale, 3.0, x, z)
+
+    def direct():
+        hetflow.forall(n, dir_scale, 2.0, x, y)
+        hetflow.forall(n, dir_scale, 3.0, x, z)
+
+    g.run()
+    direct()
+    runs, directs = [], []
+    for _ in range(args.repeat):  # interleaved, so that both see the same machine load
+        runs.append(per_call(g.run, calls))
+        directs.append(per_call(direct, calls))
+    t_run, t_direct = min(runs), min(directs)
+    np.testing.assert_array_equal(y, 2.0 * x)
+    np.testing.assert_array_equal(z, 3.0 * x)
+    row = dict(name="g.run() 2 launches n=8 vs direct calls", baseline=fmt_s(t_direct), hetflow=fmt_s(t_run),
+               ratio=t_direct / t_run, target="overhead <= 20 us")
+    note = (f"g.run() overhead for a 2-node graph: {(t_run - t_direct) * 1e6:.1f} us per run "
+            f"(best of {args.repeat} x {calls} runs, default rules, {len(g.versions)} version(s))")
+    return [row], [note]
 
 
 def cpu_rows(args):
@@ -271,7 +303,7 @@ def adaptive_rows(args):
     return rows, notes
 
 
-SECTIONS = [cpu_rows, gpu_rows, adaptive_rows]
+SECTIONS = {"overhead": [overhead_rows], "chain": [cpu_rows, gpu_rows], "adaptive": [adaptive_rows]}
 
 
 def main(argv=None) -> int:
@@ -280,7 +312,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     p.add_argument("-n", type=int, default=None, help="elements (default 10^7; --quick: 10^5)")
-    p.add_argument("--only", choices=("chain", "adaptive"), help="run one part only")
+    p.add_argument("--only", choices=tuple(SECTIONS), help="run one part only")
     p.add_argument("--jacobi-size", type=int, default=4096, help="adaptive Jacobi grid side")
     p.add_argument("--jacobi-iterations", type=int, default=300, help="adaptive Jacobi iterations")
     p.add_argument("--period", type=float, default=0.05, help="monitor sampling period (s)")
@@ -292,7 +324,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     args.n = args.n or (10**5 if args.quick else 10**7)
     args.repeat = 2 if args.quick else 7
-    sections = {"chain": SECTIONS[:2], "adaptive": SECTIONS[2:]}.get(args.only, SECTIONS)
+    sections = SECTIONS[args.only] if args.only else [f for part in SECTIONS.values() for f in part]
     rows, notes = [], []
     for section in sections:
         more_rows, more_notes = section(args)

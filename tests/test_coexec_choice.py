@@ -23,9 +23,7 @@ def _teach(kernel, rates: dict, overhead: float, n: int, alone=None):
     """Give the model the history of ``kernel`` over ``n`` rows: rates in co-execution,
     and alone (default: the same)."""
     model = coexec.perf_model()
-    x = np.ones(n)
-    launch = hetflow.runtime.launch.bind(kernel, (n,), (x, x), hetflow.get_device("cpu0"))
-    key = coexec._kernel_key(launch)
+    key = coexec._kernel_key(kernel, 1)
     for dev, rate in rates.items():
         model.observe(key, coexec._device_key(hetflow.get_device(dev)), rate)
     for dev, rate in (rates if alone is None else alone).items():

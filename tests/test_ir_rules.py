@@ -199,10 +199,13 @@ def test_partition_evenly_and_bad_shares():
     interp = machine(simulated_device("cpu", 1))
     g, _, _ = one_launch(interp)
     rules = RuleSet([Rule("even", match=NodePattern(op="forall"), then=Partition(kinds=["cpu"])),
-                     Rule("neg", match=NodePattern(op="forall"), then=Partition({"cpu0": -1}), priority=-1)])
+                     Rule("neg", match=NodePattern(op="forall"), then=Partition({"cpu0": "0 - 1"}), priority=-1)])
     g.run(rules=rules)
     assert g.current.nodes[0].attrs["shares"] == {"cpu0": 0.5, "cpu1": 0.5}
-    assert "share of 'cpu0' must be a number >= 0; got -1" in rules.get("neg").error
+    assert "share of 'cpu0' must be a finite number >= 0; got -1" in rules.get("neg").error
+    for bad in (-1, float("inf"), float("nan"), True):   # constants are checked when the action is made
+        with pytest.raises(RuleError, match="share of 'cpu0' must be a finite number >= 0"):
+            Partition({"cpu0": bad})
 
 
 def test_compile_produces_executables_once(tmp_path, monkeypatch):

@@ -292,6 +292,39 @@ def test_gpu_failing_at_sync_gives_back_its_chunks_in_flight():
     assert_events_partition(report, n)
 
 
+def test_a_failed_gpu_whose_launched_chunks_still_complete_has_only_the_rest_re_run():
+    n = 300
+    counts = np.zeros(n, dtype=np.int64)
+    gpu_failed = threading.Event()
+    gpu = Device("gpu", "gpu", counts, 20, inflight=3, failed=gpu_failed)
+
+    def salvage():                      # the stream still runs the two launched before
+        landed = len(gpu.pending)
+        for lo, hi in gpu.pending:
+            count(lo, hi, counts)
+        gpu.pending.clear()
+        return landed
+
+    gpu.worker.salvage = salvage
+    original = gpu.run_chunk
+
+    def run_chunk(lo, hi):              # the third launch fails, keeping what is in flight
+        if gpu.launches == 2:
+            gpu.launches += 1
+            gpu._signal()
+            raise ChunkFailed("gpu failed on launch 3")
+        return original(lo, hi)
+
+    gpu.worker.run_chunk = run_chunk
+    cpu = Device("cpu", "cpu", counts, 5, wait_for=gpu_failed)
+    report = run_loop(n, [gpu.worker, cpu.worker], shares=[1, 0])
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    (failure,) = report.failures
+    assert failure.requeued == ((40, 60),)   # the two that landed are not run again
+    assert report.by_name["gpu"].chunks == 2 and report.by_name["gpu"].indices == 40
+    assert_events_partition(report, n)
+
+
 def test_failed_worker_chunks_are_recovered_under_static_schedule():
     n = 120
     counts = np.zeros(n, dtype=np.int64)

@@ -150,6 +150,65 @@ def describe(x):
     return f"{type(x).__name__}<{x.dtype}>{tuple(x.shape)}"
 
 
+# -- view structures ------------------------------------------------------------------
+class Structure:
+    """What lowering a chain of views depends on: each operator's type and normalised
+    ``parameters()`` down to the root's type, shape, strides and dtype (not the root).
+
+    Structures are interned: equal chains share one object, which hashes by identity, so
+    launches key plans and lowerings by a view's structure at the cost of a pointer, and
+    a view built again as before (every launch builds its views) takes the normalised
+    fields and extent stored here instead of checking its parameters again."""
+
+    __slots__ = ("key", "extent", "fields")
+
+    def __init__(self, key, extent_, fields_):
+        self.key, self.extent, self.fields = key, extent_, fields_
+
+    def __hash__(self):
+        if self.key is None:  # a co_map capturing unhashable values: no structure to share
+            raise TypeError("unhashable view structure")
+        return id(self)
+
+    def __repr__(self):
+        return f"Structure{self.key!r}"
+
+
+# (view type, parameters, parent's structure or root description) -> Structure, both as
+# given (integers only: see _exact) and normalised. Bounded: a structure dropped here
+# stays valid for the views holding it; an equal one made later only misses caches.
+_STRUCTURES = {}
+_STRUCTURES_LIMIT = 1 << 16
+
+
+def _exact(params):
+    """Parameters that may key an interned structure as given: Python ints and tuples of
+    them only (``1.0 == 1`` hashes alike, but a float delta must still be rejected)."""
+    for p in params:
+        if type(p) is not int and not (type(p) is tuple and all(type(q) is int for q in p)):
+            return False
+    return True
+
+
+def _intern(view, below, given):
+    """The structure of ``view`` (just checked and normalised), interned under its
+    normalised key and, where they are exact, its parameters as given."""
+    try:
+        key = (type(view), view.parameters(), below)
+        found = _STRUCTURES.get(key)
+    except TypeError:  # a co_map function that captures unhashable values
+        return Structure(None, view.extent, {})
+    if found is None:
+        if len(_STRUCTURES) >= _STRUCTURES_LIMIT:
+            _STRUCTURES.clear()
+        state = view.__dict__
+        found = _STRUCTURES[key] = Structure(
+            key, state["extent"], {f.name: state[f.name] for f in fields(view)[1:]})
+    if _exact(given):
+        _STRUCTURES[(type(view), given, below)] = found
+    return found
+
+
 # -- the base view ------------------------------------------------------------------
 @dataclass(frozen=True, eq=False, repr=False)
 class View(abc.ABC):
@@ -157,9 +216,8 @@ class View(abc.ABC):
 
     Construction checks the parameters and sets, once, what every launch reads:
     ``extent`` (``cotransform_extent`` of the parent's), ``root`` (the array the chain
-    reads) and ``signature``, a hashable tuple of what lowering the view depends on: each
-    operator's type and ``parameters()`` down to the root's type, shape, strides and dtype
-    (not the root itself). Views of equal signatures share one lowering.
+    reads) and ``signature``, its interned :class:`Structure`. Views of one signature share
+    one lowering.
     """
 
     parent: object
@@ -172,16 +230,27 @@ class View(abc.ABC):
     def __post_init__(self):
         parent = self.parent
         if type(parent) in _VIEW_TYPES:
-            pext, root, below = parent.extent, parent.root, parent.signature
+            root, below = parent.root, parent.signature
         else:
             require_indexable(parent, self.op)
-            pext, root = array_extent(parent), parent
-            below = (type(parent), pext, getattr(parent, "strides", None),
+            root = parent
+            below = (type(parent), parent.shape, getattr(parent, "strides", None),
                      getattr(parent, "dtype", None))
         state = self.__dict__  # set_field, inlined: every launch builds views
-        state["extent"] = self._check(pext)
         state["root"] = root
-        state["signature"] = (type(self), self.parameters(), below)
+        params = self.parameters()
+        try:
+            found = _STRUCTURES.get((type(self), params, below)) if _exact(params) else None
+        except TypeError:  # over a co_map capturing unhashable values
+            found = None
+        if found is None:  # first of its kind: check and normalise the parameters
+            pext = parent.extent if type(parent) in _VIEW_TYPES else array_extent(parent)
+            state["extent"] = self._check(pext)
+            found = _intern(self, below, params)
+        else:  # an equal view was checked before: take its normalised fields
+            state.update(found.fields)
+            state["extent"] = found.extent
+        state["signature"] = found
 
     def on_root(self, root):
         """The same chain of views over ``root`` (an array shaped as this chain's root)."""

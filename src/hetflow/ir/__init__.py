@@ -13,7 +13,7 @@ from .cache import VariantCache
 from .capture import Graph, current_graph, graph
 from .graph import Node, Version
 from .interpreter import Context, Interpreter
-from .lang import Expr, parse
+from .expressions import Expr, parse
 from .monitor import Event, Monitor
 from .patterns import Chain, Match, NodePattern, TopologyPattern
 from .rules import Rule, RuleSet

@@ -2,33 +2,56 @@
 
 Every action has ``apply(ctx, match)``; it rewrites ``ctx`` (the working version, the
 variables, the rule set) and raises on error, in which case the interpreter undoes the
-firing and disables the rule. Values written as strings are expressions in hetflow's
-language, evaluated when the action runs (``Partition(shares={"gpu": "1 -
-gpu.utilization", "cpu": "gpu.utilization"})``).
+firing and disables the rule. Values written as strings are rule expressions (Python
+expressions, see :mod:`hetflow.ir.expressions`), evaluated when the action runs
+(``Partition(shares={"gpu": "1 - gpu.utilization", "cpu": "gpu.utilization"})``).
+Constant parameters are checked when the action is made, with bounds
+(:data:`MAX_PIECES`), so that a rule cannot ask for unbounded work.
 """
 from __future__ import annotations
 
 import abc
 import dataclasses
 import logging
+import math
 from typing import Callable, Mapping
 
 from ..errors import RuleError
-from . import codegen, fusion, lang
+from . import codegen, fusion
+from .expressions import Expr, parse
 from .graph import Node
 from .patterns import Match
 from .topology import description
 
 log = logging.getLogger("hetflow.ir")
 
+# Most pieces a split may cut a launch into: one per node of a large cluster, and far
+# fewer than would exhaust memory with Node objects.
+MAX_PIECES = 65536
+
 
 def _expr(value):
     """Strings become parsed expressions; other values stay constants."""
-    return lang.parse(value) if isinstance(value, str) else value
+    return parse(value) if isinstance(value, str) else value
 
 
 def _names(*values) -> set:
-    return set().union(*(v.names() for v in values if isinstance(v, lang.Expr)))
+    return set().union(*(v.names() for v in values if isinstance(v, Expr)))
+
+
+def _pieces(count, source) -> int:
+    """``count`` as a number of pieces, or RuleError naming ``source`` (the expression)."""
+    if (isinstance(count, bool) or not isinstance(count, (int, float)) or not math.isfinite(count)
+            or count != int(count) or not 1 <= count <= MAX_PIECES):
+        given = "got" if source is None else f"{source} gave"
+        raise RuleError(f"split needs a whole number of pieces from 1 to {MAX_PIECES}; {given} {count!r}")
+    return int(count)
+
+
+def _share(key, share) -> float:
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not (math.isfinite(share) and share >= 0):
+        raise RuleError(f"partition: share of {key!r} must be a finite number >= 0; got {share!r}")
+    return share
 
 
 class Action(abc.ABC):
@@ -77,17 +100,18 @@ class Split(Action):
     place: bool = True
 
     def __post_init__(self):
-        object.__setattr__(self, "pieces", _expr(self.pieces))
+        pieces = _expr(self.pieces)
+        object.__setattr__(self, "pieces", pieces if isinstance(pieces, Expr) else _pieces(pieces, None))
+        if not isinstance(self.place, bool):
+            raise RuleError(f"split: place must be True or False; got {self.place!r}")
 
     def names(self):
         return _names(self.pieces)
 
     def apply(self, ctx, match):
-        count = ctx.evaluate(self.pieces, match)
-        if isinstance(count, bool) or not isinstance(count, (int, float)) or count < 1 or count != int(count):
-            raise RuleError(f"split needs a whole number of pieces >= 1; {self.pieces} gave {count!r}")
+        count = _pieces(ctx.evaluate(self.pieces, match), self.pieces if isinstance(self.pieces, Expr) else None)
         for node in _nodes(ctx, match, "forall"):
-            self._split(ctx, node, int(count))
+            self._split(ctx, node, count)
 
     def _split(self, ctx, node: Node, count: int) -> None:
         if ctx.scope is not None and "whole" in node.attrs:
@@ -202,7 +226,11 @@ class Partition(Action):
     kinds: tuple | None = None
 
     def __init__(self, shares: Mapping | None = None, kinds=None):
-        object.__setattr__(self, "shares", tuple((k, _expr(v)) for k, v in (shares or {}).items()))
+        shares = {k: _expr(v) for k, v in (shares or {}).items()}
+        for key, value in shares.items():
+            if not isinstance(value, Expr):
+                _share(key, value)
+        object.__setattr__(self, "shares", tuple(shares.items()))
         object.__setattr__(self, "kinds", tuple(kinds) if kinds is not None else None)
 
     def names(self):
@@ -216,9 +244,7 @@ class Partition(Action):
         else:
             weights = {}
             for key, value in self.shares:
-                share = ctx.evaluate(value, match)
-                if isinstance(share, bool) or not isinstance(share, (int, float)) or share < 0:
-                    raise RuleError(f"partition: share of {key!r} must be a number >= 0; got {share!r}")
+                share = _share(key, ctx.evaluate(value, match))
                 targets = [d for d in devices if d.id == key] or [d for d in devices if d.kind == key]
                 for dev in targets:
                     weights[dev.id] = weights.get(dev.id, 0.0) + share / len(targets)

@@ -87,6 +87,8 @@ class Graph:
         self._derived_with: RuleSet | None = None
         self._inputs = None
         self._bases = None
+        self._input_key = None
+        self._lazy_for = None
 
     @property
     def monitor(self) -> Monitor:
@@ -271,6 +273,10 @@ class Graph:
         return self.current
 
     def _set_lazy_states(self, version: Version) -> None:
+        # Outputs are only ever added: the version and their count say whether states hold.
+        if self._lazy_for == (version, len(self._outputs)):
+            return
+        self._lazy_for = (version, len(self._outputs))
         live = version.lazy_arrays() | set(self._outputs)
         why = {name: f"fused into {n.name} in version {version.number}"
                for n in version.nodes for name in n.attrs.get("eliminated", ())}
@@ -289,6 +295,11 @@ class Graph:
             self._bases = (self.current, list(bases.values()))
         if not self._bases[1]:
             return
+        # Fast path of a safe point: the same arrays with the same shapes and dtypes.
+        key = tuple((getattr(b, "shape", ()), getattr(b, "dtype", "")) for b in self._bases[1])
+        if key == self._input_key:
+            return
+        self._input_key = key
         inputs = tuple(sorted((tuple(getattr(b, "shape", ())), str(getattr(b, "dtype", "")))
                               for b in self._bases[1]))
         if inputs == self._inputs:

@@ -22,9 +22,9 @@ import logging
 from typing import Callable
 
 from ..errors import RuleError, RuleLoopError
-from . import lang
 from .actions import compile_guard
 from .cache import VariantCache
+from .expressions import Expr, UnknownName
 from .graph import Node, freeze, replace_nodes
 from .monitor import Monitor
 from .patterns import Match, dtypes, work_size
@@ -77,41 +77,9 @@ class Context:
         self.nodes = replace_nodes(self.nodes, {n.id for n in old}, new)
 
     # -- expressions ---------------------------------------------------------------------
-    def environment(self, match: Match | None = None) -> lang.Environment:
-        node = match.node if match is not None else None
-
-        def lookup(name: str):
-            if name.startswith("node.") and node is not None:
-                return _node_variable(node, name[5:])
-            if name == "chain.length" and match is not None:
-                return len(match.nodes)
-            return self.variables[name]
-
-        def defined(name):
-            try:
-                lookup(name)
-            except KeyError:
-                return False
-            return True
-
-        def compiled(target):
-            if node is None or node.kernel is None:
-                raise RuleError("compiled() needs a rule matched against a kernel launch")
-            devs = [d for d in self.topology.devices if target in (d.id, d.kind)]
-            ndim = len(node.extent)
-            return bool(devs) and all(compile_guard(node.kernel, d, ndim) in self.cache for d in devs)
-
-        functions = {
-            "count": self.topology.count,
-            "defined": defined,
-            "happened": lambda kind: any(e.kind == kind for e in self.events),
-            "compiled": compiled,
-        }
-        return lang.Environment(lookup, functions)
-
     def evaluate(self, value, match: Match | None = None):
         """An action's value: expressions evaluated against this context, constants as they are."""
-        return value.evaluate(self.environment(match)) if isinstance(value, lang.Expr) else value
+        return value.evaluate(Scope(self, match)) if isinstance(value, Expr) else value
 
     # -- transactions --------------------------------------------------------------------
     def state(self) -> tuple:
@@ -125,6 +93,56 @@ class Context:
         self.variables.clear()
         self.variables.update(variables)
         self.rules.restore(rules)
+
+
+class Scope:
+    """What an expression sees for one binding: the variables, ``node.<field>`` of the
+    matched node, ``chain.length``, and the context's functions."""
+
+    __slots__ = ("ctx", "match", "node")
+
+    def __init__(self, ctx: Context, match: Match | None):
+        self.ctx, self.match = ctx, match
+        self.node = match.node if match is not None else None
+
+    def lookup(self, name: str):
+        if self.node is not None and name.startswith("node."):
+            return _node_variable(self.node, name[5:])
+        if name == "chain.length" and self.match is not None:
+            return len(self.match.nodes)
+        return self.ctx.variables[name]
+
+    def call(self, name: str, args: list):
+        return _FUNCTIONS[name](self, *args)
+
+    def count(self, kind) -> int:
+        if not isinstance(kind, str):
+            raise TypeError(f"count() takes a device kind, not {kind!r}")
+        return self.ctx.topology.count(kind)
+
+    def defined(self, name) -> bool:
+        if not isinstance(name, str):
+            raise TypeError(f"defined() takes a variable name, not {name!r}")
+        try:
+            self.lookup(name)
+        except KeyError:
+            return False
+        return True
+
+    def happened(self, kind) -> bool:
+        return any(e.kind == kind for e in self.ctx.events)
+
+    def compiled(self, target) -> bool:
+        node, ctx = self.node, self.ctx
+        if node is None or node.kernel is None:
+            raise RuleError("compiled() needs a rule matched against a kernel launch")
+        devs = [d for d in ctx.topology.devices if target in (d.id, d.kind)]
+        ndim = len(node.extent)
+        return bool(devs) and all(compile_guard(node.kernel, d, ndim) in ctx.cache for d in devs)
+
+
+_FUNCTIONS = {"count": Scope.count, "defined": Scope.defined, "happened": Scope.happened,
+              "compiled": Scope.compiled}
 
 
 def _node_variable(node: Node, field: str):
@@ -162,6 +180,7 @@ class Interpreter:
             self.add_child(child)
         self._seen = None
         self._seen_revision = -1
+        self._seen_names = None
         self._warned: set = set()
 
     @property
@@ -192,9 +211,14 @@ class Interpreter:
     def due(self, nodes, rules: RuleSet | None = None) -> bool:
         """Whether anything the rules depend on changed since the last evaluation."""
         rules = rules if rules is not None else self.rules
-        if (self._seen != self._key(nodes, rules) or self.monitor.pending()
-                or self.monitor.changed_since(self._seen_revision, self._names(nodes, rules))):
+        monitor = self.monitor
+        if self._seen != self._key(nodes, rules) or monitor.has_pending():
             return True
+        revision = monitor.revision
+        if revision != self._seen_revision:
+            if monitor.changed_since(self._seen_revision, self._seen_names):
+                return True
+            self._seen_revision = revision   # what changed is not read by the rules
         return any(child.due(nodes) for child in self.children)
 
     # -- evaluation -----------------------------------------------------------------------
@@ -234,6 +258,7 @@ class Interpreter:
         rules = rules if rules is not None else self.rules
         self._seen = self._key(nodes, rules)
         self._seen_revision = self.monitor.revision
+        self._seen_names = self._names(nodes, rules)   # what due() watches until the next evaluation
         for child in self.children:
             child.mark_seen(nodes)
 
@@ -275,7 +300,7 @@ class Interpreter:
                 if not rule.holds(ctx, match):
                     continue
                 rule.fire(ctx, match)
-            except lang.UnknownName as exc:
+            except UnknownName as exc:
                 ctx.restore(saved)
                 self._unknown(rule, exc)
                 continue
@@ -293,7 +318,7 @@ class Interpreter:
         log.error("rule %s raised and was disabled; the DIR stays as it was: %s: %s",
                   rule.name, type(exc).__name__, exc)
 
-    def _unknown(self, rule, exc: lang.UnknownName) -> None:
+    def _unknown(self, rule, exc: UnknownName) -> None:
         # A variable nobody has set yet: the predicate does not hold (said once per name).
         if (rule.name, exc.name) not in self._warned:
             self._warned.add((rule.name, exc.name))

@@ -190,6 +190,10 @@ class Monitor:
         with self._lock:
             return tuple(self._pending)
 
+    def has_pending(self) -> bool:
+        """Whether events arrived since the last drain (no lock: a list's length is atomic)."""
+        return bool(self._pending)
+
     def drain(self) -> tuple:
         """The events since the last drain (the interpreter takes them at a safe point)."""
         with self._lock:

@@ -1,4 +1,4 @@
-"""Rule files: rules written in TOML, loaded with tomllib, checked with positions.
+"""Rule files: rules written in TOML, loaded with tomllib, checked key by key.
 
     [[rule]]
     name = "fuse-gpu-chains"
@@ -13,28 +13,35 @@
     match = { op = "forall" }
     then = [ { action = "partition", shares = { cpu = "gpu.utilization", gpu = "1 - gpu.utilization" } } ]
 
-Rule keys: ``name`` (required), ``when`` (an expression; default true), ``match``,
-``then`` (required: a list of action tables), ``priority``, ``enabled``,
-``description``. Match keys: ``op``, ``kernel`` (a name or a list), ``chain`` (minimum
-length of a producer-consumer chain), ``max_chain``, ``same_extent``, ``dtype``,
-``min_size``, ``max_size``, ``device_kinds``, ``place``. Actions and their keys:
+Rule keys: ``name`` (required), ``when`` (a rule expression, see
+:mod:`hetflow.ir.expressions`; default True), ``match``, ``then`` (required: a list of
+action tables), ``priority``, ``enabled``, ``description``. Match keys: ``op``,
+``kernel`` (a name or a list), ``chain`` (minimum length of a producer-consumer chain),
+``max_chain``, ``same_extent``, ``dtype``, ``min_size``, ``max_size``, ``device_kinds``,
+``place``. Actions and their keys:
 
 - ``fuse``
-- ``split``: ``pieces`` (number or expression), ``place`` (bool)
+- ``split``: ``pieces`` (1 to :data:`~hetflow.ir.actions.MAX_PIECES`, or an
+  expression), ``place`` (bool)
 - ``substitute``: ``map`` (kernel or op name -> hetflow.library name or a name in the
   ``kernels`` given to the loader)
-- ``partition``: ``shares`` (device id or kind -> number or expression), ``kinds``
+- ``partition``: ``shares`` (device id or kind -> a finite number >= 0 or an
+  expression), ``kinds``
 - ``compile``: ``kinds``
 - ``set``: ``var``, ``value`` (a number, a boolean or an expression; a string value is
   written as an expression string literal: ``value = "'fast'"``)
 - ``add_rule``: ``rule`` (a rule table); ``remove_rule``: ``name``;
   ``change_rule``: ``name`` and any of ``priority``, ``enabled``, ``when``
 
-Every error is a RuleSyntaxError naming the file, line and column: TOML errors where
-tomllib found them, expression errors at the offending character inside the string.
+Every error is a RuleSyntaxError naming the file, the rule and the key
+(``rules.toml: rule 'gpu-busy', key 'then[0].shares.gpu': ...``; also in the error's
+``rule`` and ``key`` attributes), and for an expression the column inside it. TOML's
+own errors name the line and column where tomllib found them. Loading takes time
+linear in the number of rules.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -42,7 +49,7 @@ from pathlib import Path
 
 from ..errors import RuleError, RuleSyntaxError
 from . import actions as A
-from . import lang
+from .expressions import Expr, Where, parse
 from .patterns import Chain, NodePattern
 from .rules import Rule
 
@@ -62,53 +69,40 @@ ACTION_KEYS = {
 }
 
 
-class _Source:
-    """The file's text, to turn parsed values back into line and column."""
+class _At:
+    """Where a value sits in a rule file: the file, the rule (by name) and the key path."""
 
-    def __init__(self, text: str, filename: str):
-        self.text, self.filename = text, filename
+    __slots__ = ("filename", "kernels", "key", "rule")
 
-    def position(self, offset: int) -> tuple[int, int]:
-        line = self.text.count("\n", 0, offset) + 1
-        return line, offset - (self.text.rfind("\n", 0, offset) + 1) + 1
+    def __init__(self, filename: str, rule: str | int | None, key: str, kernels: dict):
+        # rule: its name, or its number in the file (1-based) until its name is known
+        self.filename, self.rule, self.key, self.kernels = filename, rule, key, kernels
 
-    def line_text(self, line: int) -> str:
-        lines = self.text.splitlines()
-        return lines[line - 1] if 0 < line <= len(lines) else ""
+    def __truediv__(self, key) -> _At:
+        """The place of ``key`` (a name, or an index in a list) under this one."""
+        step = f"[{key}]" if isinstance(key, int) else (f".{key}" if self.key else key)
+        return _At(self.filename, self.rule, self.key + step, self.kernels)
 
-    def error(self, msg: str, offset: int) -> RuleSyntaxError:
-        line, col = self.position(offset)
-        return RuleSyntaxError(f"{self.filename}:{line}:{col}: {msg}",
-                               (self.filename, line, col, self.line_text(line)))
+    def named(self, rule: str | int) -> _At:
+        return _At(self.filename, rule, self.key, self.kernels)
 
-    def find_rule(self, name, start: int) -> int:
-        if isinstance(name, str):
-            m = re.compile(r"""\bname\s*=\s*(["'])""" + re.escape(name) + r"\1").search(self.text, start)
-            if m:
-                return m.start()
-        m = re.compile(r"^\s*\[\[\s*rule\s*\]\]", re.M).search(self.text, start)
-        return m.start() if m else start
+    def error(self, msg: str) -> RuleSyntaxError:
+        place = self.filename
+        if self.rule is not None:
+            place += f": rule {self.rule!r}" if isinstance(self.rule, str) else f": rule #{self.rule}"
+        if self.key:
+            place += f", key {self.key!r}"
+        err = RuleSyntaxError(f"{place}: {msg}", (self.filename, None, None, None))
+        err.rule, err.key = self.rule, self.key or None
+        return err
 
-    def find_key(self, key: str, start: int) -> int:
-        """Offset of ``key = ...`` or of a ``[...key]`` / ``[[...key]]`` table header."""
-        k = re.escape(key)
-        m = re.compile(r"(?:^|[{,\s])" + k + r"\s*=|^\s*\[\[?\s*(?:[\w-]+\.)*" + k + r"\s*\]", re.M).search(
-            self.text, start)
-        if m is None:
-            return start
-        return m.start() + (len(m.group()) - len(m.group().lstrip("{, \t\n")))
-
-    def find_string(self, value: str, start: int) -> int:
-        """Offset of the first character of the string literal holding ``value`` (-1: none)."""
-        found = [k + 1 for k in (self.text.find(q + value + q, start) for q in ('"', "'")) if k >= 0]
-        if found:
-            return min(found)
-        return self.text.find(value, start)  # a literal with escapes or a multi-line string
+    def where(self) -> Where:
+        return Where(self.filename, self.rule, self.key)
 
 
 def load(path, kernels: dict | None = None) -> list[Rule]:
-    """The rules of a TOML rule file (UTF-8, as TOML is); RuleSyntaxError with file, line
-    and column."""
+    """The rules of a TOML rule file (UTF-8, as TOML is); RuleSyntaxError naming the
+    file, the rule and the key."""
     if not isinstance(path, (str, os.PathLike)):
         raise RuleError(f"a rule file is named by a path (str or os.PathLike), not {type(path).__name__}")
     path = Path(path)
@@ -126,242 +120,247 @@ def load(path, kernels: dict | None = None) -> list[Rule]:
 
 def loads(text: str, filename: str = "<rules>", kernels: dict | None = None) -> list[Rule]:
     """The rules of TOML text (``filename`` is used in error messages)."""
-    src = _Source(text, filename)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise _toml_error(exc, src) from None
+        raise _toml_error(exc, text, filename) from None
+    except RecursionError:  # tomllib parses nested tables recursively
+        raise RuleSyntaxError(f"{filename}: tables nested too deeply", (filename, None, None, None)) from None
+    top = _At(filename, None, "", kernels or {})
     for key in doc:
         if key != "rule":
-            raise src.error(f"unknown top-level key {key!r} (a rule file has [[rule]] tables)",
-                            src.find_key(key, 0))
+            raise top.error(f"unknown top-level key {key!r} (a rule file has [[rule]] tables)")
     specs = doc.get("rule", [])
     if not isinstance(specs, list):
-        raise src.error("'rule' must be an array of tables: write [[rule]]", src.find_key("rule", 0))
-    rules, cursor, names = [], 0, set()
-    for spec in specs:
-        at = src.find_rule(spec.get("name") if isinstance(spec, dict) else None, cursor)
-        rule = _rule(spec, src, at, kernels or {})
+        raise top.error("'rule' must be an array of tables: write [[rule]]")
+    rules, names = [], set()
+    for index, spec in enumerate(specs):
+        try:
+            rule = _rule(spec, top.named(index + 1))
+        except RecursionError:  # rules adding rules adding rules...
+            raise top.named(index + 1).error("rules added by rules nested too deeply") from None
         if rule.name in names:
-            raise src.error(f"duplicate rule name {rule.name!r}", at)
+            raise top.named(index + 1).error(f"duplicate rule name {rule.name!r}")
         names.add(rule.name)
         rules.append(rule)
-        cursor = at + 1
     return rules
 
 
-def _toml_error(exc, src: _Source) -> RuleSyntaxError:
-    line, col = getattr(exc, "lineno", None), getattr(exc, "colno", None)
-    msg = getattr(exc, "msg", str(exc))
-    if line is None:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        if m:
-            line, col = int(m.group(1)), int(m.group(2))
-        else:  # "(at end of document)"
-            line = src.text.count("\n") + 1
-            col = len(src.text) - (src.text.rfind("\n") + 1) + 1
-        msg = re.sub(r"\s*\(at [^)]*\)$", "", str(exc))
-    return RuleSyntaxError(f"{src.filename}:{line}:{col}: {msg}",
-                           (src.filename, line, col, src.line_text(line)))
+def _toml_error(exc, text: str, filename: str) -> RuleSyntaxError:
+    m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+    if m:
+        line, col = int(m.group(1)), int(m.group(2))
+    else:  # "(at end of document)"
+        line = text.count("\n") + 1
+        col = len(text) - (text.rfind("\n") + 1) + 1
+    msg = re.sub(r"\s*\(at [^)]*\)$", "", str(exc))
+    lines = text.splitlines()
+    return RuleSyntaxError(f"{filename}:{line}:{col}: {msg}",
+                           (filename, line, col, lines[line - 1] if 0 < line <= len(lines) else ""))
 
 
-def _expect(value, types, what: str, src: _Source, at: int):
-    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        raise src.error(f"{what} must be {_type_names(types)}, not a boolean", at)
-    if not isinstance(value, types):
-        raise src.error(f"{what} must be {_type_names(types)}, not {type(value).__name__} {value!r}", at)
-    return value
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list",
+               dict: "a table"}
 
 
-def _type_names(types) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list",
-             dict: "a table"}
+def _expect(value, types, at: _At, *path):
+    """``value`` when it has one of ``types`` (a bool is no int here), else an error at
+    ``at / path``; the place is spelled out only on error, so checks cost little."""
     types = types if isinstance(types, tuple) else (types,)
-    return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
+        return value
+    for step in path:
+        at = at / step
+    wanted = " or ".join(dict.fromkeys(_TYPE_NAMES.get(t, t.__name__) for t in types))
+    if isinstance(value, bool):
+        raise at.error(f"must be {wanted}, not a boolean")
+    raise at.error(f"must be {wanted}, not {type(value).__name__} {value!r}")
 
 
-def _expression(value: str, src: _Source, at: int) -> lang.Expr:
-    start = src.find_string(value, at)
-    if start < 0:
-        start = at
-    line, col = src.position(start)
-    return lang.parse(value, lang.Where(src.filename, line, col, src.line_text(line)))
+def _expression(value, at: _At) -> Expr:
+    return parse(_expect(value, str, at), at.where())
 
 
-def _rule(spec, src: _Source, at: int, kernels: dict) -> Rule:
-    _expect(spec, dict, "a rule", src, at)
+def _rule(spec, at: _At) -> Rule:
+    _expect(spec, dict, at)
+    if "name" not in spec:
+        raise at.error("a rule needs a name")
+    name = _expect(spec["name"], str, at, "name")
+    if not name:
+        raise at.error("a rule name must not be empty")
+    if at.key == "":   # a top-level rule: name it from here on (rules it adds keep its name)
+        at = at.named(name)
     for key in spec:
         if key not in RULE_KEYS:
-            raise src.error(f"unknown rule key {key!r} (keys: {', '.join(sorted(RULE_KEYS))})",
-                            src.find_key(key, at))
-    if "name" not in spec:
-        raise src.error("a rule needs a name", at)
-    name = _expect(spec["name"], str, "rule name", src, at)
-    if not name:
-        raise src.error("a rule name must not be empty", at)
-    when = None
-    if "when" in spec:
-        when = _expression(_expect(spec["when"], str, f"rule {name!r}: when", src, src.find_key("when", at)),
-                           src, src.find_key("when", at))
-    pattern = _match(spec["match"], src, src.find_key("match", at), name) if "match" in spec else None
+            raise at.error(f"unknown rule key {key!r} (keys: {', '.join(sorted(RULE_KEYS))})")
+    when = _expression(spec["when"], at / "when") if "when" in spec else None
+    pattern = _match(spec["match"], at / "match") if "match" in spec else None
     if "then" not in spec:
-        raise src.error(f"rule {name!r} needs 'then' (a list of actions)", at)
+        raise at.error("needs 'then' (a list of actions)")
     then = spec["then"]
-    then_at = src.find_key("then", at)
     if isinstance(then, dict):
         then = [then]
-    _expect(then, list, f"rule {name!r}: then", src, then_at)
+    _expect(then, list, at, "then")
     if not then:
-        raise src.error(f"rule {name!r}: 'then' is empty", then_at)
-    acts, cursor = [], then_at
-    for item in then:
-        action, cursor = _action(item, src, cursor, name, kernels)
-        acts.append(action)
-    priority = _expect(spec.get("priority", 0), int, f"rule {name!r}: priority", src, src.find_key("priority", at))
-    enabled = _expect(spec.get("enabled", True), bool, f"rule {name!r}: enabled", src, src.find_key("enabled", at))
-    description = _expect(spec.get("description", ""), str, f"rule {name!r}: description", src, at)
+        raise (at / "then").error("is empty: a rule needs an action")
+    acts = [_action(item, at / "then" / k) for k, item in enumerate(then)]
+    priority = _expect(spec.get("priority", 0), int, at, "priority")
+    enabled = _expect(spec.get("enabled", True), bool, at, "enabled")
+    description = _expect(spec.get("description", ""), str, at, "description")
     try:
         return Rule(name, when=[when] if when is not None else None, then=acts, priority=priority,
                     match=pattern, enabled=enabled, description=description)
     except RuleError as exc:
-        raise src.error(str(exc), at) from None
+        raise at.error(str(exc)) from None
 
 
-def _names(value, what, src, at) -> tuple | str:
+def _names(value, at: _At) -> tuple | str:
     if isinstance(value, str):
         return value
-    _expect(value, list, what, src, at)
-    for item in value:
-        _expect(item, str, what + " entries", src, at)
+    _expect(value, list, at)
+    for k, item in enumerate(value):
+        _expect(item, str, at, k)
     return tuple(value)
 
 
-def _match(spec, src: _Source, at: int, rule: str):
-    _expect(spec, dict, f"rule {rule!r}: match", src, at)
+def _number(value, at: _At, low=0):
+    value = _expect(value, (int, float), at)
+    if math.isnan(value) or value < low:
+        raise at.error(f"must be a number >= {low}; got {value!r}")
+    return value
+
+
+def _match(spec, at: _At):
+    _expect(spec, dict, at)
     for key in spec:
         if key not in MATCH_KEYS:
-            raise src.error(f"rule {rule!r}: unknown match key {key!r} (keys: {', '.join(sorted(MATCH_KEYS))})",
-                            src.find_key(key, at))
+            raise at.error(f"unknown match key {key!r} (keys: {', '.join(sorted(MATCH_KEYS))})")
     fields = {}
     for key in ("op", "kernel"):
         if key in spec:
-            fields[key] = _names(spec[key], f"match.{key}", src, src.find_key(key, at))
+            fields[key] = _names(spec[key], at / key)
     if "dtype" in spec:
-        fields["dtype"] = _expect(spec["dtype"], str, "match.dtype", src, src.find_key("dtype", at))
+        fields["dtype"] = _expect(spec["dtype"], str, at, "dtype")
     for key in ("min_size", "max_size"):
         if key in spec:
-            fields[key] = _expect(spec[key], (int, float), f"match.{key}", src, src.find_key(key, at))
+            fields[key] = _number(spec[key], at / key)
     if "device_kinds" in spec:
-        kinds = _names(spec["device_kinds"], "match.device_kinds", src, src.find_key("device_kinds", at))
+        kinds = _names(spec["device_kinds"], at / "device_kinds")
         fields["device_kinds"] = (kinds,) if isinstance(kinds, str) else kinds
     if "place" in spec:
-        fields["place"] = _expect(spec["place"], int, "match.place", src, src.find_key("place", at))
+        fields["place"] = _number(_expect(spec["place"], int, at, "place"), at / "place")
     element = NodePattern(**fields)
     if "chain" not in spec:
         for key in ("max_chain", "same_extent"):
             if key in spec:
-                raise src.error(f"rule {rule!r}: match.{key} needs match.chain", src.find_key(key, at))
+                raise (at / key).error("needs match.chain")
         return element
-    chain_at = src.find_key("chain", at)
-    length = _expect(spec["chain"], int, "match.chain", src, chain_at)
+    length = _expect(spec["chain"], int, at, "chain")
     if length < 1:
-        raise src.error(f"rule {rule!r}: match.chain must be >= 1; got {length}", chain_at)
+        raise (at / "chain").error(f"must be >= 1; got {length}")
     longest = spec.get("max_chain")
-    if longest is not None:
-        _expect(longest, int, "match.max_chain", src, src.find_key("max_chain", at))
-    same = _expect(spec.get("same_extent", True), bool, "match.same_extent", src, at)
+    if longest is not None and _expect(longest, int, at, "max_chain") < length:
+        raise (at / "max_chain").error(f"must be >= match.chain ({length}); got {longest}")
+    same = _expect(spec.get("same_extent", True), bool, at, "same_extent")
     return Chain(element, min_len=length, max_len=longest, same_extent=same)
 
 
-def _action(spec, src: _Source, at: int, rule: str, kernels: dict):
-    _expect(spec, dict, f"rule {rule!r}: each action", src, at)
+def _action(spec, at: _At):
+    _expect(spec, dict, at)
     kind = spec.get("action")
     if kind not in ACTION_KEYS:
-        raise src.error(f"rule {rule!r}: unknown action {kind!r} (actions: {', '.join(ACTION_KEYS)})",
-                        src.find_key("action", at))
-    here = src.find_string(kind, at)
-    here = here if here >= 0 else at
+        raise (at / "action").error(f"unknown action {kind!r} (actions: {', '.join(ACTION_KEYS)})")
     for key in spec:
         if key != "action" and key not in ACTION_KEYS[kind]:
-            raise src.error(f"rule {rule!r}: action {kind!r} takes no key {key!r}"
-                            f" (keys: {', '.join(sorted(ACTION_KEYS[kind])) or 'none'})", src.find_key(key, here))
-    return _BUILDERS[kind](spec, src, here, rule, kernels), here + 1
+            raise (at / key).error(f"action {kind!r} takes no key {key!r}"
+                                   f" (keys: {', '.join(sorted(ACTION_KEYS[kind])) or 'none'})")
+    try:
+        return _BUILDERS[kind](spec, at)
+    except RuleSyntaxError:
+        raise
+    except RuleError as exc:  # the action's own checks of its parameters
+        raise at.error(str(exc)) from None
 
 
-def _value(value, what, src, at):
+def _value(value, at: _At):
     """A number/boolean constant, or an expression string."""
     if isinstance(value, str):
-        return _expression(value, src, at)
-    return _expect(value, (int, float, bool), what, src, at)
+        return _expression(value, at)
+    return _expect(value, (int, float, bool), at)
 
 
-def _fuse(spec, src, at, rule, kernels):
+def _kinds(spec, at: _At):
+    if "kinds" not in spec:
+        return None
+    kinds = _names(spec["kinds"], at / "kinds")
+    return (kinds,) if isinstance(kinds, str) else kinds
+
+
+def _fuse(spec, at):
     return A.Fuse()
 
 
-def _split(spec, src, at, rule, kernels):
-    pieces = _value(spec.get("pieces", "count('node')"), "split.pieces", src, src.find_key("pieces", at))
-    place = _expect(spec.get("place", True), bool, "split.place", src, src.find_key("place", at))
-    return A.Split(pieces=pieces, place=place)
+def _split(spec, at):
+    fields = {"place": _expect(spec.get("place", True), bool, at, "place")}
+    if "pieces" in spec:
+        fields["pieces"] = _value(spec["pieces"], at / "pieces")
+    try:
+        return A.Split(**fields)
+    except RuleError as exc:
+        raise (at / "pieces").error(str(exc)) from None
 
 
-def _substitute(spec, src, at, rule, kernels):
+def _substitute(spec, at):
     if "map" not in spec:
-        raise src.error(f"rule {rule!r}: substitute needs map = {{ name = \"replacement\" }}", at)
-    mapping = _expect(spec["map"], dict, "substitute.map", src, src.find_key("map", at))
+        raise at.error("substitute needs map = { name = \"replacement\" }")
+    mapping = _expect(spec["map"], dict, at, "map")
     for key, value in mapping.items():
-        _expect(value, str, f"substitute.map.{key}", src, src.find_key(key, at))
-    return A.Substitute(mapping, kernels)
+        _expect(value, str, at, "map", key)
+    return A.Substitute(mapping, at.kernels)
 
 
-def _partition(spec, src, at, rule, kernels):
+def _partition(spec, at):
     shares = None
     if "shares" in spec:
-        shares_at = src.find_key("shares", at)
-        table = _expect(spec["shares"], dict, "partition.shares", src, shares_at)
-        shares = {k: _value(v, f"partition.shares.{k}", src, src.find_key(k, shares_at)) for k, v in table.items()}
-    kinds = _names(spec["kinds"], "partition.kinds", src, src.find_key("kinds", at)) if "kinds" in spec else None
-    return A.Partition(shares, kinds=(kinds,) if isinstance(kinds, str) else kinds)
+        table = _expect(spec["shares"], dict, at, "shares")
+        shares = {k: _value(v, at / "shares" / k) for k, v in table.items()}
+    return A.Partition(shares, kinds=_kinds(spec, at))
 
 
-def _compile(spec, src, at, rule, kernels):
-    kinds = _names(spec["kinds"], "compile.kinds", src, src.find_key("kinds", at)) if "kinds" in spec else None
-    return A.Compile((kinds,) if isinstance(kinds, str) else kinds)
+def _compile(spec, at):
+    return A.Compile(_kinds(spec, at))
 
 
-def _set(spec, src, at, rule, kernels):
+def _set(spec, at):
     if "var" not in spec or "value" not in spec:
-        raise src.error(f"rule {rule!r}: set needs var and value", at)
-    var = _expect(spec["var"], str, "set.var", src, src.find_key("var", at))
-    return A.Set(var, _value(spec["value"], "set.value", src, src.find_key("value", at)))
+        raise at.error("set needs var and value")
+    var = _expect(spec["var"], str, at, "var")
+    return A.Set(var, _value(spec["value"], at / "value"))
 
 
-def _add_rule(spec, src, at, rule, kernels):
+def _add_rule(spec, at):
     if "rule" not in spec:
-        raise src.error(f"rule {rule!r}: add_rule needs rule = {{ name = ..., then = [...] }}", at)
-    inner = spec["rule"]
-    inner_at = src.find_rule(inner.get("name") if isinstance(inner, dict) else None, at)
-    return A.AddRule(_rule(inner, src, inner_at, kernels))
+        raise at.error("add_rule needs rule = { name = ..., then = [...] }")
+    return A.AddRule(_rule(spec["rule"], at / "rule"))
 
 
-def _remove_rule(spec, src, at, rule, kernels):
+def _remove_rule(spec, at):
     if "name" not in spec:
-        raise src.error(f"rule {rule!r}: remove_rule needs name", at)
-    return A.RemoveRule(_expect(spec["name"], str, "remove_rule.name", src, src.find_key("name", at)))
+        raise at.error("remove_rule needs name")
+    return A.RemoveRule(_expect(spec["name"], str, at, "name"))
 
 
-def _change_rule(spec, src, at, rule, kernels):
+def _change_rule(spec, at):
     if "name" not in spec:
-        raise src.error(f"rule {rule!r}: change_rule needs name", at)
-    name = _expect(spec["name"], str, "change_rule.name", src, src.find_key("name", at))
+        raise at.error("change_rule needs name")
+    name = _expect(spec["name"], str, at, "name")
     changes = {}
     if "priority" in spec:
-        changes["priority"] = _expect(spec["priority"], int, "change_rule.priority", src, src.find_key("priority", at))
+        changes["priority"] = _expect(spec["priority"], int, at, "priority")
     if "enabled" in spec:
-        changes["enabled"] = _expect(spec["enabled"], bool, "change_rule.enabled", src, src.find_key("enabled", at))
+        changes["enabled"] = _expect(spec["enabled"], bool, at, "enabled")
     if "when" in spec:
-        when_at = src.find_key("when", at)
-        changes["when"] = [_expression(_expect(spec["when"], str, "change_rule.when", src, when_at), src, when_at)]
+        changes["when"] = [_expression(spec["when"], at / "when")]
     return A.ChangeRule(name, **changes)
 
 

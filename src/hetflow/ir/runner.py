@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 
 from ..platform.devices import devices as platform_devices
 from .graph import Node, Version
-from .values import resolve
+from .values import Handle, LazyArray, resolve
 
 log = logging.getLogger("hetflow.ir")
 
@@ -26,21 +27,49 @@ IDLE_RUNS = 3
 
 def run_version(version: Version, monitor) -> None:
     """Execute every node of ``version``; lazy arrays are (re)initialised first."""
-    for node in version.nodes:
-        if node.op == "alloc":
-            node.result.reset()
-        elif node.op == "forall":
-            _forall(node, monitor)
-        else:
-            _call(node)
+    for step in _steps(version):
+        step.run(monitor)
 
 
-def placement(node: Node) -> tuple[dict, dict]:
+# Steps of the versions run lately, made again when the device table changes: what does
+# not change between runs of a version (placement, which arguments are lazy) is worked
+# out once, so that running a version again costs little more than its launches.
+_prepared: weakref.WeakKeyDictionary[Version, tuple] = weakref.WeakKeyDictionary()
+
+
+def _steps(version: Version) -> tuple:
+    table = platform_devices()
+    done = _prepared.get(version)
+    if done is None or done[0] is not table:
+        done = (table, tuple(_step(node, table) for node in version.nodes))
+        _prepared[version] = done
+    return done[1]
+
+
+def _step(node: Node, table):
+    if node.op == "alloc":
+        return _Alloc(node)
+    if node.op == "forall":
+        return _Forall(node, table)
+    return _Call(node)
+
+
+class _Alloc:
+    __slots__ = ("node",)
+
+    def __init__(self, node):
+        self.node = node
+
+    def run(self, monitor) -> None:
+        self.node.result.reset()
+
+
+def placement(node: Node, table=None) -> tuple[dict, dict]:
     """(keyword arguments for forall, shares of the devices used) for ``node``."""
     wanted = node.attrs.get("devices")
     if not wanted:
         return {}, {}
-    known = {d.id for d in platform_devices()}
+    known = {d.id for d in (table if table is not None else platform_devices())}
     usable = [d for d in wanted if d in known]
     if len(usable) < len(wanted):
         log.debug("node #%d: devices %s are not on this host; running on %s", node.id,
@@ -57,25 +86,34 @@ def placement(node: Node) -> tuple[dict, dict]:
     return {"device": usable, "shares": [shares[d] for d in usable]}, shares
 
 
-def _forall(node: Node, monitor) -> None:
-    from ..runtime.forall import forall
-    from ..runtime.report import LaunchReport
+class _Forall:
+    __slots__ = ("kwargs", "launch", "lazy", "node", "shares", "whole")
 
-    args = [resolve(a) for a in node.args]
-    kwargs, shares = placement(node)
-    if "schedule" in node.attrs:
-        kwargs["schedule"] = node.attrs["schedule"]
-    start = time.perf_counter()
-    report = forall(node.extent, node.kernel, *args, **kwargs)
-    seconds = time.perf_counter() - start
-    # A launch run whole on one device counts by its planned shares; a co-executed one by
-    # what each worker did.
-    workers = None if isinstance(report, LaunchReport) else getattr(report, "workers", None)
-    if workers:
-        per_device = _report_workers(monitor, workers)
-        _count_idle(monitor, node.kernel.name, per_device)
-    elif shares:
-        monitor.record_run(shares, node.size, seconds)
+    def __init__(self, node, table):
+        # The runtime imports this package: import it when a step is made, not at import.
+        from ..runtime.forall import forall
+        from ..runtime.report import LaunchReport
+
+        self.node, self.launch, self.whole = node, forall, LaunchReport
+        self.kwargs, self.shares = placement(node, table)
+        if "schedule" in node.attrs:
+            self.kwargs["schedule"] = node.attrs["schedule"]
+        self.lazy = any(isinstance(a, (LazyArray, Handle)) for a in node.args)
+
+    def run(self, monitor) -> None:
+        node = self.node
+        args = [resolve(a) for a in node.args] if self.lazy else node.args
+        start = time.perf_counter()
+        report = self.launch(node.extent, node.kernel, *args, **self.kwargs)
+        seconds = time.perf_counter() - start
+        # A launch run whole on one device counts by its planned shares; a co-executed one by
+        # what each worker did.
+        workers = None if isinstance(report, self.whole) else getattr(report, "workers", None)
+        if workers:
+            per_device = _report_workers(monitor, workers)
+            _count_idle(monitor, node.kernel.name, per_device)
+        elif self.shares:
+            monitor.record_run(self.shares, node.size, seconds)
 
 
 def _report_workers(monitor, workers) -> dict:
@@ -108,11 +146,18 @@ def _count_idle(monitor, kernel: str, ran: dict) -> None:
             monitor.set("devices.idle", monitor.get("devices.idle", 0) + (1 if count else -1))
 
 
-def _call(node: Node) -> None:
-    # Keyword arguments ride at the end of ``args`` (so their memory has dependencies too).
-    names = node.attrs.get("keywords", ())
-    values = [resolve(a) for a in node.args]
-    split = len(values) - len(names)
-    value = node.attrs["fn"](*values[:split], **dict(zip(names, values[split:])))
-    if node.result is not None:
-        node.result.set(value)
+class _Call:
+    __slots__ = ("node",)
+
+    def __init__(self, node):
+        self.node = node
+
+    def run(self, monitor) -> None:
+        node = self.node
+        # Keyword arguments ride at the end of ``args`` (so their memory has dependencies too).
+        names = node.attrs.get("keywords", ())
+        values = [resolve(a) for a in node.args]
+        split = len(values) - len(names)
+        value = node.attrs["fn"](*values[:split], **dict(zip(names, values[split:])))
+        if node.result is not None:
+            node.result.set(value)

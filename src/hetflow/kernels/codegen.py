@@ -45,6 +45,8 @@ def expanded(name: str, lowering) -> list[str]:
     """The generated parameters standing for one kernel parameter (a view expands)."""
     if lowering is None:
         return [name]
+    if lowering.root_name is not None:  # the root comes with another view (Lowering.sharing)
+        return list(lowering.param_names)
     return [f"{name}__root", *lowering.param_names]
 
 
@@ -134,7 +136,7 @@ class _BodyRewriter:
         # Root indices of a valid view are never negative; saying so (unsigned) lets Numba
         # drop its negative-index wraparound check, which otherwise costs 2x on stencils.
         cast = None if self.checked else "__hf_np.uint64"
-        return f"{node.value.id}__root", list(low.index_source(tuple(f"({t})" for t in texts), cast=cast))
+        return low.root_name or f"{node.value.id}__root", list(low.index_source(tuple(f"({t})" for t in texts), cast=cast))
 
     def _view_subscript(self, node) -> str:
         root, index = self._view_index(node)
@@ -270,19 +272,18 @@ def _gpu_wrapper(body: str, ndim: int, params: list[str]) -> str:
 
 
 def _gpu_wrapper_2d(body: str, params: list[str]) -> str:
-    """Rank 2: a 2-D grid, columns on x (coalesced), rows on y; no index division."""
+    """Rank 2: a 2-D grid, columns on x (coalesced; the grid covers every column, see
+    runtime.gpu.launch_config), rows on y striding; no index division. A loop over
+    columns too, never taken twice, cost 20% of a 4096^2 stencil on an H100."""
     call = f"{body}(__i0, __i1, {', '.join(params)})" if params else f"{body}(__i0, __i1)"
     head = ", ".join(["__lo", "__hi", "__e1", *params])
     return "\n".join([
         f"def {ENTRY}({head}):",
-        "    __c0 = __hf_cuda.blockIdx.x * __hf_cuda.blockDim.x + __hf_cuda.threadIdx.x",
-        "    __cs = __hf_cuda.gridDim.x * __hf_cuda.blockDim.x",
+        "    __i1 = __hf_cuda.blockIdx.x * __hf_cuda.blockDim.x + __hf_cuda.threadIdx.x",
         "    __i0 = __lo + __hf_cuda.blockIdx.y * __hf_cuda.blockDim.y + __hf_cuda.threadIdx.y",
         "    __rs = __hf_cuda.gridDim.y * __hf_cuda.blockDim.y",
-        "    while __i0 < __hi:",
-        "        __i1 = __c0",
-        "        while __i1 < __e1:",
+        "    if __i1 < __e1:",
+        "        while __i0 < __hi:",
         f"            {call}",
-        "            __i1 += __cs",
-        "        __i0 += __rs",
+        "            __i0 += __rs",
     ]) + "\n"

@@ -19,16 +19,19 @@ copy), ``np.asarray(buffer)`` (the host copy, read-only), :meth:`Buffer.write` a
 and DLPack. Each first waits for the instances enqueued before it that touch the
 buffer, like any other access. GPU copies are CuPy arrays where CuPy runs (Numba's
 device arrays under the simulator). ``moved`` counts the bytes copied each way.
+
+A device that failed stops counting (:meth:`Buffer.forget`): the rows current only
+there are copied home first. Rows that end up current on no copy (the device's memory
+went with it) raise DeviceFailure naming them, never stale contents.
 """
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 
 import numpy as np
 
-from ..errors import DTypeError, QueueError
+from ..errors import DeviceFailure, DTypeError, QueueError
 from ..platform.cuda_compat import cuda_module, cupy_module
 from . import deps
 from .events import LOCK
@@ -215,10 +218,13 @@ class Buffer:
 
     def acquire_rows(self, device, ranges) -> None:
         """Make rows ``ranges`` (sorted, disjoint ``(lo, hi)``) current on ``device``."""
-        where = HOST if device.kind == "cpu" else device.id
-        if _minus(ranges, self._valid.get(where, ())):
+        if self.stale_rows(device, ranges):
             with self._lock:
-                self._take(where, ranges)
+                self._take(HOST if device.kind == "cpu" else device.id, ranges)
+
+    def stale_rows(self, device, ranges) -> list:
+        """The rows of ``ranges`` (sorted, disjoint) not current on ``device``'s copy."""
+        return _minus(ranges, self._valid.get(HOST if device.kind == "cpu" else device.id, ()))
 
     def copy_on(self, device) -> object:
         """``device``'s copy as it is (allocated on first use), current or not."""
@@ -242,6 +248,40 @@ class Buffer:
                     self._valid[copy] = _minus(self._valid[copy], ranges)
             self._valid[where] = _union(self._valid.get(where, []), ranges)
 
+    def forget_rows(self, device, ranges) -> None:
+        """Rows ``ranges`` of ``device``'s copy may hold half-applied updates (it failed
+        mid-launch): they stop counting as current there. DeviceFailure if that leaves
+        them current nowhere."""
+        with self._lock:
+            self._valid[device.id] = _minus(self._valid.get(device.id, []), _union(ranges, []))
+            self._check_current(_union(ranges, []), device)
+
+    def forget(self, device) -> None:
+        """``device`` failed: copy home the rows current only there, then stop counting
+        its copy (DeviceFailure naming the rows if they cannot be copied)."""
+        with self._lock:
+            try:
+                self._take(HOST, self._valid.get(device.id, []))
+            except Exception as exc:  # the device's memory is gone with it
+                only = self._valid.pop(device.id, [])
+                self._devices.pop(device.id, None)
+                for rows in self._valid.values():
+                    only = _minus(only, rows)
+                raise DeviceFailure(f"{self!r}: rows {only} were current only on {device.id}, which "
+                                    f"failed, and cannot be copied home ({exc}): they are lost") from exc
+            self._valid.pop(device.id, None)
+            self._devices.pop(device.id, None)
+
+    def _check_current(self, ranges, failed) -> None:
+        """DeviceFailure if some of rows ``ranges`` are current on no copy."""
+        lost = ranges
+        for rows in self._valid.values():
+            lost = _minus(lost, rows)
+        if lost:
+            where = f"on {failed.id}, which failed while a launch updated them in place" if failed else \
+                "on a device that failed"
+            raise DeviceFailure(f"{self!r}: rows {lost} were current only {where}: they are lost")
+
     def _to_host(self) -> None:
         self._take(HOST, self._all)
 
@@ -256,6 +296,7 @@ class Buffer:
             self._allocate(where, int(where.removeprefix("gpu")))
             self._copy(where, missing, to_host=False)
         else:
+            self._check_current(missing, None)
             left = missing
             for source, rows in list(self._valid.items()):
                 pieces = _intersect(left, rows)
@@ -334,8 +375,7 @@ def acquired(launch):
     """``launch`` with every Buffer among its entry arguments (plain or a view's root)
     replaced by its copy on the launch's device, made current."""
     device = launch.device
-    entry = tuple(a.acquire(device) if type(a) is Buffer else a for a in launch.entry_args)
-    return dataclasses.replace(launch, entry_args=entry)
+    return launch.on(tuple(a.acquire(device) if type(a) is Buffer else a for a in launch.entry_args))
 
 
 def wrote(launch, written) -> None:

@@ -9,13 +9,29 @@ the history-based performance model predicts.
 Data on a GPU worker: arrays read or written only at the launch index (``x[i]``) move
 per chunk, just the rows the GPU runs; every other array is copied to the GPU once.
 After the loop, written arrays of the second kind are merged back row range by row
-range, so each output element comes from the device that computed it.
+range, so each output element comes from the device that computed it. Written arrays
+are copied in too: a kernel that writes only where a condition holds leaves the other
+elements as they were.
+
+Faults: a GPU chunk's results *land* on the host only once the GPU finished it: its
+rows come back into staging arrays and are copied home at ``sync``; whole copies merge
+back after the loop, range by range, every written array of a range at once (a launch
+with such an array merges all its written arrays so). A GPU that fails has exactly the
+chunks whose results did not land re-run elsewhere, once; a failed merge re-runs on the
+CPU just the ranges that did not come home. So ``out[i] = out[i] + 1`` applies once.
 
 Coherent arrays (:class:`hetflow.Buffer`) stay where they are: each device works on its
 own copy, and before a chunk runs, the rows it reaches (:class:`Resident`) are made
 current there; after the loop the rows each device wrote are current there alone. With
 the same shares from one launch to the next, each device keeps its block of rows and
-only the halo rows its views reach across the split, and the rows stolen, move.
+only the halo rows its views reach across the split, and the rows stolen, move. A GPU
+writes them in place, so a GPU that fails first waits for what it launched (those
+chunks count as run); if even that fails, its unfinished chunks may have half-updated
+the rows they read and write: those stop counting as current on the GPU and are re-run
+from a copy where they still are, or, where there is none, the launch raises
+DeviceFailure naming them (as it does when a failed merge would have to re-run rows
+that only the GPU holds). After the loop a failed GPU's rows are copied home and its
+copies no longer count.
 """
 from __future__ import annotations
 
@@ -27,14 +43,15 @@ import time
 
 import numpy as np
 
+from ..errors import DeviceFailure
 from ..index import views as _views
 from ..index.lowering import lowering
 from ..index.operators import section
 from ..platform.cuda_compat import cuda_module
 from . import cpu
-from .gpu import FastEntry, core_stream, launch_rows
+from .buffers import _minus, _union
+from .gpu import FastEntry, Timing, launch_rows, stream_pointer
 from .launch import SCALARS, Launch, bind, coherent, normalize_extent
-from ..platform.repository import repository
 from .perfmodel import device_key as _device_key, kernel_key as _kernel_key, perf_model
 from .report import RunReport
 from ..trace.recorder import notify as trace_notify
@@ -46,7 +63,8 @@ _last = threading.local()
 
 
 def last_report() -> RunReport | None:
-    """The run report of this thread's last co-executed forall."""
+    """The run report of this thread's last forall over several devices (a
+    :class:`RunReport`, or a one-device report where it ran on one of them alone)."""
     return getattr(_last, "report", None)
 
 
@@ -66,10 +84,13 @@ class GpuChunks:
         self.launch = launch
         self.residents = residents
         self.staged_s = 0.0   # time spent making coherent arrays' rows current here
+        self.compile_s = 0.0  # time spent compiling the entry (not a cost of co-execution)
         self.device = launch.device
         self.cuda = cuda_module()
         self.stream = None
         self.streamed_in, self.streamed_out, self.merged = [], [], []
+        self.pending = []     # (lo, hi, [(host, staged rows)]) launched since the last sync
+        self.merged_home = []  # ranges merge_back brought home
         self.dev_args = ()
 
     def _context(self):
@@ -80,7 +101,7 @@ class GpuChunks:
         plan = self.launch.plan
         with self._context():
             self.stream = self.cuda.stream()
-            self.core = None if self.device.simulated else core_stream(self.stream)
+            self.pointer = None if self.device.simulated else stream_pointer(self.stream)
             dev_args, copies = [], {}
 
             def whole(host):  # one device copy per host array, shared by its views
@@ -90,24 +111,25 @@ class GpuChunks:
                     copies[id(host)] = self._copy_in(host, stopped)
                 return copies[id(host)]
 
-            for name, arg in zip(plan.data, self.launch.args):
+            streamed = _streamed(plan, self.launch.args)
+            for k, (name, arg) in enumerate(zip(plan.data, self.launch.args)):
                 root = _views.root_of(arg) if not isinstance(arg, SCALARS) else None
                 if coherent(root):  # the Buffer's own copy here: rows move per chunk
                     dev = root.copy_on(self.device)
-                    dev_args.extend([dev, *lowering(arg, f"{name}__p").params] if arg is not root else [dev])
+                    dev_args.extend(self.launch.view_arguments(k, dev) if arg is not root else [dev])
                 elif _views.is_view(arg):
                     dev = whole(arg.root)
                     if dev is None:
                         return
-                    dev_args.extend([dev, *lowering(arg, f"{name}__p").params])
+                    dev_args.extend(self.launch.view_arguments(k, dev))
                     if plan.access.writes(name):
                         self.merged.append((arg, dev))
                 elif isinstance(arg, np.ndarray):
-                    if name in plan.access.rows and arg.flags.c_contiguous:
-                        # allocated only: rows move with their chunk
+                    if name in streamed:
+                        # allocated only: rows move with their chunk, written ones both
+                        # ways (what the kernel leaves alone must come back unchanged)
                         dev = self.cuda.device_array(arg.shape, arg.dtype, stream=self.stream)
-                        if plan.access.reads(name):
-                            self.streamed_in.append((arg, dev))
+                        self.streamed_in.append((arg, dev))
                         if plan.access.writes(name):
                             self.streamed_out.append((arg, dev))
                     else:
@@ -122,7 +144,9 @@ class GpuChunks:
             self.dev_args = tuple(dev_args)
             # compile now, off the clock of the chunks: a first chunk that compiles would
             # teach the performance model a GPU a hundred times slower than it is
+            began = time.perf_counter()
             FastEntry.of(self.launch, (0, 0, *self.launch.inner, *self.dev_args))
+            self.compile_s = time.perf_counter() - began
 
     def _copy_in(self, host, stopped):
         """A device copy of ``host``, made piece by piece; None if ``stopped()`` first."""
@@ -141,6 +165,8 @@ class GpuChunks:
         return dev
 
     def run_chunk(self, lo: int, hi: int) -> None:
+        """Launch rows ``[lo, hi)``; their streamed results come back into staging
+        arrays, copied home at :meth:`sync` (the results land once the GPU finished)."""
         if self.residents:
             began = time.perf_counter()
             for r in self.residents:
@@ -149,36 +175,80 @@ class GpuChunks:
         with self._context():
             for host, dev in self.streamed_in:
                 dev[lo:hi].copy_to_device(host[lo:hi], stream=self.stream)
-            launch_rows(self.launch, self.stream, lo, hi, self.dev_args, self.core)
-            for host, dev in self.streamed_out:
-                dev[lo:hi].copy_to_host(host[lo:hi], stream=self.stream)
+            launch_rows(self.launch, self.stream, lo, hi, self.dev_args, self.pointer)
+            staged = [(host, dev[lo:hi].copy_to_host(stream=self.stream)) for host, dev in self.streamed_out]
+        self.pending.append((lo, hi, staged))
 
     def sync(self) -> None:
+        """Wait for the chunks launched, then land their results."""
         with self._context():
             self.stream.synchronize()
+        for lo, hi, staged in self.pending:
+            for host, rows in staged:
+                host[lo:hi] = rows
+        self.pending.clear()
+
+    def salvage(self) -> int:
+        """After a failure: how many of the chunks launched since the last sync landed
+        all the same (the stream still completes them). When it does not, the rows those
+        chunks read and wrote of a coherent array may hold half-applied updates here:
+        they stop counting as current on this GPU, and if they are current nowhere else
+        they are lost (DeviceFailure)."""
+        ran = len(self.pending)
+        try:
+            self.sync()
+            return ran
+        except Exception as exc:  # noqa: BLE001  the device is gone: nothing it did lands
+            log.warning("%s cannot finish the chunks it launched (%s)", self.device.id, exc)
+        for r in self.residents:
+            if r.writes and r.reads:
+                rows = [p for lo, hi, _ in self.pending for p in r.rows(lo, hi)]
+                r.buffer.forget_rows(self.device, rows)
+        self.pending.clear()
+        return 0
 
     def merge_back(self, ranges) -> None:
         """Copy home the rows this GPU computed of every written array copied whole:
-        just those rows where they form a box of the array, else the whole copy."""
+        just those rows where they form a box of the array, else the whole copy. A range
+        lands whole or not at all (every array's rows are fetched before any is stored);
+        ``merged_home`` lists the ranges that landed."""
         if not self.merged or not ranges:
             return
+        wholes = {}
         with self._context():
-            for target, dev in self.merged:
-                whole = None
-                for lo, hi in _coalesce(ranges):
-                    rows = _row_section(target, lo, hi)
-                    home = target.root if _views.is_view(target) else target
-                    box = rows.root_box() if _views.is_view(rows) else (slice(lo, hi),)
-                    if box is not None:
-                        part = dev[box[0]].copy_to_host(stream=self.stream)
-                        self.stream.synchronize()
-                        home[box] = part[(slice(None),) + box[1:]]
-                        continue
-                    if whole is None:
-                        whole = dev.copy_to_host(stream=self.stream)
-                        self.stream.synchronize()
-                    idx = rows._root_index(np)
-                    home[idx] = whole[idx]
+            for lo, hi in _coalesce(ranges):
+                parts = [self._fetch(target, dev, lo, hi, wholes) for target, dev in self.merged]
+                for home, idx, values in parts:
+                    home[idx] = values
+                self.merged_home.append((lo, hi))
+
+    def _fetch(self, target, dev, lo, hi, wholes):
+        """(home array, index, values) of rows ``[lo, hi)`` of ``target`` on this GPU."""
+        rows = _row_section(target, lo, hi)
+        home = target.root if _views.is_view(target) else target
+        box = rows.root_box() if _views.is_view(rows) else (slice(lo, hi),)
+        if box is not None:
+            part = dev[box[0]].copy_to_host(stream=self.stream)
+            self.stream.synchronize()
+            return home, box, part[(slice(None),) + box[1:]]
+        if id(dev) not in wholes:
+            wholes[id(dev)] = dev.copy_to_host(stream=self.stream)
+            self.stream.synchronize()
+        idx = rows._root_index(np)
+        return home, idx, wholes[id(dev)][idx]
+
+
+def _streamed(plan, args) -> set:
+    """The plain arrays that move per chunk: C-contiguous ones touched only in their own
+    row. If some written argument is copied whole instead, none that is written moves
+    per chunk, so that all written arrays of a range land together (at the merge)."""
+    rowwise = {name for name, arg in zip(plan.data, args)
+               if isinstance(arg, np.ndarray) and name in plan.access.rows and arg.flags.c_contiguous}
+    whole = {name for name, arg in zip(plan.data, args) if name not in rowwise and (
+        isinstance(arg, np.ndarray) or _views.is_view(arg) and not coherent(_views.root_of(arg)))}
+    if any(plan.access.writes(name) for name in whole):
+        return {name for name in rowwise if not plan.access.writes(name)}
+    return rowwise
 
 
 def _coalesce(ranges):
@@ -207,6 +277,7 @@ class Resident:
     buffer: object
     offset: int | None   # the root row a launch row reaches is row + offset; None: any row
     writes: bool
+    reads: bool = True
 
     def rows(self, lo: int, hi: int) -> list:
         """The root rows that launch rows ``[lo, hi)`` reach."""
@@ -226,23 +297,33 @@ def residents(launch: Launch) -> list[Resident]:
         if name in plan.access.rows:
             box = lowering(arg, f"{name}__p").box if arg is not root else (slice(0, None),)
             offset = box[0].start if box is not None else None
-        found.append(Resident(root, offset, plan.access.writes(name)))
-    return found
+        found.append(Resident(root, offset, plan.access.writes(name), plan.access.reads(name)))
+    # a Buffer read through one argument and written through another is read and written
+    read = {id(r.buffer) for r in found if r.reads}
+    return [dataclasses.replace(r, reads=id(r.buffer) in read) for r in found]
 
 
-def _cpu_workers(launch: Launch, rows: int, count: int, held=()) -> list[Worker]:
-    if held:  # the host copies of the coherent arrays; rows made current per chunk
+def _cpu_runner(launch: Launch, held=()):
+    """``run(lo, hi)``: rows ``[lo, hi)`` of ``launch`` on the CPU, over the host copies
+    of the coherent arrays, whose rows it makes current first."""
+    if held:
         launch = dataclasses.replace(launch, entry_args=tuple(
             a.copy_on(launch.device) if coherent(a) else a for a in launch.entry_args))
     cpu.compile_launch(launch)
     run = cpu.chunk_runner(launch)
-    if held:
-        plain, device = run, launch.device
+    if not held:
+        return run
+    device = launch.device
 
-        def run(lo, hi):
-            for r in held:
-                r.buffer.acquire_rows(device, r.rows(lo, hi))
-            plain(lo, hi)
+    def run_held(lo, hi):
+        for r in held:
+            r.buffer.acquire_rows(device, r.rows(lo, hi))
+        run(lo, hi)
+    return run_held
+
+
+def _cpu_workers(launch: Launch, rows: int, count: int, held=()) -> list[Worker]:
+    run = _cpu_runner(launch, held)
     # A CPU chunk enters and leaves Python, taking the GIL, and 16 workers queue for it:
     # on a 16-core host, 5-row chunks of a 1024^2 stencil took 300 us for 5 us of work.
     # So a chunk holds at least what the runtime would run inline rather than spread.
@@ -258,7 +339,7 @@ def _gpu_worker(launch: Launch, held=()) -> tuple[Worker, GpuChunks]:
     threads = 64 if dev.simulated else gpu_chunk_size(dev.compute_units, dev.simd_width, 32, waves=4)
     size = max(1, threads // per_row)
     worker = Worker(dev.id, "gpu", chunks.run_chunk, size, dev.id, inflight=2, sync=chunks.sync,
-                    setup=chunks.setup)
+                    setup=chunks.setup, salvage=chunks.salvage)
     return worker, chunks
 
 
@@ -276,6 +357,7 @@ def _worker_shares(shares, targets, workers) -> list[float]:
 
 
 PROBE_EVERY = 32   # a kernel run alone is co-executed again every so often: speeds change
+PROBE_LIMIT = 1024
 _launches_alone: dict[str, int] = {}
 
 
@@ -283,48 +365,66 @@ ALONE = "/alone"     # model entries of a device's rate running a whole launch b
 TIME_GPU_EVERY = 8   # a GPU launch run alone is waited for (and timed) once in this many
 
 
-def _alone(model, key, launches, counts, rows):
-    """The launch to run alone instead of co-executing, when the history says one device
-    finishes sooner than all of them together plus what co-execution costs beyond the
+def _alone(model, key, targets, counts, rows):
+    """The device to run the launch alone on instead of co-executing, when the history says
+    it finishes sooner than all of them together plus what co-execution costs beyond the
     work (a short memory-bound loop on a GPU: thread hand-offs outlast the loop); else None.
     A device's time alone comes from its launches alone: its rate in co-execution, in
     chunks, undersells a GPU that runs a whole launch at once; so each device runs one
     launch alone first, once co-execution has shown its cost."""
-    rates = [model.throughput(key, _device_key(L.device)) for L in launches]
+    names = [_device_key(d) for d in targets]
+    rates = model.throughputs(key, names)
     overhead = model.overhead(key)
     if overhead is None or not all(rates):
         return None  # co-execute: that is how rates and overhead are learnt
-    solo = [model.throughput(key, _device_key(L.device) + ALONE) for L in launches]
+    solo = model.throughputs(key, [name + ALONE for name in names])
     if not all(solo):
-        return launches[solo.index(None)]
+        return targets[solo.index(None)]
     alone = [rows / r for r in solo]
-    best = min(range(len(launches)), key=alone.__getitem__)
+    best = min(range(len(targets)), key=alone.__getitem__)
     together = rows / sum(r * c for r, c in zip(rates, counts)) + overhead
     if together < alone[best]:
         return None
     seen = _launches_alone[key] = _launches_alone.get(key, 0) + 1
-    return None if seen % probe_interval(together, alone[best]) == 0 else launches[best]
+    return None if seen % probe_interval(together, alone[best]) == 0 else targets[best]
+
+
+_timings: dict = {}  # kernel key -> (rows, gpu.Timing) of a GPU launch alone being timed
 
 
 def _run_alone(model, key, launch):
     """Run ``launch`` on its device alone and learn that device's rate alone: every time
-    on a CPU, and on a GPU the first time and then once in ``TIME_GPU_EVERY`` launches
-    (the timed launch waits for the GPU)."""
+    on a CPU; on a GPU the first time (waiting for it) and then once in ``TIME_GPU_EVERY``
+    launches, by CUDA events read at a later launch, so the host never waits."""
     from .forall import run_on
 
     name = _device_key(launch.device) + ALONE
-    timed = (launch.device.kind == "cpu" or model.throughput(key, name) is None
-             or _launches_alone.get(key, 0) % TIME_GPU_EVERY == 1)
-    report = run_on(launch, wait=timed)
-    if timed and report.wall_s > 0:
-        model.observe(key, name, launch.extent[0] / report.wall_s)
+    if launch.device.kind == "cpu" or model.throughput(key, name) is None:
+        report = run_on(launch, wait=True)
+        if report.wall_s > 0:
+            model.observe(key, name, launch.extent[0] / report.wall_s)
+        return report
+    pending = _timings.get(key)
+    if pending is not None:
+        seconds = pending[1].seconds()
+        if seconds is not None:
+            del _timings[key]
+            if seconds > 0:
+                model.observe(key, name, pending[0] / seconds)
+    if pending is not None or _launches_alone.get(key, 0) % TIME_GPU_EVERY != 1:
+        return run_on(launch)
+    timing = Timing(launch.device)
+    report = run_on(launch)
+    timing.stop()
+    _timings[key] = (launch.extent[0], timing)
     return report
 
 
 def probe_interval(together: float, alone: float) -> int:
     """How many launches run alone between two co-executed ones (which measure again):
-    seldom enough that probing costs a program about 5% of its time alone."""
-    return max(PROBE_EVERY, int(20 * together / alone))
+    seldom enough that probing costs a program about 5% of its time alone, and at most
+    ``PROBE_LIMIT``: a history gone wrong (a loaded machine) is corrected within it."""
+    return min(PROBE_LIMIT, max(PROBE_EVERY, int(20 * together / alone)))
 
 
 def _fastest(launches):
@@ -332,16 +432,65 @@ def _fastest(launches):
                                         L.device.compute_units))
 
 
-def _mark_written(held, report, device_of) -> None:
-    """The rows each device wrote are current on that device alone."""
-    ran: dict = {}
-    for e in report.events:
-        ran.setdefault(device_of[e.worker], []).append((e.lo, e.hi))
+def _mark_written(held, ran: dict) -> None:
+    """The rows each device wrote (``ran``: device -> launch row ranges) are current on
+    that device alone."""
     for r in held:
         if r.writes:
             for device, ranges in ran.items():
                 rows = [p for lo, hi in _coalesce(ranges) for p in r.rows(lo, hi)]
                 r.buffer.wrote_rows(device, rows)
+
+
+def _land(gpu_parts, report, cpu_launch, held, device_of) -> None:
+    """After the loop: merge home what the GPUs computed, re-running on the CPU (once)
+    the ranges whose results could not come home; then mark the coherent arrays' rows
+    each device wrote, and bring home the rows of GPUs that failed (their copies no
+    longer count)."""
+    ran: dict = {}
+    for e in report.events:
+        ran.setdefault(device_of[e.worker], []).append((e.lo, e.hi))
+    redo = []
+    for worker, chunks in gpu_parts:
+        ranges = [(e.lo, e.hi) for e in report.events if e.worker == worker.name]
+        try:
+            chunks.merge_back(ranges)
+        except Exception as exc:  # noqa: BLE001  the GPU died after computing: redo the rest
+            if cpu_launch is None or not chunks.merged:
+                raise
+            left = _minus(_coalesce(ranges), _coalesce(chunks.merged_home))
+            log.warning("could not read results back from %s (%s); %d of its ranges are to re-run on the CPU",
+                        worker.device_id, exc, len(left))
+            redo += left
+    lost = _not_redoable(held, redo, cpu_launch.device) if redo else None
+    if redo and not lost:  # before the marks: the CPU takes rows still current on the host from there
+        run = _cpu_runner(cpu_launch, held)
+        for lo, hi in redo:
+            run(lo, hi)
+        ran = {d: _minus(_coalesce(r), _coalesce(redo)) if d.kind == "gpu" else r for d, r in ran.items()}
+        ran[cpu_launch.device] = ran.get(cpu_launch.device, []) + redo
+    if held:
+        _mark_written(held, ran)
+    if lost:
+        raise DeviceFailure(lost)
+    failed = {f.device_id for f in report.failures}
+    for worker, chunks in gpu_parts:
+        if worker.device_id in failed:
+            for buffer in {id(r.buffer): r.buffer for r in held}.values():
+                buffer.forget(chunks.device)
+
+
+def _not_redoable(held, redo, cpu_device) -> str | None:
+    """Why ``redo`` cannot be re-run on the CPU, if it cannot: that needs the rows it
+    reads and writes of each coherent array as they were before the launch, on the host,
+    not only on a GPU that updated them in place."""
+    for r in held:
+        stale = r.writes and r.reads and r.buffer.stale_rows(cpu_device, _union(
+            [p for lo, hi in redo for p in r.rows(lo, hi)], []))
+        if stale:
+            return (f"cannot re-run rows {redo} on {cpu_device.id}: rows {stale} of {r.buffer!r} were "
+                    f"updated in place on a GPU that failed before its other results came home")
+    return None
 
 
 def co_executable(launch: Launch) -> bool:
@@ -355,10 +504,26 @@ def _written_elsewhere(plan) -> list:
     return [plan.data[k] for k in plan.written if plan.data[k] not in plan.access.rows]
 
 
-def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -> RunReport:
-    """Run one forall over every device of ``targets`` at once."""
+def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None):
+    """Run one forall over every device of ``targets`` at once (or on one of them alone,
+    where that is faster); its report is also this thread's :func:`last_report`."""
+    report = _co_forall(extent, kernel, args, targets, schedule, shares)
+    _last.report = report
+    return report
+
+
+def _co_forall(extent, kernel, args, targets, schedule, shares):
     extent = normalize_extent(extent)
     rows = extent[0]
+    # Each GPU's worker thread stages copies and launches: leave it a core of its own.
+    n_gpus = sum(d.kind == "gpu" for d in targets)
+    counts = [max(1, d.compute_units - n_gpus) if d.kind == "cpu" else 1 for d in targets]
+    model = perf_model()
+    key = _kernel_key(kernel, len(extent))
+    if shares is None and schedule == "steal" and len(targets) > 1:
+        alone = _alone(model, key, targets, counts, rows)
+        if alone is not None:  # decided before binding: the other devices' launches cost time
+            return _run_alone(model, key, bind(kernel, extent, args, alone))
     launches = [bind(kernel, extent, args, dev) for dev in targets]
     if not co_executable(launches[0]):
         fastest, plan = _fastest(launches), launches[0].plan
@@ -376,15 +541,6 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
         from .forall import run_on
 
         return run_on(_fastest(launches))
-    # Each GPU's worker thread stages copies and launches: leave it a core of its own.
-    n_gpus = sum(L.device.kind == "gpu" for L in launches)
-    counts = [max(1, L.device.compute_units - n_gpus) if L.device.kind == "cpu" else 1 for L in launches]
-    model = perf_model()
-    key = _kernel_key(launches[0])
-    if shares is None and schedule == "steal" and len(launches) > 1:
-        alone = _alone(model, key, launches, counts, rows)
-        if alone is not None:
-            return _run_alone(model, key, alone)
     workers, gpu_parts = [], []
     for launch in launches:
         if launch.device.kind == "cpu":
@@ -400,22 +556,8 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
         shares = _worker_shares(shares, targets, workers)
     report = run_loop(rows, workers, schedule=schedule, shares=shares)
     trace_notify(report, label=kernel.name)  # before merging back: the loop's end is now
-    if held:
-        _mark_written(held, report, {w.name: L.device for L in launches for w in workers
-                                     if w.device_id == L.device.id})
-    cpu_launch = next((L for L in launches if L.device.kind == "cpu"), None)
-    for worker, chunks in gpu_parts:
-        ranges = [(e.lo, e.hi) for e in report.events if e.worker == worker.name]
-        try:
-            chunks.merge_back(ranges)
-        except Exception as exc:  # noqa: BLE001  the GPU died after computing: redo its rows
-            if cpu_launch is None:
-                raise
-            log.warning("could not read results back from %s (%s); re-running its %d ranges on the CPU",
-                        worker.device_id, exc, len(ranges))
-            run = cpu.chunk_runner(cpu_launch)
-            for lo, hi in ranges:
-                run(lo, hi)
+    _land(gpu_parts, report, next((L for L in launches if L.device.kind == "cpu"), None), held,
+          {w.name: L.device for L in launches for w in workers if w.device_id == L.device.id})
     by_worker = dict(zip((w.name for w in workers), device_keys))
     staged = {worker.name: chunks.staged_s for worker, chunks in gpu_parts if chunks.staged_s}
     model.update(key, report, device_key=lambda stats: None if stats.name in staged else by_worker[stats.name])
@@ -424,7 +566,7 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None) -
         if stats.name in staged and not stats.failed and stats.indices and compute > 0:
             model.observe(key, by_worker[stats.name], stats.indices / compute)
     rate = sum(w.throughput for w in report.workers if not w.failed and w.indices > 0 and w.busy_s > 0)
-    if rate > 0:
-        model.observe_overhead(key, report.wall_s - rows / rate)
-    _last.report = report
+    if rate > 0:  # a first launch compiles its GPU entry inside the loop: not an overhead
+        compiled = max((chunks.compile_s for _, chunks in gpu_parts), default=0.0)
+        model.observe_overhead(key, report.wall_s - compiled - rows / rate)
     return report

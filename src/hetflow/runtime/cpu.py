@@ -77,11 +77,8 @@ def compile_launch(launch: Launch) -> None:
 
 
 def _lowerings(launch: Launch) -> dict:
-    from ..index import views as _views
-    from ..index.lowering import lowering
-
     data = launch.kernel.params[len(launch.extent):]
-    return {n: lowering(a, f"{n}__p") for n, a in zip(data, launch.args) if _views.is_view(a)}
+    return {n: low for n, low in zip(data, launch.lowerings) if low is not None}
 
 
 def chunk_runner(launch: Launch):
@@ -173,7 +170,7 @@ def _row_cost(launch: Launch) -> float | None:
     performance model's history, else None."""
     plan = launch.plan
     if plan.row_cost is None:
-        rate = perf_model().throughput(kernel_key(launch), device_key(launch.device) + ONE_CORE)
+        rate = perf_model().throughput(kernel_key(launch.kernel, len(launch.extent)), device_key(launch.device) + ONE_CORE)
         plan.row_cost = 1.0 / rate if rate else None
     return plan.row_cost
 
@@ -184,7 +181,7 @@ def _learn(launch: Launch, rows: int, seconds: float) -> float:
     cost = max(seconds, 1e-9) / max(rows, 1)
     first, launch.plan.row_cost = launch.plan.row_cost is None, cost
     if first or seconds > 1e-3:
-        perf_model().record(kernel_key(launch), device_key(launch.device) + ONE_CORE, 1.0 / cost)
+        perf_model().record(kernel_key(launch.kernel, len(launch.extent)), device_key(launch.device) + ONE_CORE, 1.0 / cost)
     return cost
 
 

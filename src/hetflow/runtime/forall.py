@@ -51,6 +51,10 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
         return find_devices(device)
     if isinstance(device, Device):
         return (device,)
+    if type(device) in (list, tuple) and all(type(d) is str for d in device):
+        found = _resolved.get(tuple(device))  # ids name the same devices all along: looked up once
+        if found:
+            return found
     try:
         found = tuple(get_device(d) if isinstance(d, str) else d for d in device)
     except TypeError:
@@ -58,7 +62,12 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
                                   f"Devices, a LogicalDevice or a Context; got {type(device).__name__}") from None
     if not found:
         raise KernelArgumentError(f"device {device!r} names no device; give at least one")
+    if all(type(d) is str for d in device):
+        _resolved[tuple(device)] = found
     return found
+
+
+_resolved: dict = {}  # a list of device ids -> its devices
 
 
 def run_on(launch, wait: bool = False) -> LaunchReport:

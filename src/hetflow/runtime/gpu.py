@@ -7,13 +7,14 @@ used in place. Chunks are grid-stride launches over ``[lo, hi)`` rows.
 On a real GPU the compiled entry is launched by :class:`FastEntry`: numba-cuda's
 dispatcher spends 60-220 us of host time per call typing and wrapping its arguments
 (measured on an H100 with CuPy arrays), while the plan already knows their types; the
-entry is compiled once per plan and each launch only packs the few numbers that change
-(pointers, extents, scalars) for ``cuda.core.launch``.
+entry is compiled once per plan and each launch only packs the numbers that change
+(pointers, extents, scalars) into a buffer for the driver's ``cuLaunchKernel``.
 """
 from __future__ import annotations
 
 import ctypes
 import threading
+import time
 
 import numba
 import numpy as np
@@ -36,17 +37,17 @@ def launch_config(device, rows: int, inner: tuple):
 
     Rank 1 and rank > 2: one thread per index where the grid limits allow (the entries'
     grid-stride loops cover the rest). Rank 2 gets a 2-D grid, as its entry expects:
-    columns on x in 128-wide warps (coalesced), two rows per block, and at most
-    ``BLOCKS_2D`` blocks, each thread striding over rows; measured on an H100 with a
-    4096^2 Jacobi this ran in 0.175 ms against 0.277 ms for one thread per index
-    (32 x 8 blocks) and 0.343 ms for Numba's 16 x 16 idiom.
+    one thread per column on x in 128-wide warps (coalesced; 2^31 - 1 blocks of them
+    cover any array that fits in memory), two rows per block, and at most ``BLOCKS_2D``
+    blocks, each thread striding over rows; measured on an H100 with a 4096^2 Jacobi this
+    ran in 0.175 ms against 0.277 ms for one thread per index (32 x 8 blocks) and
+    0.343 ms for Numba's 16 x 16 idiom.
     """
-    if len(inner) == 1:
-        if device.simulated:
-            return (1, 1), (8, 2)
-        bx = max(1, min((inner[0] + 127) // 128, MAX_GRID_X))
-        by = max(1, min((rows + 1) // 2, BLOCKS_2D // bx, MAX_GRID_Y))
-        return (bx, by), (128, 2)
+    if len(inner) == 1:  # the entry runs one column per x thread: the grid covers them all
+        tx, ty = (8, 2) if device.simulated else (128, 2)
+        bx = max(1, -(-inner[0] // tx))
+        by = 1 if device.simulated else max(1, min((rows + 1) // 2, BLOCKS_2D // bx, MAX_GRID_Y))
+        return (bx, by), (tx, ty)
     if device.simulated:
         return 1, SIM_THREADS
     work = rows
@@ -78,38 +79,62 @@ def _pack_array(a, out: list) -> None:
     out += (0, 0, a.size, a.dtype.itemsize, _device_pointer(a), *a.shape, *a.strides)
 
 
-_SCALARS = {types.float64: ctypes.c_double, types.float32: ctypes.c_float, types.boolean: bool}
+# Each launch parameter gets an 8-byte slot (struct codes, padded): see FastEntry.
+_SLOTS = {types.float64: "d", types.float32: "f4x", types.boolean: "?7x", types.int64: "q",
+          types.uint64: "Q", types.int32: "i4x", types.uint32: "I4x", types.int16: "h6x",
+          types.uint16: "H6x", types.int8: "b7x", types.uint8: "B7x"}
 
 
-def _packer(ty):
-    """How one argument of Numba type ``ty`` becomes launch parameters (as numba-cuda's
-    own ``_prepare_args`` does it), or None for types only the dispatcher handles."""
+def _slots(ty) -> str | None:
+    """The struct codes of the launch parameters one argument of Numba type ``ty``
+    becomes (as numba-cuda's own ``_prepare_args`` lays them out), or None for types
+    only the dispatcher handles."""
     if isinstance(ty, types.Array):
-        return _pack_array
-    if isinstance(ty, types.Integer):
-        ctype = getattr(ctypes, f"c_{ty}")
-        return lambda v, out: out.append(ctype(v))
-    if ty in _SCALARS:
-        conv = _SCALARS[ty]
-        return lambda v, out: out.append(conv(v))
+        return "QQqqQ" + "q" * (2 * ty.ndim)
     if isinstance(ty, types.Complex):
-        part = ctypes.c_double if ty == types.complex128 else ctypes.c_float
-        return lambda v, out: out.extend((part(v.real), part(v.imag)))
-    return None
+        return _SLOTS[ty.underlying_float] * 2
+    return _SLOTS.get(ty)
+
+
+def _pack_scalar(v, out: list) -> None:
+    out.append(v)
+
+
+def _pack_complex(v, out: list) -> None:
+    out += (v.real, v.imag)
 
 
 class FastEntry:
-    """A plan's entry compiled for its argument types, launched through ``cuda.core``."""
+    """A plan's entry compiled for its argument types, launched by the driver directly.
+
+    numba-cuda's dispatcher types and wraps every argument on each call. Here the types
+    are fixed: each launch packs the parameters' values into one buffer of 8-byte slots
+    (an array is Numba's 5 + 2*ndim fields) whose slot addresses are made once, and calls
+    ``cuLaunchKernel`` through CuPy's binding on the given stream.
+    """
 
     def __init__(self, dispatcher, args: tuple):
-        from cuda.core import LaunchConfig, launch
+        import struct
+
+        from cupy.cuda import driver
 
         sig = tuple(_array_type(a) if is_device_array(a) else numba.typeof(a) for a in args)
-        self.packers = tuple(_packer(t) for t in sig)
-        if None in self.packers:
+        slots = tuple(_slots(t) for t in sig)
+        if None in slots:
             raise TypeError(f"no fast launch for argument types {sig}")
-        self.kernel = dispatcher.compile(sig)._codelibrary.get_cufunc().kernel
-        self._launch, self._config_type, self._configs = launch, LaunchConfig, {}
+        self.packers = tuple(_pack_array if isinstance(t, types.Array) else
+                             _pack_complex if isinstance(t, types.Complex) else _pack_scalar for t in sig)
+        self._struct = struct.Struct("<" + "".join(slots))
+        n = self._struct.size // 8
+        self._buffer = (ctypes.c_uint64 * n)()
+        base = ctypes.addressof(self._buffer)
+        self._pointers = (ctypes.c_void_p * n)(*range(base, base + 8 * n, 8))
+        self._params = ctypes.addressof(self._pointers)
+        kernel = dispatcher.compile(sig)._codelibrary.get_cufunc().kernel
+        self._function = int(kernel.handle)
+        self._launch = driver.launchKernel
+        self._lock = threading.Lock()  # one buffer: filled and launched by one thread at a time
+        self._configs = {}
 
     @classmethod
     def of(cls, launch: Launch, args: tuple) -> "FastEntry | None":
@@ -125,33 +150,50 @@ class FastEntry:
             plan.fast_entry = fast
         return fast
 
-    def __call__(self, blocks, threads, stream, args: tuple) -> None:
-        config = self._configs.get((blocks, threads))
-        if config is None:
-            config = self._configs[(blocks, threads)] = self._config_type(grid=blocks, block=threads)
-        params = []
+    def __call__(self, blocks, threads, stream: int, args: tuple) -> None:
+        dims = self._configs.get((blocks, threads))
+        if dims is None:
+            dims = self._configs[(blocks, threads)] = (*_dim3(blocks), *_dim3(threads))
+        values, packed = [], {}  # views of one root pack it once: reuse its fields
         for pack, value in zip(self.packers, args):
-            pack(value, params)
-        self._launch(stream, config, self.kernel, *params)
+            if pack is _pack_array:
+                found = packed.get(id(value))
+                if found is None:
+                    start = len(values)
+                    pack(value, values)
+                    packed[id(value)] = start, len(values)
+                else:
+                    values += values[found[0]:found[1]]
+            else:
+                pack(value, values)
+        with self._lock:  # the driver copies the values during the call
+            self._struct.pack_into(self._buffer, 0, *values)
+            self._launch(self._function, *dims, 0, stream, self._params, 0)
 
 
-def core_stream(stream):
-    """``cuda.core``'s handle of a numba-cuda stream (None: the default stream)."""
-    from numba.cuda.cudadrv.driver import _to_core_stream
-
-    return _to_core_stream(stream if stream is not None else cuda_module().default_stream())
+def _dim3(d) -> tuple:
+    d = (d,) if isinstance(d, int) else tuple(d)
+    return d + (1,) * (3 - len(d))
 
 
-def launch_rows(launch: Launch, stream, lo: int, hi: int, dev_args: tuple, core=None) -> None:
-    """Launch rows ``[lo, hi)`` of ``launch`` over ``dev_args`` (asynchronous on a real GPU).
-    ``core`` is :func:`core_stream` of ``stream``, when the caller keeps it."""
+def stream_pointer(stream) -> int:
+    """The CUDA handle of a numba-cuda stream (None: the default stream, 0)."""
+    if stream is None:
+        return 0
+    handle = stream.handle
+    return (handle.value or 0) if isinstance(handle, ctypes.c_void_p) else int(handle)
+
+
+def launch_rows(launch: Launch, stream, lo: int, hi: int, dev_args: tuple, pointer=None) -> None:
+    """Launch rows ``[lo, hi)`` of ``launch`` over ``dev_args`` (asynchronous on a real GPU)
+    on numba-cuda's ``stream``; ``pointer``: its CUDA handle, when the caller knows it."""
     blocks, threads = launch_config(launch.device, hi - lo, launch.inner)
     args = (lo, hi, *launch.inner, *dev_args)
     exe = launch.executable
     try:
         fast = FastEntry.of(launch, args)
         if fast is not None:
-            fast(blocks, threads, core if core is not None else core_stream(stream), args)
+            fast(blocks, threads, pointer if pointer is not None else stream_pointer(stream), args)
             return
         (exe.entry[blocks, threads, stream] if stream else exe.entry[blocks, threads])(*args)
     except NumbaError as exc:
@@ -219,7 +261,7 @@ def run(launch: Launch) -> None:
     stream (as a CuPy operation is): whatever reads the results next on that stream or
     on the host waits for it. Host arrays are copied in, and the written ones back."""
     warn_scattered(launch)
-    if not launch.device.simulated and not any(type(a) is np.ndarray for a in launch.entry_args):
+    if not launch.device.simulated and not launch.plan.host_arrays:
         _make_current(launch.device.ordinal)
         launch_rows(launch, None, 0, launch.extent[0], launch.entry_args, current_stream())
         return
@@ -245,20 +287,49 @@ def _make_current(ordinal: int) -> None:
 def synchronize(device) -> None:
     """Wait for the work enqueued on ``device`` from this thread's current stream."""
     _make_current(device.ordinal)
-    current_stream().sync()
-
-
-_streams: dict = {}
-
-
-def current_stream():
-    """``cuda.core``'s handle of the stream CuPy works on in this thread (the default
-    stream without CuPy), so launches stay ordered with the user's CuPy operations."""
     cupy = cupy_module()
-    ptr = cupy.cuda.get_current_stream().ptr if cupy is not None else 0
-    found = _streams.get(ptr)
-    if found is None:
-        from cuda.core import Stream
+    if cupy is not None:
+        cupy.cuda.get_current_stream().synchronize()
+    else:
+        cuda_module().default_stream().synchronize()
 
-        found = _streams[ptr] = Stream.from_handle(ptr)
-    return found
+
+def current_stream() -> int:
+    """The CUDA handle of the stream CuPy works on in this thread (the default stream
+    without CuPy), so launches stay ordered with the user's CuPy operations."""
+    cupy = cupy_module()
+    return cupy.cuda.get_current_stream().ptr if cupy is not None else 0
+
+
+class Timing:
+    """The GPU time of work enqueued on this thread's current stream between construction
+    and :meth:`stop`, read later without waiting (CUDA events); under the simulator, or
+    without CuPy, the host's wall time once the work is done."""
+
+    def __init__(self, device):
+        self.device = device
+        cupy = None if device.simulated else cupy_module()
+        self._events = None
+        if cupy is not None:
+            _make_current(device.ordinal)
+            self._events = cupy.cuda.Event(), cupy.cuda.Event()
+            self._events[0].record()
+        self._t0 = time.perf_counter()
+        self._seconds = None
+
+    def stop(self) -> None:
+        if self._events is not None:
+            self._events[1].record()
+        else:
+            if not self.device.simulated:  # the simulator has run the work already
+                synchronize(self.device)
+            self._seconds = time.perf_counter() - self._t0
+
+    def seconds(self) -> float | None:
+        """Seconds the work took, or None while the GPU has not finished it."""
+        if self._events is not None and self._seconds is None and self._events[1].done:
+            start, end = self._events
+            self._seconds = cupy_module().cuda.get_elapsed_time(start, end) / 1e3
+        return self._seconds
+
+

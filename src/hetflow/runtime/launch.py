@@ -79,6 +79,11 @@ class Plan:
     parallel_compiled: bool = False  # the CPU parallel entry too
     fast_entry: object = False  # GPU: runtime.gpu.FastEntry (False: not built yet; None: none)
     buffers: bool = False       # some argument (or view root) is a coherent Buffer
+    lowerings: tuple = ()       # per data argument: its view's Lowering, or None
+    views_only: bool = False    # every extent check is of a view (fixed by the key)
+    fits: set = dataclasses.field(default_factory=set)  # launch extents those views fit
+    host_arrays: bool = False   # some argument (or view root) is a NumPy array
+    fresh: bool = False         # some view's lowering is made each launch (see _view_key)
     scattered: tuple = ()       # arrays written, not atomically, at indices no function of the launch index
     warned: bool = False        # the ScatteredWriteWarning for them was given
     row_cost: float | None = None  # CPU: seconds a row takes on one core, last measured (runtime.cpu)
@@ -94,6 +99,14 @@ class Launch:
     plan: Plan
     args: tuple            # the kernel's data arguments as given (arrays, views, scalars)
     entry_args: tuple      # what the entry point takes after lo, hi and the inner extents
+    lowerings: tuple = ()  # per data argument: its view's Lowering, or None
+
+    def view_arguments(self, k: int, root) -> list:
+        """The entry arguments of view argument ``k`` over ``root`` (its root, or that
+        root's copy on a device): the root, unless another view passes it, then the
+        view's numbers."""
+        low = self.lowerings[k]
+        return [root, *low.params] if low.root_name is None else list(low.params)
 
     @property
     def executable(self):
@@ -107,6 +120,10 @@ class Launch:
     @property
     def inner(self) -> tuple:
         return self.extent[1:]
+
+    def on(self, entry_args: tuple) -> "Launch":
+        """The same launch over other entry arguments (a device's copies of its arrays)."""
+        return Launch(self.kernel, self.extent, self.device, self.plan, self.args, entry_args, self.lowerings)
 
 
 _BY_TYPE = frozenset((float, int, bool, complex))  # Python scalars: keyed by their type
@@ -233,6 +250,30 @@ def warn_scattered(launch: "Launch") -> None:
                   stacklevel=2)
 
 
+def _key(names, args: tuple) -> tuple:
+    """What the arguments contribute to a plan's key: a view its interned structure (which
+    fixes its extent and lowering), its root's type and which view first passes its root."""
+    if all(type(a) in _PLAIN for a in args):  # plain arrays and scalars: the common case
+        return tuple(map(_arg_key, args))
+    first, key = {}, []
+    for k, (n, a) in enumerate(zip(names, args)):
+        if _views.is_view(a):
+            key.append((*_view_key(n, a), first.setdefault(id(a.root), k)))
+        else:
+            key.append(_arg_key(a))
+    return tuple(key)
+
+
+def _view_key(name: str, view) -> tuple:
+    structure = view.signature
+    if structure.key is None:  # a co_map capturing unhashable values: keyed by its lowering,
+        return FRESH, shared_lowering(view, f"{name}__p").key, _arg_key(view.root)  # made each launch
+    return structure, _arg_key(view.root)
+
+
+FRESH = "lowered afresh"
+
+
 def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     """Check and bind one launch of ``kernel`` over ``extent`` on ``device``."""
     if not isinstance(kernel, Kernel):
@@ -243,35 +284,61 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     if len(args) < len(names):
         args = with_defaults(kernel, ndim, args)
     repo = repository()
-    key = (repo, device.id, ndim, tuple(map(_arg_key, args)))
-    lowerings = {}
-    if not all(type(a) in _PLAIN for a in args):  # views (plain arrays: the common case)
-        # Lowerings shared by equal views (views are mostly built afresh for each launch);
-        # each view's own root goes beside its lowering's params.
-        for name, arg in zip(names, args):
-            if _views.is_view(arg):
-                low = lowerings[name] = shared_lowering(arg, f"{name}__p")
-                key += ((_arg_key(arg.root), low.key),)
+    key = (repo, device.id, ndim, _key(names, args))
     plan = kernel.plans.get(key)
     if plan is None:
-        data = _check_arguments(kernel, ndim, args)
-        _check_dtypes(kernel, data, args, device)
-        access = kernel.access(ndim)
-        # A scalar is passed by value: the kernel never writes the caller's (``range(n)``).
-        written = tuple(k for k, name in enumerate(data)
-                        if access.writes(name) and not isinstance(args[k], SCALARS))
-        _check_writable(kernel, data, args, written)
-        exe = repo.executable(kernel, device, ndim, lowerings)
-        plan = kernel.plans[key] = Plan(data, access, _extent_checks(data, args, access), exe, written,
-                                        buffers=any(coherent(_views.root_of(a)) for a in args
-                                                    if not isinstance(a, SCALARS)),
-                                        scattered=tuple(data[k] for k in written if data[k] in access.scattered))
-    if plan.checks:
+        plan = kernel.plans[key] = _plan(kernel, ndim, args, device, repo)
+    if plan.checks and extent not in plan.fits:
         _check_extent(kernel, extent, args, plan.checks)
+        if plan.views_only:  # views' extents are fixed by the key: this extent fits them always
+            plan.fits.add(extent)
+    lowerings = plan.lowerings
     if not lowerings:
         return Launch(kernel, extent, device, plan, args, args)
+    if plan.fresh:
+        lowerings = _lowerings(names, args)
     entry_args = []
-    for name, arg in zip(names, args):
-        low = lowerings.get(name)
-        entry_args.extend([arg.root, *low.params] if low is not None else [arg])
-    return Launch(kernel, extent, device, plan, args, tuple(entry_args))
+    for low, arg in zip(lowerings, args):
+        if low is None:
+            entry_args.append(arg)
+        else:
+            if low.root_name is None:
+                entry_args.append(arg.root)
+            entry_args.extend(low.params)
+    return Launch(kernel, extent, device, plan, args, tuple(entry_args), lowerings)
+
+
+def _lowerings(names, args: tuple) -> tuple:
+    """Per argument: its view's lowering (shared with every view of its structure), or None;
+    views over the array an earlier view passes read that view's root (Lowering.sharing)."""
+    found, first = [], {}
+    for n, a in zip(names, args):
+        if not _views.is_view(a):
+            found.append(None)
+            continue
+        low = shared_lowering(a, f"{n}__p")
+        passes = first.setdefault(id(a.root), n)
+        found.append(low if passes == n else low.sharing(passes))
+    return tuple(found)
+
+
+def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
+    """Check the arguments, lower the views and find the executable: once per key."""
+    data = _check_arguments(kernel, ndim, args)
+    _check_dtypes(kernel, data, args, device)
+    access = kernel.access(ndim)
+    # A scalar is passed by value: the kernel never writes the caller's (``range(n)``).
+    written = tuple(k for k, name in enumerate(data) if access.writes(name) and not isinstance(args[k], SCALARS))
+    _check_writable(kernel, data, args, written)
+    # Views share their lowerings with every view of the same structure; each view's own
+    # root goes beside its lowering's params.
+    lowerings = _lowerings(data, args)
+    exe = repo.executable(kernel, device, ndim, {n: low for n, low in zip(data, lowerings) if low is not None})
+    checks = _extent_checks(data, args, access)
+    return Plan(data, access, checks, exe, written,
+                buffers=any(coherent(_views.root_of(a)) for a in args if not isinstance(a, SCALARS)),
+                host_arrays=any(type(_views.root_of(a)) is np.ndarray for a in args if not isinstance(a, SCALARS)),
+                lowerings=lowerings if any(low is not None for low in lowerings) else (),
+                views_only=all(view for *_, view in checks),
+                fresh=any(_views.is_view(a) and a.signature.key is None for a in args),
+                scattered=tuple(data[k] for k in written if data[k] in access.scattered))

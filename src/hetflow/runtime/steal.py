@@ -51,13 +51,17 @@ make the rule safe again:
   token is written all work is done, and every index ran exactly once (each range
   leaves a deque exactly once, see the CAS argument in :mod:`~hetflow.runtime.deque`).
 
-Faults: when ``run_chunk`` or ``sync`` raises, the worker pushes every range it holds
-(the running one and, for a GPU, the launched but unsynchronised ones) back onto its own
-deque, bumps ``EPOCH``, marks itself dead, drops its hold, and leaves; the others steal
-its remaining chunks (even under ``schedule='static'``, where only dead workers' queues
-may be stolen from). Re-running a range that had partly run is harmless for the loops
-this serves (``forall`` kernels write ``out[i] = f(...)``), so the result is that of a
-single-device run. If every worker fails, :class:`~hetflow.errors.DeviceFailure` is raised.
+Faults: when ``run_chunk`` or ``sync`` raises, the worker asks its ``salvage`` (if it
+has one) how many of the ranges it holds, oldest first, landed all the same (a GPU whose
+stream still completes what was launched before the failing chunk); it counts those as
+run, pushes every other range it holds back onto its own deque, bumps ``EPOCH``, marks
+itself dead, drops its hold, and leaves; the others steal its remaining chunks (even
+under ``schedule='static'``, where only dead workers' queues may be stolen from). A range
+is re-run only if its results did not land, so a read-modify-write kernel
+(``out[i] += 1``) applies once per index: a GPU worker's results land at ``sync`` (see
+:mod:`hetflow.runtime.coexec`), and a CPU chunk that fails has not run (a fault of its
+kernel's code stops the loop instead, below). If every worker fails,
+:class:`~hetflow.errors.DeviceFailure` is raised.
 Only faults of the device are recovered so: an exception the kernel's own code raised
 (:class:`~hetflow.errors.KernelRaisedError`, or checked mode's
 :class:`~hetflow.errors.IndexOutOfBoundsError`) would raise on every device, so it stops
@@ -105,7 +109,9 @@ class Worker:
     if given, runs in the worker's thread before it takes any work (a GPU copying its
     data in); it should return early once ``stopped()`` says the loop is over, and if it
     raises, the worker fails and the others run its chunks. Meanwhile the other workers
-    steal from its deque.
+    steal from its deque. ``salvage()``, if given, is called after ``run_chunk`` or
+    ``sync`` raised: it returns how many of the ranges launched since the last ``sync``,
+    oldest first, completed and landed anyway (the others are re-run elsewhere).
     """
 
     name: str
@@ -116,6 +122,7 @@ class Worker:
     inflight: int = 1
     sync: Callable[[], object] | None = None
     setup: Callable[[Callable[[], bool]], object] | None = None
+    salvage: Callable[[], int] | None = None
 
     def __post_init__(self):
         if self.kind not in ("cpu", "gpu"):
@@ -473,12 +480,16 @@ class _Loop:
                                  f"{d.capacity} overflowed")
 
     def _fail(self, me, held, exc):
-        """Give the held ranges back, leave the loop, and let the others finish them;
-        an exception of the kernel's own code stops the loop instead (it is raised)."""
+        """Give back the held ranges whose results did not land, leave the loop, and let
+        the others finish them; an exception of the kernel's own code stops the loop
+        instead (it is raised)."""
         if isinstance(exc, _KERNEL_RAISED):
             raise exc
         w = self.workers[me]
-        ranges = [(lo, hi) for lo, hi, _, _ in held]
+        landed = w.salvage() if w.salvage is not None and held else 0
+        if landed:
+            self._log(me, self.logs[me], held[:landed], time.perf_counter())
+        ranges = [(lo, hi) for lo, hi, _, _ in held[landed:]]
         self._push_back(me, ranges)      # re-queue first, then die, then drop the hold
         _mark_dead(self.dead, me)
         self.logs[me].failed = True

@@ -1,0 +1,221 @@
+"""Co-execution under faults (issue 18 items 1-2, issue 16's fault test); oracle: NumPy.
+
+On cpu0 + the simulated gpu0, with a static split that gives the GPU several chunks:
+an output written only where a condition holds keeps its old values on the GPU's rows;
+a GPU that fails after some of its chunks landed has exactly the others re-run, so a
+read-modify-write kernel applies once per index; with coherent arrays (hetflow.array) a
+GPU failing mid-program loses no rows. Failures are injected where a device fails: a
+chunk's launch, or the wait for what the GPU was given (``sync``).
+"""
+import numpy as np
+import pytest
+
+import hetflow
+from hetflow import cshift, interior, project
+from hetflow.runtime import coexec
+
+pytestmark = pytest.mark.simgpu
+
+N = 512          # 8 simulated-GPU chunks of 64 rows at most
+
+
+@hetflow.kernel
+def keep_positive(i, x, out):
+    if x[i] > 0:
+        out[i] = x[i]
+
+
+@hetflow.kernel
+def bump(i, out):
+    out[i] = out[i] + 1.0
+
+
+@hetflow.kernel
+def bump_where(i, x, out):
+    if x[i] > 0:
+        out[i] = out[i] + x[i]
+
+
+@hetflow.kernel
+def scale_add(i, a, x, out):
+    out[i] = a * out[i] + x[i]
+
+
+class Fault(RuntimeError):
+    """The injected failure of a device."""
+
+
+def fail_gpu(monkeypatch, at: int, where: str = "run_chunk", every: bool = False):
+    """Make the co-executed GPU's ``at``-th call of ``where`` raise (and every later one,
+    with ``every``): a device lost after its earlier chunks ran."""
+    calls = {"n": 0}
+    original = getattr(coexec.GpuChunks, where)
+
+    def flaky(self, *args):
+        calls["n"] += 1
+        if calls["n"] == at or (every and calls["n"] > at):
+            raise Fault(f"GPU lost at {where} call {calls['n']}")
+        return original(self, *args)
+
+    monkeypatch.setattr(coexec.GpuChunks, where, flaky)
+    return calls
+
+
+def both(gpu_device, kernel, *args, shares=(0.1, 0.9), extent=N):
+    return hetflow.forall(extent, kernel, *args, device=["cpu0", gpu_device.id], schedule="static",
+                          shares=list(shares))
+
+
+def gpu_rows(report) -> int:
+    return sum(w.indices for w in report.workers if w.kind == "gpu")
+
+
+@pytest.mark.parametrize("coherent", [False, True])
+def test_conditional_writes_keep_old_values_on_gpu_rows(gpu_device, coherent):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(N)
+    old = rng.standard_normal(N)
+    out = hetflow.array(old) if coherent else old.copy()
+    report = both(gpu_device, keep_positive, x, out)
+    assert gpu_rows(report) > 0
+    np.testing.assert_array_equal(np.asarray(out), np.where(x > 0, x, old))
+
+
+def test_conditional_writes_through_a_view_keep_old_values(gpu_device):
+    x = np.random.default_rng(2).standard_normal((N + 2, 3))
+    old = np.arange((N + 2) * 3, dtype=np.float64).reshape(N + 2, 3)
+    out = old.copy()
+    report = both(gpu_device, keep_positive, project(interior(x, 1), 1, 0), project(interior(out, 1), 1, 0))
+    assert gpu_rows(report) > 0
+    want = old.copy()
+    want[1:-1, 1] = np.where(x[1:-1, 1] > 0, x[1:-1, 1], old[1:-1, 1])
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("coherent", [False, True])
+@pytest.mark.parametrize("at", [2, 4, 5])
+def test_read_modify_write_applies_once_when_the_gpu_fails_after_chunks_landed(gpu_device, monkeypatch,
+                                                                             coherent, at):
+    fail_gpu(monkeypatch, at)
+    start = np.arange(N, dtype=np.float64)
+    out = hetflow.array(start) if coherent else start.copy()
+    report = both(gpu_device, bump, out)
+    np.testing.assert_array_equal(np.asarray(out), start + 1)
+    assert report.failures and "GPU lost" in report.failures[0].error
+    assert sum(w.indices for w in report.workers) == N   # every index counted once
+
+
+@pytest.mark.parametrize("coherent", [False, True])
+def test_a_gpu_failing_at_sync_has_only_its_unfinished_chunks_re_run(gpu_device, monkeypatch, coherent):
+    fail_gpu(monkeypatch, 2, where="sync")
+    rng = np.random.default_rng(3)
+    x, start = rng.standard_normal(N), rng.standard_normal(N)
+    out = hetflow.array(start) if coherent else start.copy()
+    both(gpu_device, bump_where, x, out)
+    np.testing.assert_array_equal(np.asarray(out), np.where(x > 0, start + x, start))
+
+
+@pytest.mark.parametrize("where,at", [("run_chunk", 2), ("run_chunk", 4), ("sync", 1)])
+def test_rows_resident_only_on_a_failing_gpu_are_neither_lost_nor_applied_twice(gpu_device, monkeypatch,
+                                                                               where, at):
+    start = np.arange(N, dtype=np.float64)
+    out = hetflow.array(start)
+    hetflow.forall(N, bump, out, device=gpu_device.id)       # current on the GPU alone now
+    assert out.valid == (gpu_device.id,)
+    fail_gpu(monkeypatch, at, where)
+    report = both(gpu_device, bump, out)
+    assert report.failures
+    np.testing.assert_array_equal(out.numpy(), start + 2)
+
+
+def test_a_dead_gpu_holding_the_only_copy_of_rows_it_was_updating_says_they_are_lost(gpu_device, monkeypatch):
+    out = hetflow.array(np.zeros(N))
+    hetflow.forall(N, bump, out, device=gpu_device.id)
+    fail_gpu(monkeypatch, 1, where="sync", every=True)     # it never completes anything again
+    with pytest.raises(hetflow.DeviceFailure, match=r"rows \[\(51, 179\)\] were current only on gpu0, which failed"):
+        both(gpu_device, bump, out)
+
+
+def test_a_dead_gpu_loses_nothing_that_is_current_elsewhere(gpu_device, monkeypatch):
+    start = np.arange(N, dtype=np.float64)
+    out = hetflow.array(start)
+    fail_gpu(monkeypatch, 1, where="sync", every=True)
+    report = both(gpu_device, bump, out)
+    assert report.failures and gpu_rows(report) == 0
+    np.testing.assert_array_equal(out.numpy(), start + 1)
+    assert gpu_device.id not in out.valid
+
+
+@hetflow.kernel
+def bump_both(i, out, v):
+    out[i] = out[i] + 1.0
+    v[i] = v[i] + 2.0
+
+
+def test_a_gpu_dying_before_its_results_come_home_has_them_re_run_once(gpu_device, monkeypatch):
+    def lost(self, ranges):
+        raise Fault("GPU lost before the merge")
+
+    monkeypatch.setattr(coexec.GpuChunks, "merge_back", lost)
+    out = np.arange(N, dtype=np.float64)
+    u = np.arange((N + 2) * 3, dtype=np.float64).reshape(N + 2, 3)
+    want_out, want_u = out + 1, u.copy()
+    want_u[1:-1, 1] += 2
+    report = both(gpu_device, bump_both, out, project(interior(u, 1), 1, 0))   # a plain array and a view
+    assert gpu_rows(report) > 0
+    np.testing.assert_array_equal(out, want_out)
+    np.testing.assert_array_equal(u, want_u)
+
+
+@hetflow.kernel
+def heat(i, j, new, c, n, s, w, e):
+    new[i, j] = c[i, j] + 0.1 * (n[i, j] + s[i, j] + w[i, j] + e[i, j] - 4.0 * c[i, j])
+
+
+@hetflow.kernel
+def relax(i, j, u):
+    u[i, j] = 0.75 * u[i, j] + 0.5
+
+
+def program(u, v, steps, device):
+    """``steps`` heat steps (``u`` into ``v``, then swapped), each followed by an update
+    in place; on hetflow arrays. Returns the last grid."""
+    split = {"schedule": "static", "shares": [0.25, 0.75]} if len(device) > 1 else {}
+    for _ in range(steps):
+        hetflow.forall((u.shape[0] - 2, u.shape[1] - 2), heat, interior(v, 1), interior(u, 1),
+                       interior(cshift(u, 0, -1), 1), interior(cshift(u, 0, 1), 1),
+                       interior(cshift(u, 1, -1), 1), interior(cshift(u, 1, 1), 1), device=device, **split)
+        hetflow.forall(v.shape, relax, v, device=device, **split)
+        u, v = v, u
+    return u
+
+
+# The GPU's 13th chunk and 8th sync are in the second in-place update, with a chunk of
+# it already run; its 21st chunk is in the third.
+@pytest.mark.parametrize("where,at,every", [("run_chunk", 13, False), ("sync", 8, False),
+                                            ("run_chunk", 13, True), ("run_chunk", 21, False)])
+def test_a_gpu_failing_mid_program_loses_no_data(gpu_device, monkeypatch, where, at, every):
+    """Issue 16: a program of launches over coherent arrays on cpu0 + gpu0, the GPU
+    failing in a middle one (for good, with ``every``), gives the single-device grid."""
+    grid = np.random.default_rng(5).random((66, 6))
+    want = program(hetflow.array(grid), hetflow.array(grid), 3, ["cpu0"]).numpy()
+    u, v = hetflow.array(grid), hetflow.array(grid)
+    calls = fail_gpu(monkeypatch, at, where, every)
+    got = program(u, v, 3, ["cpu0", gpu_device.id])
+    assert calls["n"] >= at
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_a_merge_that_cannot_be_redone_from_the_host_is_named_not_applied_twice(gpu_device, monkeypatch):
+    def lost(self, ranges):
+        raise Fault("GPU lost before the merge")
+
+    start = np.arange(N, dtype=np.float64)
+    out = hetflow.array(start)
+    hetflow.forall(N, bump, out, device=gpu_device.id)       # the only current copy is the GPU's
+    monkeypatch.setattr(coexec.GpuChunks, "merge_back", lost)
+    u = np.zeros((N + 2, 3))
+    with pytest.raises(hetflow.DeviceFailure, match=r"cannot re-run rows \[\(51, 512\)\] on cpu0: rows "
+                                                    r"\[\(51, 512\)\] of <hetflow Buffer .* updated in place"):
+        both(gpu_device, bump_both, out, project(interior(u, 1), 1, 0))
+    np.testing.assert_array_equal(out.numpy(), start + 2)      # each row's update landed once

@@ -1,0 +1,43 @@
+"""Co-execution under faults on a real GPU (issue 18 items 1-2); oracle: NumPy.
+
+The simulator's tests (test_coexec_faults.py) count its small chunks; here the arrays
+are large enough for a real GPU to run several chunks of its share.
+"""
+import numpy as np
+import pytest
+
+import hetflow
+from test_coexec_faults import bump, fail_gpu, keep_positive
+
+pytestmark = pytest.mark.gpu
+
+N = 1 << 23     # about 15 chunks of an H100's (132 SMs x 32 x 32 x 4 rows)
+
+
+def both(gpu_device, kernel, *args):
+    return hetflow.forall(N, kernel, *args, device=["cpu0", gpu_device.id], schedule="static",
+                          shares=[0.1, 0.9])
+
+
+@pytest.mark.parametrize("coherent", [False, True])
+def test_conditional_writes_keep_old_values(gpu_device, coherent):
+    rng = np.random.default_rng(1)
+    x, old = rng.standard_normal(N), rng.standard_normal(N)
+    out = hetflow.array(old) if coherent else old.copy()
+    report = both(gpu_device, keep_positive, x, out)
+    assert sum(w.indices for w in report.workers if w.kind == "gpu") > 0
+    np.testing.assert_array_equal(np.asarray(out), np.where(x > 0, x, old))
+
+
+@pytest.mark.parametrize("kind", ["numpy", "array", "resident"])
+@pytest.mark.parametrize("where,at", [("run_chunk", 4), ("sync", 2)])
+def test_read_modify_write_applies_once_when_the_gpu_fails(gpu_device, monkeypatch, kind, where, at):
+    start = np.arange(N, dtype=np.float64)
+    out = start.copy() if kind == "numpy" else hetflow.array(start)
+    if kind == "resident":
+        hetflow.forall(N, bump, out, device=gpu_device.id)   # current on the GPU alone
+        start = start + 1
+    calls = fail_gpu(monkeypatch, at, where)
+    report = both(gpu_device, bump, out)
+    assert calls["n"] >= at and report.failures
+    np.testing.assert_array_equal(np.asarray(out), start + 1)

@@ -418,7 +418,7 @@ class Queue:
         for lane in core.lanes:
             s = sched.sampler.sample(lane.device, lane.running)
             out[lane.device.id] = dict(running=lane.running, queued=len(lane.heap), slots=lane.slots,
-                                       busy=sched.busy(lane), utilisation=s.utilisation,
+                                       busy=sched.busy(lane), utilization=s.utilization,
                                        others=s.others, memory_used=s.memory_used,
                                        memory_total=s.memory_total)
         return out

@@ -41,7 +41,7 @@ from ..errors import HetflowTimeoutError, KernelArgumentError, KernelError, Queu
 from ..kernels.kernel import Kernel
 from ..platform.context import Context
 from ..platform.devices import Device
-from . import coexec, cpu, gpu, status
+from . import coexec, cpu, gpu, staging, status
 from .buffers import Buffer, acquired, wrote
 from .deps import READ, WRITE, accesses, check_cycle_locked, depend_locked, track_locked, untrack_locked
 from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locked, settle_locked,
@@ -335,7 +335,7 @@ def _run_whole(launch, device, work: int) -> tuple:
         if work <= cpu.INLINE_LIMIT or device.compute_units <= 1 or rows <= 1:
             return 1, 1
         return min(numba.get_num_threads(), rows), 1
-    gpu.run(launch)
+    staging.run(launch)
     return gpu.launch_config(device, launch.extent[0], launch.inner)
 
 

@@ -17,7 +17,7 @@ from ..ir.capture import current_graph
 from ..platform.context import Context
 from ..platform.devices import Device, cpu_device, devices, find_devices, get_device
 from ..platform.matching import LogicalDevice
-from . import cpu, gpu
+from . import cpu, gpu, staging
 from .buffers import acquired, wrote
 from .launch import bind, is_device_array
 from .report import LaunchReport
@@ -82,7 +82,7 @@ def run_on(launch, wait: bool = False) -> LaunchReport:
     if dev.kind == "cpu":
         pieces = cpu.run(launch, dev.compute_units)
     else:
-        gpu.run(launch)
+        staging.run(launch)
         if wait and not dev.simulated:
             gpu.synchronize(dev)
     report = LaunchReport(launch.extent[0], dev, perf_counter() - t0, pieces)

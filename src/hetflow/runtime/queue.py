@@ -40,7 +40,7 @@ from ..errors import HetflowTimeoutError, KernelArgumentError, KernelError, Queu
 from ..kernels.kernel import Kernel
 from ..platform.context import Context
 from ..platform.devices import Device
-from . import coexec, cpu, gpu, status
+from . import coexec, cpu, gpu, staging, status
 from .buffers import Buffer, acquired, wrote
 from .deps import READ, WRITE, accesses, check_cycle_locked, depend_locked, track_locked, untrack_locked
 from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locked, settle_locked,
@@ -329,7 +329,7 @@ def _run_whole(launch, device) -> tuple:
     """Run the whole launch; return the (blocks, threads) it used."""
     if device.kind == "cpu":
         return len(cpu.run(launch, device.compute_units)), 1
-    gpu.run(launch)
+    staging.run(launch)
     return gpu.launch_config(device, launch.extent[0], launch.inner)
 
 
@@ -412,7 +412,7 @@ class Queue:
         for lane in core.lanes:
             s = sched.sampler.sample(lane.device, lane.running)
             out[lane.device.id] = dict(running=lane.running, queued=len(lane.heap), slots=lane.slots,
-                                       busy=sched.busy(lane), utilisation=s.utilisation,
+                                       busy=sched.busy(lane), utilization=s.utilization,
                                        others=s.others, memory_used=s.memory_used,
                                        memory_total=s.memory_total)
         return out

@@ -197,15 +197,20 @@ def _alone(model, key, targets, counts, rows):
     """The device to run the launch alone on instead of co-executing, when the history says
     it finishes sooner than all of them together plus what co-execution costs beyond the
     work (a short memory-bound loop on a GPU: thread hand-offs outlast the loop); else None.
-    A device's time alone comes from its launches alone: its rate in co-execution, in
-    chunks, undersells a GPU that runs a whole launch at once; so each device runs one
-    launch alone first, once co-execution has shown its cost."""
+    A GPU's time alone comes from its launches alone: its rate in co-execution, in
+    chunks, undersells a GPU that runs a whole launch at once; so each GPU runs one
+    launch alone first, once co-execution has shown its cost. A CPU's comes from its
+    launches alone once it ran some, before that from its workers' rate together (running
+    it alone just to learn would compile its whole-launch entry and take the CPU's time)."""
     names = [_device_key(d) for d in targets]
     rates = model.throughputs(key, names)
     overhead = model.overhead(key)
     if overhead is None or not all(rates):
         return None  # co-execute: that is how rates and overhead are learnt
-    solo = model.throughputs(key, [name + ALONE for name in names])
+    # A CPU alone runs as its workers do together: its rate in co-execution tells it. A
+    # GPU alone must be measured once (a first launch there also compiles nothing new).
+    solo = [s if s is not None or d.kind != "cpu" else r * c for d, s, r, c in
+            zip(targets, model.throughputs(key, [name + ALONE for name in names]), rates, counts)]
     if not all(solo):
         return targets[solo.index(None)]
     alone = [rows / r for r in solo]

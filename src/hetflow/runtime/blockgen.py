@@ -16,6 +16,7 @@ a block row segment by row segment, dividing once per row rather than per elemen
 from __future__ import annotations
 
 import functools
+import textwrap
 
 from ..kernels import Kernel
 
@@ -236,3 +237,101 @@ def keys(rank: int, key: Kernel) -> Kernel:
     idx = ", ".join(_idx("i", rank))
     return _build(f"hf_keys_{key.name}_{rank}d",
                   [f"def keys({idx}, x, out):", f"    out[{idx}] = __hf_key(x[{idx}])"], {"__hf_key": key})
+
+
+# -- map-reduce ---------------------------------------------------------------------------------
+# The user's kernel becomes a closure ``__hf_map`` over the index inside the block kernel,
+# whose parameters carry the user's own names: views among them are then lowered in its
+# body as in any kernel. Every name the block kernel adds starts with ``__hf_``, so that
+# none can shadow one of the user's.
+def _body(kernel: Kernel) -> str:
+    """The statements of ``kernel``'s function, dedented (a body on the ``def`` line too)."""
+    fdef, lines = kernel.definition, kernel.source.text.splitlines()
+    first = fdef.body[0]
+    text = [" " * first.col_offset + lines[first.lineno - 1][first.col_offset:],
+            *lines[first.lineno:fdef.end_lineno]]
+    return textwrap.dedent("\n".join(text))
+
+
+def _map_fold(rank: int, fields: int, acc: str | None, lanes: bool) -> list[str]:
+    """Lines folding ``__hf_map`` over flat indices ``[__hf_lo, __hf_hi)`` into ``__hf_acc``."""
+    at = lambda col: f"__hf_map({', '.join([*_idx('__hf_i', rank - 1), col])})"  # noqa: E731
+    cast = (lambda e: _cast(acc, e)) if fields == 0 else (lambda e: e)
+    names = _idx("__hf_f", rank)
+    if rank > 1:  # decompose __hf_lo into the first index
+        lines = ["    __hf_t = __hf_lo", *(line for d in range(rank - 1, 0, -1) for line in (
+            f"    {names[d]} = __hf_t % __hf_d{d}", f"    __hf_t = __hf_t // __hf_d{d}")),
+            f"    {names[0]} = __hf_t"]
+    else:
+        lines = [f"    {names[0]} = __hf_lo"]
+    first = f"__hf_map({', '.join(names)})"
+    lines.append(f"    __hf_acc = {cast(first)}")
+    step = "__hf_acc = __hf_op(__hf_acc, {})"
+    if rank == 1:
+        body = [f"    for __hf_j in range(__hf_lo + 1, __hf_hi):", f"        {step.format(at('__hf_j'))}"]
+        if lanes:
+            body = [
+                "    if __hf_hi - __hf_lo >= 9:",
+                *(f"        __hf_l{q} = {cast(at(f'__hf_lo + {q + 1}'))}" for q in range(4)),
+                "        __hf_j = __hf_lo + 5",
+                "        while __hf_j + 4 <= __hf_hi:",
+                *(f"            __hf_l{q} = __hf_op(__hf_l{q}, {at(f'__hf_j + {q}')})" for q in range(4)),
+                "            __hf_j += 4",
+                "        __hf_acc = __hf_op(__hf_acc, __hf_op(__hf_op(__hf_l0, __hf_l1), __hf_op(__hf_l2, __hf_l3)))",
+                "        for __hf_jj in range(__hf_j, __hf_hi):",
+                f"            {step.format(at('__hf_jj'))}",
+                "    else:",
+                *("    " + b for b in body),
+            ]
+        return lines + body
+    last = f"__hf_d{rank - 1}"
+    return lines + [
+        "    __hf_k = __hf_lo + 1",
+        "    while __hf_k < __hf_hi:",
+        f"        __hf_r = __hf_k // {last}",
+        f"        __hf_j0 = __hf_k - __hf_r * {last}",
+        f"        __hf_j1 = __hf_j0 + (__hf_hi - __hf_k)",
+        f"        if __hf_j1 > {last}:",
+        f"            __hf_j1 = {last}",
+        "        __hf_t = __hf_r",
+        *(line for d in range(rank - 2, 0, -1) for line in (
+            f"        __hf_i{d} = __hf_t % __hf_d{d}", f"        __hf_t = __hf_t // __hf_d{d}")),
+        "        __hf_i0 = __hf_t",
+        "        for __hf_j in range(__hf_j0, __hf_j1):",
+        f"            {step.format(at('__hf_j'))}",
+        "        __hf_k += __hf_j1 - __hf_j0",
+    ]
+
+
+@functools.lru_cache(maxsize=256)
+def map_blocks(kernel: Kernel, rank: int, op: Kernel, fields: int, acc: str | None, lanes: bool) -> Kernel:
+    """``p[b]`` = the fold by ``op`` of ``kernel``'s values at the flat indices of block
+    ``b`` (a rank-``rank`` extent read in C order); ``fields``: 0 for a scalar value, else
+    the length of the tuple it returns, stored field by field in ``p0``, ``p1``, ...
+    ``lanes`` (commutative ops, rank 1): four interleaved chains, as ``reduce_blocks``."""
+    index, data = kernel.params[:rank], kernel.params[rank:]
+    outs = [f"__hf_p{f}" for f in range(max(fields, 1))]
+    params = ["__hf_b", *data, "__hf_size", "__hf_block", *(f"__hf_d{d}" for d in range(1, rank)), *outs]
+    store = ([f"    __hf_p0[__hf_b] = __hf_acc"] if fields == 0 else
+             [f"    __hf_p{f}[__hf_b] = __hf_acc[{f}]" for f in range(fields)])
+    lines = [
+        f"def map_blocks({', '.join(params)}):",
+        f"    def __hf_map({', '.join(index)}):",
+        textwrap.indent(_body(kernel), "        "),
+        "    __hf_lo = __hf_b * __hf_block",
+        # No call is handed a parameter: the access analysis would count it as written.
+        "    __hf_hi = __hf_lo + __hf_block",
+        "    if __hf_hi > __hf_size:",
+        "        __hf_hi = __hf_size",
+        *_map_fold(rank, fields, acc, lanes),
+        *store,
+    ]
+    return _build(f"hf_mapreduce_{kernel.name}_{op.name}_{rank}d", lines, {**kernel.namespace(), "__hf_op": op})
+
+
+@functools.lru_cache(maxsize=64)
+def gather(fields: int) -> Kernel:
+    """``gather(i, p0, ...)``: the partial result at ``i``, a map kernel folding partials."""
+    ps = [f"p{f}" for f in range(max(fields, 1))]
+    value = "p0[i]" if fields == 0 else "(" + "".join(f"{p}[i], " for p in ps) + ")"
+    return _build(f"hf_gather_{fields}", [f"def gather(i, {', '.join(ps)}):", f"    return {value}"], {})

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import operator
 
 import numpy as np
@@ -25,6 +26,7 @@ from ..errors import KernelArgumentError, ShapeError
 from ..index import views as _views
 from ..index.arrays import array_module
 from ..ir.capture import current_graph
+from ..kernels import Kernel
 from . import binops, blockgen
 from .cpu import INLINE_LIMIT
 from .forall import forall, resolve_devices
@@ -141,8 +143,12 @@ def _fold_all(x, op, acc, device, xp):
 
 
 # -- reduce ---------------------------------------------------------------------------------
-def reduce(x, op, axis=None, device=None, *, commutative=True, identity=None):
-    """Combine the elements of ``x`` with ``op``: all of them (``axis=None``) or along ``axis``.
+def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=True, identity=None):
+    """Combine the elements of ``x`` with ``op``: all of them (``axis=None``) or along
+    ``axis``; or, as ``reduce(extent, kernel, *args, op="sum")``, combine the values a
+    kernel returns at every index of ``extent``, in one pass (:mod:`.mapreduce`).
+
+    Array form: ``reduce(x, op, axis=None, device=None)``, ``op`` also by keyword.
 
     ``x``: a NumPy or CuPy array, or a view of one. ``op``: 'sum', 'prod', 'min', 'max',
     'and', 'or', 'xor' (logical on bools, bitwise on integers; floats are refused), or a
@@ -163,9 +169,27 @@ def reduce(x, op, axis=None, device=None, *, commutative=True, identity=None):
     No input is copied: views are lowered into the generated kernel (they never go
     through NumPy), and a GPU device given host data copies it to the GPU once.
 
+    Kernel form: ``kernel(i, *args)`` (one index parameter per dimension of ``extent``)
+    returns a number, a bool or a tuple of them; nothing is stored but one partial per
+    block. Built-in ops take numbers and bools; tuples need a user op of two tuples
+    (``hetflow.library.minloc`` and ``maxloc`` for ``(value, index)`` pairs). Returns a
+    NumPy scalar, or a tuple of them. ``device`` may name several devices: the blocks
+    are then co-executed as a ``forall`` (each exactly once) and their partials folded
+    in index order.
+
     Inside ``with hetflow.graph()`` the reduction is recorded, not run: the result is
     a handle, readable after ``g.run()``.
     """
+    if isinstance(what, Kernel) and _is_extent(x):
+        return _kernel_form(x, what, args, op, axis, device, commutative, identity)
+    if what is not None:
+        if op is not None:
+            raise KernelArgumentError(f"reduce: op given twice ({what!r} and op={op!r})")
+        op = what
+    if len(args) > 2:
+        raise KernelArgumentError(f"reduce(x, op, axis, device) takes at most 4 positional arguments; "
+                                  f"got {2 + len(args)} (for a kernel, give an extent first)")
+    axis, device = (*args, axis, device)[:2] if args else (axis, device)
     g = current_graph()
     if g is not None:
         binops.resolve(op, commutative)  # a bad op fails here, not when the graph runs
@@ -194,6 +218,26 @@ def reduce(x, op, axis=None, device=None, *, commutative=True, identity=None):
         if result is not None:
             return result
     return _compiled_reduce(x, op, dtype, axis, dev)
+
+
+def _is_extent(x) -> bool:
+    """An int or a tuple of them: the extent of the kernel form, never an operand."""
+    return isinstance(x, numbers.Integral) or (type(x) is tuple and all(isinstance(e, numbers.Integral) for e in x))
+
+
+def _kernel_form(extent, kernel, args, op, axis, device, commutative, identity):
+    if axis is not None:
+        raise KernelArgumentError("reduce(extent, kernel, ...) folds every index of the extent; "
+                                  "axis= is for the array form")
+    op = "sum" if op is None else op
+    g = current_graph()
+    if g is not None:
+        binops.resolve(op, commutative)
+        return g.record("reduce", fn=reduce, args=(extent, kernel, *args), kwargs=dict(
+            op=op, device=device, commutative=commutative, identity=identity))
+    from .mapreduce import map_reduce  # it builds on this module
+
+    return map_reduce(extent, kernel, args, op, device, commutative, identity)
 
 
 def _scalar(value, x):

@@ -244,7 +244,7 @@ def keys(rank: int, key: Kernel) -> Kernel:
 # whose parameters carry the user's own names: views among them are then lowered in its
 # body as in any kernel. Every name the block kernel adds starts with ``__hf_``, so that
 # none can shadow one of the user's.
-def _body(kernel: Kernel) -> str:
+def kernel_body(kernel: Kernel) -> str:
     """The statements of ``kernel``'s function, dedented (a body on the ``def`` line too)."""
     fdef, lines = kernel.definition, kernel.source.text.splitlines()
     first = fdef.body[0]
@@ -317,7 +317,7 @@ def map_blocks(kernel: Kernel, rank: int, op: Kernel, fields: int, acc: str | No
     lines = [
         f"def map_blocks({', '.join(params)}):",
         f"    def __hf_map({', '.join(index)}):",
-        textwrap.indent(_body(kernel), "        "),
+        textwrap.indent(kernel_body(kernel), "        "),
         "    __hf_lo = __hf_b * __hf_block",
         # No call is handed a parameter: the access analysis would count it as written.
         "    __hf_hi = __hf_lo + __hf_block",

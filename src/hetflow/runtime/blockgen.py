@@ -30,16 +30,18 @@ def _dims(rank: int) -> list[str]:
     return [f"d{d}" for d in range(1, rank)]
 
 
-def _decompose(flat: str, names: list[str], indent: str) -> list[str]:
-    """Lines setting ``names`` (C order, extents d1..) to the multi-index of ``flat``."""
+def _decompose(flat: str, names: list[str], indent: str, prefix: str = "") -> list[str]:
+    """Lines setting ``names`` (C order, extents d1..) to the multi-index of ``flat``
+    (the temporary and the extents named with ``prefix``)."""
     n = len(names)
     if n == 1:
         return [f"{indent}{names[0]} = {flat}"]
-    lines = [f"{indent}t = {flat}"]
+    t = f"{prefix}t"
+    lines = [f"{indent}{t} = {flat}"]
     for d in range(n - 1, 0, -1):
-        lines.append(f"{indent}{names[d]} = t % d{d}")
-        lines.append(f"{indent}t = t // d{d}")
-    lines.append(f"{indent}{names[0]} = t")
+        lines.append(f"{indent}{names[d]} = {t} % {prefix}d{d}")
+        lines.append(f"{indent}{t} = {t} // {prefix}d{d}")
+    lines.append(f"{indent}{names[0]} = {t}")
     return lines
 
 
@@ -253,80 +255,85 @@ def kernel_body(kernel: Kernel) -> str:
     return textwrap.dedent("\n".join(text))
 
 
-def _map_fold(rank: int, fields: int, acc: str | None, lanes: bool) -> list[str]:
-    """Lines folding ``__hf_map`` over flat indices ``[__hf_lo, __hf_hi)`` into ``__hf_acc``."""
-    at = lambda col: f"__hf_map({', '.join([*_idx('__hf_i', rank - 1), col])})"  # noqa: E731
+def _map_fold(rank: int, fields: int, acc: str | None, mode: str) -> list[str]:
+    """Lines folding ``__hf_map`` over the block's flat indices into ``__hf_acc``: for
+    ``mode`` 'ordered' or 'lanes' (four interleaved chains, rank 1) the range
+    ``[__hf_lo, __hf_hi)``; for 'strided', ``__hf_b, __hf_b + __hf_block, ...``."""
+    at = lambda names: f"__hf_map({', '.join(names)})"  # noqa: E731
     cast = (lambda e: _cast(acc, e)) if fields == 0 else (lambda e: e)
-    names = _idx("__hf_f", rank)
-    if rank > 1:  # decompose __hf_lo into the first index
-        lines = ["    __hf_t = __hf_lo", *(line for d in range(rank - 1, 0, -1) for line in (
-            f"    {names[d]} = __hf_t % __hf_d{d}", f"    __hf_t = __hf_t // __hf_d{d}")),
-            f"    {names[0]} = __hf_t"]
-    else:
-        lines = [f"    {names[0]} = __hf_lo"]
-    first = f"__hf_map({', '.join(names)})"
-    lines.append(f"    __hf_acc = {cast(first)}")
     step = "__hf_acc = __hf_op(__hf_acc, {})"
+    idx = _idx("__hf_i", rank)
+    if mode == "strided":
+        return [*_decompose("__hf_b", idx, "    ", "__hf_"), f"    __hf_acc = {cast(at(idx))}",
+                "    __hf_k = __hf_b + __hf_block",
+                "    while __hf_k < __hf_size:",
+                *_decompose("__hf_k", idx, "        ", "__hf_"),
+                f"        {step.format(at(idx))}",
+                "        __hf_k += __hf_block"]
+    lines = [*_decompose("__hf_lo", idx, "    ", "__hf_"), f"    __hf_acc = {cast(at(idx))}"]
     if rank == 1:
-        body = [f"    for __hf_j in range(__hf_lo + 1, __hf_hi):", f"        {step.format(at('__hf_j'))}"]
-        if lanes:
+        body = ["    for __hf_j in range(__hf_lo + 1, __hf_hi):", f"        {step.format(at(['__hf_j']))}"]
+        if mode == "lanes":
             body = [
                 "    if __hf_hi - __hf_lo >= 9:",
-                *(f"        __hf_l{q} = {cast(at(f'__hf_lo + {q + 1}'))}" for q in range(4)),
+                *(f"        __hf_l{q} = {cast(at([f'__hf_lo + {q + 1}']))}" for q in range(4)),
                 "        __hf_j = __hf_lo + 5",
                 "        while __hf_j + 4 <= __hf_hi:",
-                *(f"            __hf_l{q} = __hf_op(__hf_l{q}, {at(f'__hf_j + {q}')})" for q in range(4)),
+                *(f"            __hf_l{q} = __hf_op(__hf_l{q}, {at([f'__hf_j + {q}'])})" for q in range(4)),
                 "            __hf_j += 4",
                 "        __hf_acc = __hf_op(__hf_acc, __hf_op(__hf_op(__hf_l0, __hf_l1), __hf_op(__hf_l2, __hf_l3)))",
                 "        for __hf_jj in range(__hf_j, __hf_hi):",
-                f"            {step.format(at('__hf_jj'))}",
+                f"            {step.format(at(['__hf_jj']))}",
                 "    else:",
                 *("    " + b for b in body),
             ]
         return lines + body
     last = f"__hf_d{rank - 1}"
-    return lines + [
+    return lines + [  # row segment by row segment: one division per row, not per element
         "    __hf_k = __hf_lo + 1",
         "    while __hf_k < __hf_hi:",
         f"        __hf_r = __hf_k // {last}",
         f"        __hf_j0 = __hf_k - __hf_r * {last}",
-        f"        __hf_j1 = __hf_j0 + (__hf_hi - __hf_k)",
+        "        __hf_j1 = __hf_j0 + (__hf_hi - __hf_k)",
         f"        if __hf_j1 > {last}:",
         f"            __hf_j1 = {last}",
-        "        __hf_t = __hf_r",
-        *(line for d in range(rank - 2, 0, -1) for line in (
-            f"        __hf_i{d} = __hf_t % __hf_d{d}", f"        __hf_t = __hf_t // __hf_d{d}")),
-        "        __hf_i0 = __hf_t",
+        *_decompose("__hf_r", idx[:-1], "        ", "__hf_"),
         "        for __hf_j in range(__hf_j0, __hf_j1):",
-        f"            {step.format(at('__hf_j'))}",
+        f"            {step.format(at([*idx[:-1], '__hf_j']))}",
         "        __hf_k += __hf_j1 - __hf_j0",
     ]
 
 
 @functools.lru_cache(maxsize=256)
-def map_blocks(kernel: Kernel, rank: int, op: Kernel, fields: int, acc: str | None, lanes: bool) -> Kernel:
+def map_blocks(kernel: Kernel, rank: int, op: Kernel, fields: int, acc: str | None, mode: str) -> Kernel:
     """``p[b]`` = the fold by ``op`` of ``kernel``'s values at the flat indices of block
     ``b`` (a rank-``rank`` extent read in C order); ``fields``: 0 for a scalar value, else
     the length of the tuple it returns, stored field by field in ``p0``, ``p1``, ...
-    ``lanes`` (commutative ops, rank 1): four interleaved chains, as ``reduce_blocks``."""
+    ``mode`` (see ``_map_fold``): 'ordered'; for commutative ops 'lanes' (CPU, rank 1)
+    or 'strided' (GPU: neighbouring threads read neighbouring elements), where
+    ``block`` is the stride."""
     index, data = kernel.params[:rank], kernel.params[rank:]
     outs = [f"__hf_p{f}" for f in range(max(fields, 1))]
     params = ["__hf_b", *data, "__hf_size", "__hf_block", *(f"__hf_d{d}" for d in range(1, rank)), *outs]
-    store = ([f"    __hf_p0[__hf_b] = __hf_acc"] if fields == 0 else
+    store = (["    __hf_p0[__hf_b] = __hf_acc"] if fields == 0 else
              [f"    __hf_p{f}[__hf_b] = __hf_acc[{f}]" for f in range(fields)])
-    lines = [
-        f"def map_blocks({', '.join(params)}):",
-        f"    def __hf_map({', '.join(index)}):",
-        textwrap.indent(kernel_body(kernel), "        "),
+    bounds = [] if mode == "strided" else [
         "    __hf_lo = __hf_b * __hf_block",
         # No call is handed a parameter: the access analysis would count it as written.
         "    __hf_hi = __hf_lo + __hf_block",
         "    if __hf_hi > __hf_size:",
         "        __hf_hi = __hf_size",
-        *_map_fold(rank, fields, acc, lanes),
+    ]
+    lines = [
+        f"def map_blocks({', '.join(params)}):",
+        f"    def __hf_map({', '.join(index)}):",
+        textwrap.indent(kernel_body(kernel), "        "),
+        *bounds,
+        *_map_fold(rank, fields, acc, mode),
         *store,
     ]
-    return _build(f"hf_mapreduce_{kernel.name}_{op.name}_{rank}d", lines, {**kernel.namespace(), "__hf_op": op})
+    return _build(f"hf_mapreduce_{kernel.name}_{op.name}_{rank}d_{mode}", lines,
+                  {**kernel.namespace(), "__hf_op": op})
 
 
 @functools.lru_cache(maxsize=64)

@@ -80,8 +80,12 @@ def _fold_level(kernel, ext, args, op, fields, dtypes, cast, targets):
     nblocks, block = block_plan(size, targets[0] if len(targets) == 1 else cpu_device())
     xp = next((array_module(a) for a in args if is_device_array(a)), np) if len(targets) == 1 else np
     parts = [xp.empty(nblocks, d) for d in dtypes]
-    lanes = op.commutative and len(ext) == 1
-    gen = blockgen.map_blocks(kernel, len(ext), op.kernel, fields, cast, lanes)
+    mode = "ordered"
+    if op.commutative and len(targets) == 1 and targets[0].kind == "gpu" and nblocks > 1:
+        mode, block = "strided", nblocks
+    elif op.commutative and len(ext) == 1:
+        mode = "lanes"
+    gen = blockgen.map_blocks(kernel, len(ext), op.kernel, fields, cast, mode)
     forall(nblocks, gen, *args, size, block, *ext[1:], *parts, device=list(targets))
     return parts
 

@@ -37,7 +37,7 @@ from ..platform.devices import cpu_device
 from ..platform.repository import repository
 from . import binops, blockgen
 from .forall import forall, resolve_devices
-from .launch import is_device_array, normalize_extent
+from .launch import _arg_key as arg_key, is_device_array, normalize_extent
 from .reductions import block_plan
 
 
@@ -123,10 +123,10 @@ _value_types: dict[tuple, object] = {}
 def value_types(kernel: Kernel, args, rank: int):
     """The dtype of ``kernel``'s value for these arguments, or a tuple of dtypes for a
     kernel returning tuples: its body typed by Numba for the arguments' types."""
-    sig = (types.intp,) * rank + tuple(_numba_type(a) for a in args)
-    key = (kernel.source_hash, sig)
+    key = (kernel, rank, *map(_type_key, args))  # cheap: Numba's typeof costs ~20 us an array
     found = _value_types.get(key)
     if found is None:
+        sig = (types.intp,) * rank + tuple(_numba_type(a) for a in args)
         fn = repository().device_function(kernel, cpu_device())
         try:
             fn.compile(sig)
@@ -135,6 +135,13 @@ def value_types(kernel: Kernel, args, rank: int):
                                      f"{sig[rank:]}: {exc}") from None
         found = _value_types[key] = _dtypes(kernel, fn.overloads[sig].signature.return_type)
     return found
+
+
+def _type_key(a):
+    """What decides ``a``'s Numba type (a view's: its element type and rank)."""
+    if _views.is_view(a):
+        return "view", np.dtype(a.dtype), len(a.shape)
+    return arg_key(a)
 
 
 def _numba_type(a):

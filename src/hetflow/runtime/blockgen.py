@@ -175,12 +175,14 @@ def reduce_axis(rank: int, axis: int, op: Kernel, acc: str | None, lanes: bool =
 
 
 @functools.lru_cache(maxsize=256)
-def scan_blocks(rank: int, op: Kernel, acc: str | None, inclusive: bool) -> Kernel:
+def scan_blocks(rank: int, op: Kernel, acc: str | None, inclusive: bool, rows: bool = False) -> Kernel:
     """Second pass of the block scan: block ``b`` starts from ``carry[b-1]`` (the fold of
-    all earlier blocks) and writes its prefixes to the flat ``out``. Exclusive scans
-    start block 0 from ``init`` and write each prefix before combining the element."""
+    all earlier blocks) and writes its prefixes to the flat ``out`` (``rows``: to row
+    ``b`` of a 2-D ``out``). Exclusive scans start block 0 from ``init`` and write each
+    prefix before combining the element."""
     params = ["b", "x", "size", "block", *_dims(rank), "carry", *([] if inclusive else ["init"]), "out"]
     first = _idx("f", rank)
+    at = (lambda flat: f"out[b, {flat} - lo]") if rows else (lambda flat: f"out[{flat}]")  # noqa: E731
     lines = [
         f"def scan_blocks({', '.join(params)}):",
         "    lo = b * block",
@@ -191,17 +193,17 @@ def scan_blocks(rank: int, op: Kernel, acc: str | None, inclusive: bool) -> Kern
     if inclusive:
         lines += [*_decompose("lo", first, "        "),
                   f"        acc = {_cast(acc, _at(first))}",
-                  "        out[lo] = acc",
+                  f"        {at('lo')} = acc",
                   "        start = lo + 1"]
-        body = [f"acc = __hf_op(acc, {_element(rank)})", f"out[{_flat(rank)}] = acc"]
+        body = [f"acc = __hf_op(acc, {_element(rank)})", f"{at(_flat(rank))} = acc"]
     else:
         lines.append(f"        acc = {_cast(acc, 'init')}")
-        body = [f"out[{_flat(rank)}] = acc", f"acc = __hf_op(acc, {_element(rank)})"]
+        body = [f"{at(_flat(rank))} = acc", f"acc = __hf_op(acc, {_element(rank)})"]
     lines += ["    else:",
               f"        acc = {_cast(acc, 'carry[b - 1]')}",
               *_row_loop(rank, "start", _loop(body))]
     kind = "inclusive" if inclusive else "exclusive"
-    return _build(f"hf_scan_{kind}_{op.name}_{rank}d", lines, {"__hf_op": op})
+    return _build(f"hf_scan_{kind}_{op.name}_{rank}d{'_rows' if rows else ''}", lines, {"__hf_op": op})
 
 
 @functools.lru_cache(maxsize=256)

@@ -541,10 +541,12 @@ def _not_redoable(held, redo, cpu_device) -> str | None:
 
 def co_executable(launch: Launch) -> bool:
     """May this launch be split over devices? Only if every written array is written at
-    the launch index alone, so each device's rows are its own."""
+    the launch index alone, so each device's rows are its own. Scalars are passed by
+    value: the analysis counts one handed to a call (``min(n, ...)``) as written, but
+    no device's write can reach another."""
     plan = launch.plan
     return all(name in plan.access.rows for k, name in enumerate(plan.data)
-               if plan.access.writes(name))
+               if plan.access.writes(name) and not isinstance(launch.args[k], SCALARS))
 
 
 def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None):

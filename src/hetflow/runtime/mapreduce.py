@@ -38,7 +38,7 @@ from ..platform.repository import repository
 from . import binops, blockgen
 from .forall import forall, resolve_devices
 from .launch import _arg_key as arg_key, is_device_array, normalize_extent
-from .reductions import block_plan
+from .reductions import block_plan, folder, planner
 
 
 def map_reduce(extent, kernel, args, op, device, commutative, identity):
@@ -61,8 +61,7 @@ def map_reduce(extent, kernel, args, op, device, commutative, identity):
     acc = op.acc_dtype(value) if fields == 0 else None
     cast = acc.name if acc is not None and acc != value else None
     parts = _fold_level(kernel, ext, args, op, fields, (acc,) if fields == 0 else dtypes, cast, targets)
-    if len(targets) > 1:  # co-executed: the partials are on the host
-        targets = (cpu_device(),)
+    targets = folder(targets)
     while parts[0].shape[0] > 1:  # the partials, folded in index order on one device
         parts = _fold_level(blockgen.gather(fields), parts[0].shape, parts, op, fields,
                             tuple(np.dtype(p.dtype) for p in parts), None, targets[:1])
@@ -74,10 +73,8 @@ def map_reduce(extent, kernel, args, op, device, commutative, identity):
 
 def _fold_level(kernel, ext, args, op, fields, dtypes, cast, targets):
     """One launch folding ``kernel``'s values into per-block partial arrays (one per field)."""
-    # Where several devices co-execute, the CPU's plan: its many small blocks are the
-    # units they share out.
     size = math.prod(ext)
-    nblocks, block = block_plan(size, targets[0] if len(targets) == 1 else cpu_device())
+    nblocks, block = block_plan(size, planner(targets))
     xp = next((array_module(a) for a in args if is_device_array(a)), np) if len(targets) == 1 else np
     parts = [xp.empty(nblocks, d) for d in dtypes]
     mode = "ordered"
@@ -86,7 +83,7 @@ def _fold_level(kernel, ext, args, op, fields, dtypes, cast, targets):
     elif op.commutative and len(ext) == 1:
         mode = "lanes"
     gen = blockgen.map_blocks(kernel, len(ext), op.kernel, fields, cast, mode)
-    forall(nblocks, gen, *args, size, block, *ext[1:], *parts, device=list(targets))
+    forall(nblocks, gen, *args, size, block, *ext[1:], *parts, device=targets)
     return parts
 
 

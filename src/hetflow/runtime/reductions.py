@@ -29,6 +29,7 @@ from ..ir.capture import current_graph
 from ..kernels import Kernel
 from . import binops, blockgen
 from .cpu import INLINE_LIMIT
+from ..platform.devices import cpu_device
 from .forall import forall, resolve_devices
 from .launch import is_device_array
 
@@ -58,17 +59,30 @@ def normalize_axis(axis, rank: int, site: str):
     return axis % rank
 
 
-def target(device, x, site: str):
-    """The one device ``site`` runs on; GPU data cannot be handed to a CPU device."""
+def targets(device, x, site: str) -> tuple:
+    """The devices ``site`` runs on: one, or several co-executing its launches (host
+    data only); GPU data cannot be handed to a CPU device."""
     devs = resolve_devices(device, (x,))
-    if len(devs) != 1:
-        raise KernelArgumentError(f"{site} runs on one device; got {len(devs)} "
-                                  f"({', '.join(d.id for d in devs)})")
-    dev = devs[0]
-    if dev.kind == "cpu" and is_device_array(_views.root_of(x)):
-        raise KernelArgumentError(f"{site}: the operand lives on a GPU but device {dev.id} is a CPU; "
-                                  f"run it on a GPU device or copy it with hetflow.asarray(x, device='cpu')")
-    return dev
+    if is_device_array(_views.root_of(x)):
+        if len(devs) > 1:
+            raise KernelArgumentError(f"{site}: the operand lives on a GPU; several devices "
+                                      f"({', '.join(d.id for d in devs)}) co-execute host data only")
+        if devs[0].kind == "cpu":
+            raise KernelArgumentError(f"{site}: the operand lives on a GPU but device {devs[0].id} is a CPU; "
+                                      f"run it on a GPU device or copy it with hetflow.asarray(x, device='cpu')")
+    return devs
+
+
+def planner(devs):
+    """The device whose blocks a launch over ``devs`` uses: the one device, or the CPU
+    where several co-execute (its many small blocks are the units they share out)."""
+    return devs[0] if len(devs) == 1 else cpu_device()
+
+
+def folder(devs):
+    """Where partial results are folded after a first level on ``devs``: the same one
+    device, or the CPU (co-executed levels leave their partials on the host)."""
+    return devs if len(devs) == 1 else (cpu_device(),)
 
 
 def element(x):
@@ -115,30 +129,32 @@ def block_plan(size: int, device) -> tuple[int, int]:
     return -(-size // block), block
 
 
-def fold_blocks(x, op: binops.BinaryOp, acc: np.dtype, device, xp, ordered: bool = True):
+def fold_blocks(x, op: binops.BinaryOp, acc: np.dtype, devs, xp, ordered: bool = True):
     """Fold every block of ``x`` (flat C order) into a 1-D array of partials in ``acc``
-    elements; returns it and the block length. ``x``'s size must be positive.
+    elements, on the devices ``devs`` (several: co-executed); returns it and the block
+    length. ``x``'s size must be positive.
 
     Blocks are contiguous, so partials are in index order; where ``ordered`` is false
-    and the op is commutative, a GPU deals elements out round-robin instead."""
+    and the op is commutative, a GPU alone deals elements out round-robin instead."""
     shape = tuple(x.shape)
     size = math.prod(shape)
-    nblocks, block = block_plan(size, device)
+    nblocks, block = block_plan(size, planner(devs))
     cast = acc.name if acc != np.dtype(x.dtype) else None
     partial = xp.empty(nblocks, acc)
-    if not ordered and op.commutative and device.kind == "gpu" and nblocks > 1:
+    if not ordered and op.commutative and len(devs) == 1 and devs[0].kind == "gpu" and nblocks > 1:
         kernel, step = blockgen.reduce_strided(len(shape), op.kernel, cast), nblocks
     else:
         kernel, step = blockgen.reduce_blocks(len(shape), op.kernel, cast, op.commutative), block
-    forall(nblocks, kernel, x, size, step, *shape[1:], partial, device=device)
+    forall(nblocks, kernel, x, size, step, *shape[1:], partial, device=devs)
     return partial, block
 
 
-def _fold_all(x, op, acc, device, xp):
+def _fold_all(x, op, acc, devs, xp):
     """The fold of all of ``x`` as a length-1 array of ``acc`` elements."""
-    partial, _ = fold_blocks(x, op, acc, device, xp, ordered=False)
+    partial, _ = fold_blocks(x, op, acc, devs, xp, ordered=False)
+    devs = folder(devs)
     while partial.shape[0] > 1:
-        partial, _ = fold_blocks(partial, op, acc, device, xp, ordered=False)
+        partial, _ = fold_blocks(partial, op, acc, devs, xp, ordered=False)
     return partial
 
 
@@ -201,7 +217,7 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
     op.check(dtype)
     rank = len(x.shape)
     axis = normalize_axis(axis, rank, "reduce")
-    dev = target(device, x, "reduce")
+    devs = targets(device, x, "reduce")
     if identity is not None:
         if op.builtin:
             raise KernelArgumentError(f"reduce: identity= is for user-defined ops; {op.name!r} has its own")
@@ -213,11 +229,11 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
         axis = None
     if (math.prod(x.shape) if axis is None else x.shape[axis]) == 0:
         return _empty_reduction(x, op, dtype, axis, identity)
-    if op.builtin and not _views.is_view(x):
-        result = _library_reduce(x, op, dtype, axis, dev)
+    if op.builtin and not _views.is_view(x) and len(devs) == 1:
+        result = _library_reduce(x, op, dtype, axis, devs[0])
         if result is not None:
             return result
-    return _compiled_reduce(x, op, dtype, axis, dev)
+    return _compiled_reduce(x, op, dtype, axis, devs)
 
 
 def _is_extent(x) -> bool:
@@ -246,11 +262,11 @@ def _scalar(value, x):
     return array_module(root).asarray(value) if is_device_array(root) else value
 
 
-def _compiled_reduce(x, op, dtype, axis, dev):
+def _compiled_reduce(x, op, dtype, axis, devs):
     xp = array_module(_views.root_of(x))
     res, acc = op.result_dtype(dtype), op.acc_dtype(dtype)
     if axis is None:
-        value = _fold_all(x, op, acc, dev, xp)
+        value = _fold_all(x, op, acc, devs, xp)
         if xp is not np:
             return value.astype(res).reshape(())
         return value[0] if res.names is not None else res.type(value[0])
@@ -259,7 +275,7 @@ def _compiled_reduce(x, op, dtype, axis, dev):
     if out.size:
         cast = acc.name if acc != dtype else None
         kernel = blockgen.reduce_axis(len(x.shape), axis, op.kernel, cast, op.commutative)
-        forall(out_shape, kernel, x, x.shape[axis], out, device=dev)
+        forall(out_shape, kernel, x, x.shape[axis], out, device=devs)
     return out
 
 

@@ -182,6 +182,10 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
     n-d CuPy array. Sums of ints and bools widen as in NumPy; the compiled path
     accumulates float32/float16 sums and products in float64.
 
+    ``device``: one device, or several (host data only): the generated kernels' launches
+    over blocks are then co-executed, each block exactly once, and the partials folded
+    in index order on the CPU (the library path is not taken).
+
     No input is copied: views are lowered into the generated kernel (they never go
     through NumPy), and a GPU device given host data copies it to the GPU once.
 

@@ -48,7 +48,9 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
     (for min and max: +-inf, or the integer type's limits).
 
     Returns a new array (NumPy for host data, CuPy for GPU data) of NumPy's result
-    type for built-ins (sums of small ints widen), the input's for user ops. Views are
+    type for built-ins (sums of small ints widen), the input's for user ops.
+    ``device``: one device, or several (host data only), co-executing both passes over
+    the blocks (each exactly once) with the block totals scanned on the CPU. Views are
     read through generated kernels: never materialised. Inside ``with hetflow.graph()``
     the scan is recorded, not run, and the result is a handle.
     """
@@ -172,7 +174,8 @@ def sort(x, axis=-1, descending=False, key=None, device=None):
 
     ``x`` is never modified. A view is first copied into a new array by a generated
     kernel on the device (with no key, the sort then works on that copy); keys are
-    computed by a generated kernel on the device; the ordering itself runs in NumPy
+    computed by a generated kernel on the device (or co-executed on several devices,
+    as ``device=[...]`` says); the ordering itself runs in NumPy
     for host data and in CuPy for GPU data, whatever the device. Inside
     ``with hetflow.graph()`` the sort is recorded, not run, and the result is a handle.
     """

@@ -257,39 +257,45 @@ def kernel_body(kernel: Kernel) -> str:
     return textwrap.dedent("\n".join(text))
 
 
+def _fold_range(start: str, stop: str, row: list[str], lanes: bool, ind: str, cast) -> list[str]:
+    """Lines folding ``__hf_map(*row, j)`` for ``j`` in ``[start, stop)`` into ``__hf_acc``,
+    with ``lanes`` in four interleaved chains where the range has eight or more."""
+    at = lambda j: f"__hf_map({', '.join([*row, j])})"  # noqa: E731
+    tail = [f"{ind}while __hf_j < {stop}:", f"{ind}    __hf_acc = __hf_op(__hf_acc, {at('__hf_j')})",
+            f"{ind}    __hf_j += 1"]
+    if not lanes:
+        return [f"{ind}__hf_j = {start}", *tail]
+    return [
+        f"{ind}__hf_j = {start}",
+        f"{ind}if {stop} - __hf_j >= 8:",
+        *(f"{ind}    __hf_l{q} = {cast(at(f'__hf_j + {q}'))}" for q in range(4)),
+        f"{ind}    __hf_j += 4",
+        f"{ind}    while __hf_j + 4 <= {stop}:",
+        *(f"{ind}        __hf_l{q} = __hf_op(__hf_l{q}, {at(f'__hf_j + {q}')})" for q in range(4)),
+        f"{ind}        __hf_j += 4",
+        f"{ind}    __hf_acc = __hf_op(__hf_acc, __hf_op(__hf_op(__hf_l0, __hf_l1), __hf_op(__hf_l2, __hf_l3)))",
+        *tail,
+    ]
+
+
 def _map_fold(rank: int, fields: int, acc: str | None, mode: str) -> list[str]:
     """Lines folding ``__hf_map`` over the block's flat indices into ``__hf_acc``: for
-    ``mode`` 'ordered' or 'lanes' (four interleaved chains, rank 1) the range
+    ``mode`` 'ordered' or 'lanes' (four interleaved chains per row segment) the range
     ``[__hf_lo, __hf_hi)``; for 'strided', ``__hf_b, __hf_b + __hf_block, ...``."""
     at = lambda names: f"__hf_map({', '.join(names)})"  # noqa: E731
     cast = (lambda e: _cast(acc, e)) if fields == 0 else (lambda e: e)
-    step = "__hf_acc = __hf_op(__hf_acc, {})"
     idx = _idx("__hf_i", rank)
     if mode == "strided":
         return [*_decompose("__hf_b", idx, "    ", "__hf_"), f"    __hf_acc = {cast(at(idx))}",
                 "    __hf_k = __hf_b + __hf_block",
                 "    while __hf_k < __hf_size:",
                 *_decompose("__hf_k", idx, "        ", "__hf_"),
-                f"        {step.format(at(idx))}",
+                f"        __hf_acc = __hf_op(__hf_acc, {at(idx)})",
                 "        __hf_k += __hf_block"]
     lines = [*_decompose("__hf_lo", idx, "    ", "__hf_"), f"    __hf_acc = {cast(at(idx))}"]
+    lanes = mode == "lanes"
     if rank == 1:
-        body = ["    for __hf_j in range(__hf_lo + 1, __hf_hi):", f"        {step.format(at(['__hf_j']))}"]
-        if mode == "lanes":
-            body = [
-                "    if __hf_hi - __hf_lo >= 9:",
-                *(f"        __hf_l{q} = {cast(at([f'__hf_lo + {q + 1}']))}" for q in range(4)),
-                "        __hf_j = __hf_lo + 5",
-                "        while __hf_j + 4 <= __hf_hi:",
-                *(f"            __hf_l{q} = __hf_op(__hf_l{q}, {at([f'__hf_j + {q}'])})" for q in range(4)),
-                "            __hf_j += 4",
-                "        __hf_acc = __hf_op(__hf_acc, __hf_op(__hf_op(__hf_l0, __hf_l1), __hf_op(__hf_l2, __hf_l3)))",
-                "        for __hf_jj in range(__hf_j, __hf_hi):",
-                f"            {step.format(at(['__hf_jj']))}",
-                "    else:",
-                *("    " + b for b in body),
-            ]
-        return lines + body
+        return lines + _fold_range("__hf_lo + 1", "__hf_hi", [], lanes, "    ", cast)
     last = f"__hf_d{rank - 1}"
     return lines + [  # row segment by row segment: one division per row, not per element
         "    __hf_k = __hf_lo + 1",
@@ -300,8 +306,9 @@ def _map_fold(rank: int, fields: int, acc: str | None, mode: str) -> list[str]:
         f"        if __hf_j1 > {last}:",
         f"            __hf_j1 = {last}",
         *_decompose("__hf_r", idx[:-1], "        ", "__hf_"),
-        "        for __hf_j in range(__hf_j0, __hf_j1):",
-        f"            {step.format(at([*idx[:-1], '__hf_j']))}",
+        f"        if {' or '.join(f'{v} < 0' for v in ['__hf_j0', *idx[:-1]])}:  # never: as __hf_lo's",
+        "            return",
+        *_fold_range("__hf_j0", "__hf_j1", idx[:-1], lanes, "        ", cast),
         "        __hf_k += __hf_j1 - __hf_j0",
     ]
 
@@ -311,7 +318,7 @@ def map_blocks(kernel: Kernel, rank: int, op: Kernel, fields: int, acc: str | No
     """``p[b]`` = the fold by ``op`` of ``kernel``'s values at the flat indices of block
     ``b`` (a rank-``rank`` extent read in C order); ``fields``: 0 for a scalar value, else
     the length of the tuple it returns, stored field by field in ``p0``, ``p1``, ...
-    ``mode`` (see ``_map_fold``): 'ordered'; for commutative ops 'lanes' (CPU, rank 1)
+    ``mode`` (see ``_map_fold``): 'ordered'; for commutative ops 'lanes' (CPU)
     or 'strided' (GPU: neighbouring threads read neighbouring elements), where
     ``block`` is the stride."""
     index, data = kernel.params[:rank], kernel.params[rank:]
@@ -321,6 +328,10 @@ def map_blocks(kernel: Kernel, rank: int, op: Kernel, fields: int, acc: str | No
              [f"    __hf_p{f}[__hf_b] = __hf_acc[{f}]" for f in range(fields)])
     bounds = [] if mode == "strided" else [
         "    __hf_lo = __hf_b * __hf_block",
+        # Never true: it tells the compiler that the indices are not negative, so that
+        # no access tests for a negative index (while loops keep that knowledge).
+        "    if __hf_lo < 0:",
+        "        return",
         # No call is handed a parameter: the access analysis would count it as written.
         "    __hf_hi = __hf_lo + __hf_block",
         "    if __hf_hi > __hf_size:",

@@ -80,7 +80,7 @@ def _fold_level(kernel, ext, args, op, fields, dtypes, cast, targets):
     mode = "ordered"
     if op.commutative and len(targets) == 1 and targets[0].kind == "gpu" and nblocks > 1:
         mode, block = "strided", nblocks
-    elif op.commutative and len(ext) == 1:
+    elif op.commutative:
         mode = "lanes"
     gen = blockgen.map_blocks(kernel, len(ext), op.kernel, fields, cast, mode)
     forall(nblocks, gen, *args, size, block, *ext[1:], *parts, device=targets)

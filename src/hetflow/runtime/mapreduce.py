@@ -41,6 +41,10 @@ from .launch import _arg_key as arg_key, is_device_array, normalize_extent
 from .reductions import block_plan, folder, planner
 
 
+# CPU blocks of a map-reduce: at most this many per core.
+CPU_BLOCKS_PER_CORE = 64
+
+
 def map_reduce(extent, kernel, args, op, device, commutative, identity):
     """``op``'s fold of ``kernel(i, *args)`` over every index ``i`` of ``extent``: a NumPy
     scalar, or a tuple of them for a kernel returning tuples."""
@@ -74,7 +78,13 @@ def map_reduce(extent, kernel, args, op, device, commutative, identity):
 def _fold_level(kernel, ext, args, op, fields, dtypes, cast, targets):
     """One launch folding ``kernel``'s values into per-block partial arrays (one per field)."""
     size = math.prod(ext)
-    nblocks, block = block_plan(size, planner(targets))
+    plan = planner(targets)
+    nblocks, block = block_plan(size, plan)
+    if plan.kind == "cpu" and nblocks > CPU_BLOCKS_PER_CORE * plan.compute_units:
+        # A block's set-up (index decomposition, four chains to combine) is paid per
+        # block: few large ones, still many more than cores for stealing to balance.
+        block = -(-size // (CPU_BLOCKS_PER_CORE * plan.compute_units))
+        nblocks = -(-size // block)
     xp = next((array_module(a) for a in args if is_device_array(a)), np) if len(targets) == 1 else np
     parts = [xp.empty(nblocks, d) for d in dtypes]
     mode = "ordered"

@@ -173,3 +173,30 @@ def test_simulated_gpu_co_executes_with_the_cpu(gpu_device, small_blocks):
     d = np.zeros(60, np.int64)
     d[[25, 50]] = [3, 4]
     assert reduce(d.size, digit, d, op=first_nonzero, commutative=False, device=devices) == 3
+
+
+# -- a real GPU (CuPy data stays on the GPU) ---------------------------------------------------------
+@pytest.fixture
+def cp():
+    from hetflow.platform.cuda_compat import cupy_module
+
+    module = cupy_module()
+    if module is None:
+        pytest.skip("needs CuPy")
+    return module
+
+
+@pytest.mark.gpu
+def test_gpu_map_reduce_of_cupy_arrays(cp):
+    n = 3_000_001
+    x, y = RNG.random(n), RNG.random(n)
+    assert np.isclose(reduce(n, product, cp.asarray(x), cp.asarray(y), device="gpu0"), x @ y, rtol=1e-12)
+    x[[10, 2_000_000]] = -1.0
+    assert reduce(n, value_at, cp.asarray(x), op=minloc, device="gpu0") == (-1.0, 10)
+    m = 1000
+    u, f = RNG.random((m + 2, m + 2)), RNG.random((m + 2, m + 2))
+    lap = (4 * u[1:-1, 1:-1] - u[:-2, 1:-1] - u[2:, 1:-1] - u[1:-1, :-2] - u[1:-1, 2:]) / 0.5
+    got = reduce((m, m), residual_sq, cp.asarray(u), interior(cp.asarray(f), 1), 0.5, device="gpu0")
+    assert np.isclose(got, ((f[1:-1, 1:-1] - lap) ** 2).sum(), rtol=1e-11)
+    d = RNG.integers(-50, 50, 100_003)
+    assert reduce(d.size, digit, d, device=["cpu0", "gpu0"]) == d.sum()

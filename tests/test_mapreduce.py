@@ -176,18 +176,13 @@ def test_simulated_gpu_co_executes_with_the_cpu(gpu_device, small_blocks):
 
 
 # -- a real GPU (CuPy data stays on the GPU) ---------------------------------------------------------
-@pytest.fixture
-def cp():
+@pytest.mark.gpu
+def test_gpu_map_reduce_of_cupy_arrays():
     from hetflow.platform.cuda_compat import cupy_module
 
-    module = cupy_module()
-    if module is None:
+    cp = cupy_module()
+    if cp is None:
         pytest.skip("needs CuPy")
-    return module
-
-
-@pytest.mark.gpu
-def test_gpu_map_reduce_of_cupy_arrays(cp):
     n = 3_000_001
     x, y = RNG.random(n), RNG.random(n)
     assert np.isclose(reduce(n, product, cp.asarray(x), cp.asarray(y), device="gpu0"), x @ y, rtol=1e-12)

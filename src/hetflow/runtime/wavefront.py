@@ -22,7 +22,12 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
+import os
+import sys
 import threading
+import types
+from pathlib import Path
 
 import numba
 
@@ -90,7 +95,7 @@ def wavefront(extent, kernel, *args, tile=None, device=None):
             t0 = max(0, d - nt1 + 1)
             _run_diagonal(kernel, launch, (d, t0, *ext, h, w), min(d, nt0 - 1) + 1 - t0)
         return None
-    sweep = _sweep(launch.executable.entry, len(launch.entry_args) - 6)
+    sweep = _sweep(launch.executable, len(launch.entry_args) - 6)
     with _sweep_lock, cpu._parallel_lock:
         try:
             sweep(nt0, nt1, parts, *ext, h, w, *launch.entry_args[6:])
@@ -171,11 +176,24 @@ def tile_kernel(kernel: Kernel) -> Kernel:
     return Kernel.from_source(f"hf_wavefront_{kernel.name}", "\n".join(lines) + "\n", kernel.namespace())
 
 
-@functools.lru_cache(maxsize=128)
-def _sweep(entry, nargs: int):
-    """The compiled sweep over every anti-diagonal for the tile kernel's chunk ``entry``
-    taking ``nargs`` data arguments after its own: per diagonal, its tiles cut into
-    ``parts`` even pieces run in parallel, then the next diagonal."""
+_sweeps: dict = {}
+
+
+def _sweep(exe, nargs: int):
+    """The compiled sweep over every anti-diagonal for the tile kernel's executable
+    ``exe``, whose entry takes ``nargs`` data arguments after its own: per diagonal, its
+    tiles cut into ``parts`` even pieces run in parallel, then the next diagonal.
+
+    Its text is a file beside the executable's, so that Numba caches its machine code
+    there (compiling a parallel loop costs seconds)."""
+    key = (exe.path, id(exe.entry), nargs)
+    found = _sweeps.get(key)
+    if found is None:
+        found = _sweeps[key] = _compile_sweep(exe, nargs)
+    return found
+
+
+def _compile_sweep(exe, nargs: int):
     a = ", ".join(f"__hf_a{k}" for k in range(nargs))
     text = "\n".join([
         f"def __hf_sweep(__hf_nt0, __hf_nt1, __hf_parts, __hf_n0, __hf_n1, __hf_h, __hf_w, {a}):",
@@ -187,7 +205,20 @@ def _sweep(entry, nargs: int):
         "            __hf_entry(__hf_n * __hf_q // __hf_p, __hf_n * (__hf_q + 1) // __hf_p, __hf_d, __hf_t0,",
         f"                       __hf_n0, __hf_n1, __hf_h, __hf_w, {a})",
     ]) + "\n"
-    ns = {"__hf_entry": entry, "__hf_prange": numba.prange}
-    exec(compile(text, "<hetflow wavefront sweep>", "exec"), ns)
-    return numba.njit(parallel=True, nogil=True)(ns["__hf_sweep"])
+    path = Path(exe.path) / f"sweep{nargs}.py"
+    try:
+        if not path.exists() or path.read_text() != text:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)  # whole, for another process reading it
+        filename, cache = str(path), True
+    except OSError:  # a read-only repository: compiled afresh in each process
+        filename, cache = "<hetflow wavefront sweep>", False
+    # A module of its own, which machine code loaded from the cache imports by name.
+    module = types.ModuleType("hetflow_sweep_" + hashlib.sha1(filename.encode()).hexdigest()[:16])
+    sys.modules[module.__name__] = module
+    ns = module.__dict__
+    ns.update(__hf_entry=exe.entry, __hf_prange=numba.prange)
+    exec(compile(text, filename, "exec"), ns)
+    return numba.njit(parallel=True, nogil=True, cache=cache)(ns["__hf_sweep"])
 

@@ -306,8 +306,8 @@ def _map_fold(rank: int, fields: int, acc: str | None, mode: str) -> list[str]:
         f"        if __hf_j1 > {last}:",
         f"            __hf_j1 = {last}",
         *_decompose("__hf_r", idx[:-1], "        ", "__hf_"),
-        f"        if {' or '.join(f'{v} < 0' for v in ['__hf_j0', *idx[:-1]])}:  # never: as __hf_lo's",
-        "            return",
+        *(line for v in ["__hf_j0", *idx[:-1]] for line in (f"        if {v} < 0:  # never: as __hf_lo's",
+                                                              f"            {v} = 0")),
         *_fold_range("__hf_j0", "__hf_j1", idx[:-1], lanes, "        ", cast),
         "        __hf_k += __hf_j1 - __hf_j0",
     ]
@@ -329,9 +329,10 @@ def map_blocks(kernel: Kernel, rank: int, op: Kernel, fields: int, acc: str | No
     bounds = [] if mode == "strided" else [
         "    __hf_lo = __hf_b * __hf_block",
         # Never true: it tells the compiler that the indices are not negative, so that
-        # no access tests for a negative index (while loops keep that knowledge).
+        # no access tests for a negative index (while loops keep that knowledge; an
+        # assignment rather than a return keeps the loops single-exit).
         "    if __hf_lo < 0:",
-        "        return",
+        "        __hf_lo = 0",
         # No call is handed a parameter: the access analysis would count it as written.
         "    __hf_hi = __hf_lo + __hf_block",
         "    if __hf_hi > __hf_size:",

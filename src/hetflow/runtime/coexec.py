@@ -260,9 +260,22 @@ def probe_interval(together: float, alone: float) -> int:
     return min(PROBE_LIMIT, max(PROBE_EVERY, int(20 * together / alone)))
 
 
+def _speed_rank(device):
+    """Orders devices by expected speed: real GPUs first, then by compute units."""
+    return device.kind == "gpu" and not device.simulated, device.compute_units
+
+
 def _fastest(launches):
-    return max(launches, key=lambda L: (L.device.kind == "gpu" and not L.device.simulated,
-                                        L.device.compute_units))
+    return max(launches, key=lambda L: _speed_rank(L.device))
+
+
+def _one_row_device(targets, extent):
+    """The device for a launch of one row: a CPU for one index (sequential code runs
+    on one GPU thread far slower), else the fastest device."""
+    cpus = [d for d in targets if d.kind == "cpu"]
+    if cpus and math.prod(extent) <= 1:
+        return cpus[0]
+    return max(targets, key=_speed_rank)
 
 
 def _mark_written(held, ran: dict) -> None:
@@ -328,10 +341,12 @@ def _not_redoable(held, redo, cpu_device) -> str | None:
 
 def co_executable(launch: Launch) -> bool:
     """May this launch be split over devices? Only if every written array is written at
-    the launch index alone, so each device's rows are its own."""
+    the launch index alone, so each device's rows are its own. Scalars are passed by
+    value: the analysis counts one handed to a call (``min(n, ...)``) as written, but
+    no device's write can reach another."""
     plan = launch.plan
     return all(name in plan.access.rows for k, name in enumerate(plan.data)
-               if plan.access.writes(name))
+               if plan.access.writes(name) and not isinstance(launch.args[k], SCALARS))
 
 
 def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None):
@@ -345,6 +360,10 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None):
 def _co_forall(extent, kernel, args, targets, schedule, shares):
     extent = normalize_extent(extent)
     rows = extent[0]
+    if rows <= 1:  # nothing to share out (a one-index launch of sequential code): one device
+        from .forall import run_on
+
+        return run_on(bind(kernel, extent, args, _one_row_device(targets, extent)))
     # Each GPU's worker thread stages copies and launches: leave it a core of its own.
     n_gpus = sum(d.kind == "gpu" for d in targets)
     counts = [max(1, d.compute_units - n_gpus) if d.kind == "cpu" else 1 for d in targets]

@@ -19,6 +19,7 @@ from .runtime.forall import forall
 from .runtime.queue import Queue
 from .runtime.reductions import reduce
 from .runtime.scan_sort import scan, sort
+from .runtime.wavefront import wavefront
 from . import library  # noqa: E402  (needs kernel and forall)
 from . import dist, trace  # noqa: E402
 from .dist import world  # noqa: E402

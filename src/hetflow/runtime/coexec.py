@@ -164,15 +164,20 @@ def _alone(model, key, targets, counts, rows):
     """The device to run the launch alone on instead of co-executing, when the history says
     it finishes sooner than all of them together plus what co-execution costs beyond the
     work (a short memory-bound loop on a GPU: thread hand-offs outlast the loop); else None.
-    A device's time alone comes from its launches alone: its rate in co-execution, in
-    chunks, undersells a GPU that runs a whole launch at once; so each device runs one
-    launch alone first, once co-execution has shown its cost."""
+    A GPU's time alone comes from its launches alone: its rate in co-execution, in
+    chunks, undersells a GPU that runs a whole launch at once; so each GPU runs one
+    launch alone first, once co-execution has shown its cost. A CPU's comes from its
+    launches alone once it ran some, before that from its workers' rate together (running
+    it alone just to learn would compile its whole-launch entry and take the CPU's time)."""
     names = [_device_key(d) for d in targets]
     rates = model.throughputs(key, names)
     overhead = model.overhead(key)
     if overhead is None or not all(rates):
         return None  # co-execute: that is how rates and overhead are learnt
-    solo = model.throughputs(key, [name + ALONE for name in names])
+    # A CPU alone runs as its workers do together: its rate in co-execution tells it. A
+    # GPU alone must be measured once (a first launch there also compiles nothing new).
+    solo = [s if s is not None or d.kind != "cpu" else r * c for d, s, r, c in
+            zip(targets, model.throughputs(key, [name + ALONE for name in names]), rates, counts)]
     if not all(solo):
         return targets[solo.index(None)]
     alone = [rows / r for r in solo]
@@ -222,9 +227,22 @@ def probe_interval(together: float, alone: float) -> int:
     return min(PROBE_LIMIT, max(PROBE_EVERY, int(20 * together / alone)))
 
 
+def _speed_rank(device):
+    """Orders devices by expected speed: real GPUs first, then by compute units."""
+    return device.kind == "gpu" and not device.simulated, device.compute_units
+
+
 def _fastest(launches):
-    return max(launches, key=lambda L: (L.device.kind == "gpu" and not L.device.simulated,
-                                        L.device.compute_units))
+    return max(launches, key=lambda L: _speed_rank(L.device))
+
+
+def _one_row_device(targets, extent):
+    """The device for a launch of one row: a CPU for one index (sequential code runs
+    on one GPU thread far slower), else the fastest device."""
+    cpus = [d for d in targets if d.kind == "cpu"]
+    if cpus and math.prod(extent) <= 1:
+        return cpus[0]
+    return max(targets, key=_speed_rank)
 
 
 def _mark_written(held, ran: dict) -> None:
@@ -290,12 +308,14 @@ def _not_redoable(held, redo, cpu_device) -> str | None:
 
 def co_executable(launch: Launch) -> bool:
     """May this launch be split over devices? Only if every written array is written at
-    the launch index alone, so each device's rows are its own."""
+    the launch index alone, so each device's rows are its own (scalars are passed by
+    value: no device's write can reach another)."""
     return not _written_elsewhere(launch.plan)
 
 
 def _written_elsewhere(plan) -> list:
-    """Arrays the launch writes outside the rows of its launch index (scalars are never written)."""
+    """Arrays the launch writes outside the rows of its launch index (``plan.written``
+    holds no scalar)."""
     return [plan.data[k] for k in plan.written if plan.data[k] not in plan.access.rows]
 
 
@@ -310,6 +330,10 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None):
 def _co_forall(extent, kernel, args, targets, schedule, shares):
     extent = normalize_extent(extent)
     rows = extent[0]
+    if rows <= 1:  # nothing to share out (a one-index launch of sequential code): one device
+        from .forall import run_on
+
+        return run_on(bind(kernel, extent, args, _one_row_device(targets, extent)))
     # Each GPU's worker thread stages copies and launches: leave it a core of its own.
     n_gpus = sum(d.kind == "gpu" for d in targets)
     counts = [max(1, d.compute_units - n_gpus) if d.kind == "cpu" else 1 for d in targets]

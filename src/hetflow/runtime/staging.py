@@ -37,7 +37,7 @@ def run(launch: Launch) -> None:
     chunks.setup()
     chunks.run_chunk(0, rows)
     chunks.sync()
-    chunks.merge_back([(0, rows)])
+    chunks.copy_back()
 
 
 class GpuChunks:
@@ -197,6 +197,18 @@ class GpuChunks:
                 for home, idx, values in parts:
                     home[idx] = values
                 self.merged_home.append((lo, hi))
+
+    def copy_back(self) -> None:
+        """Copy home every written array copied whole, all of it (a launch run whole may
+        write any of its rows, not only those of its launch indices)."""
+        done = set()
+        with self._context():
+            for target, dev in self.merged:
+                if id(dev) not in done:
+                    done.add(id(dev))
+                    home = target.root if _views.is_view(target) else target
+                    home[...] = dev.copy_to_host(stream=self.stream)
+            self.stream.synchronize()
 
     def _fetch(self, target, dev, lo, hi, wholes):
         """(home array, index, values) of rows ``[lo, hi)`` of ``target`` on this GPU."""

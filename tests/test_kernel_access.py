@@ -161,3 +161,20 @@ def test_a_small_launch_of_heavy_work_uses_more_than_one_worker():
         assert len(report.workers) > 1, report.summary()
         assert sum(w.indices for w in report.workers) == bins
         assert sorted((e.lo, e.hi) for e in report.events)[0][0] == 0
+
+
+@hetflow.kernel
+def through_a_nested_function(i, x, out):
+    def at(k):
+        out[k] = 2 * x[k]
+    at(i)
+
+
+def test_stores_inside_a_nested_function_are_not_judged_scattered():
+    """Their indices come through the nested function's parameters, which the analysis
+    does not follow (hetflow's wavefront tiles run the user's body that way)."""
+    access = through_a_nested_function.access(1)
+    assert access.writes("out") and not access.scattered
+    x, out = np.arange(5.0), np.zeros(5)
+    hetflow.forall(5, through_a_nested_function, x, out, device="cpu0")
+    np.testing.assert_array_equal(out, 2 * x)

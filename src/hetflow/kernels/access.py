@@ -92,13 +92,17 @@ class _Analysis:
 
     def run(self) -> Access:
         guards = _guards(self.fdef, self.derived)
+        # Indices inside a nested function come through its parameters, which the analysis
+        # does not follow: its stores are never judged scattered.
+        nested = {id(n) for d in ast.walk(self.fdef) if d is not self.fdef and isinstance(d, _FUNCTIONS)
+                  for n in ast.walk(d)}
         for node in ast.walk(self.fdef):
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for sub in (s for t in targets for s in _stores(t)):
                     base = _base_subscript(sub)
                     if base is not None and base.value.id in self.data:
-                        self._write(base, "rw" if isinstance(node, ast.AugAssign) else "w")
+                        self._write(base, "rw" if isinstance(node, ast.AugAssign) else "w", id(node) in nested)
             if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in self.data:
                 self._subscript(node, guards.get(id(node), frozenset()))
             elif isinstance(node, ast.Call):
@@ -123,11 +127,11 @@ class _Analysis:
     def _atomic_call(self, node) -> bool:
         return isinstance(node, ast.Call) and _is_atomic(self.resolve(node.func))
 
-    def _write(self, base, mode):
+    def _write(self, base, mode, unjudged=False):
         name = base.value.id
         self.modes[name].update(mode)
         parts = _components(base.slice)
-        if not any(self._is_derived(p) or self._atomic_call(p) or (isinstance(p, ast.Name) and p.id in self.claimed)
+        if not unjudged and not any(self._is_derived(p) or self._atomic_call(p) or (isinstance(p, ast.Name) and p.id in self.claimed)
                    for p in parts):
             self.scattered.add(name)
 
@@ -224,9 +228,18 @@ def _is_name(node, name) -> bool:
     return name is not None and isinstance(node, ast.Name) and node.id == name
 
 
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
 def _stored_names(fdef) -> set:
     """Names the body rebinds (assignments, loop targets, ``with ... as``, deletions)."""
     return {n.id for n in ast.walk(fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+
+
+def _nested_parameters(fdef) -> set:
+    """Parameters of the functions nested in ``fdef`` (bound anew at each call)."""
+    return {a.arg for d in ast.walk(fdef) if d is not fdef and isinstance(d, _FUNCTIONS)
+            for a in ast.walk(d.args) if isinstance(a, ast.arg)}
 
 
 def _index_functions(fdef, index, stored) -> tuple[set, set]:
@@ -238,7 +251,8 @@ def _index_functions(fdef, index, stored) -> tuple[set, set]:
     is neither: ``x[i + t]`` may be another index's element."""
     bindings = _bindings(fdef)
     index = {p for p in index if p is not None}
-    invariant = {n.id for n in ast.walk(fdef) if isinstance(n, ast.Name) and n.id not in stored} - index
+    invariant = {n.id for n in ast.walk(fdef) if isinstance(n, ast.Name) and n.id not in stored} - index \
+        - _nested_parameters(fdef)
     changed = True
     while changed:  # invariants: every binding an assignment of an invariant expression
         changed = False

@@ -11,6 +11,12 @@ against NumPy (``np.sum``, ``np.cumsum``, ``np.sort`` with its default, unstable
 hetflow's sort is stable) and, on a GPU, CuPy. One informative row runs the compiled
 path: ``reduce`` of an ``interior`` view against NumPy's sum of the strided slice.
 
+Map-reduce (``reduce(extent, kernel, *args)``): a dot product and the residual norm of
+a 5-point Poisson stencil against hand-written ``prange`` reductions and NumPy (on a
+GPU, CuPy). Wavefront: PRK's p2p sweep on an N x N grid (``--wavefront N``) against a
+sequential Numba loop and PRK's NumPy program, which runs element by element in
+Python: timed on a smaller grid and scaled by the number of elements.
+
 Ratios are baseline time / hetflow time: above 1 means hetflow is faster. Contenders
 run in alternating rounds (so a noisy neighbour slows both alike) and each one's best
 round counts. Every hetflow result is checked against its baseline's before timing.
@@ -32,7 +38,7 @@ from hetflow.runtime.reductions import reduce
 from hetflow.runtime.scan_sort import scan, sort
 
 sys.path.append(os.path.dirname(__file__))
-from _common import fmt_s, report  # noqa: E402
+from _common import best_time, fmt_s, report  # noqa: E402
 
 
 @hetflow.kernel
@@ -114,6 +120,104 @@ def cpu_callsite_rows(n_reduce, n_scan, n_view, repeat, sort_repeat):
     return rows
 
 
+# -- map-reduce: reduce(extent, kernel, *args) --------------------------------------------------------
+@hetflow.kernel
+def product(i, x, y):
+    return x[i] * y[i]
+
+
+@hetflow.kernel
+def residual_sq(i, j, u, f, h2):
+    """The squared residual of the 5-point Poisson stencil at interior point (i+1, j+1)."""
+    r = f[i + 1, j + 1] - (4.0 * u[i + 1, j + 1] - u[i, j + 1] - u[i + 2, j + 1] - u[i + 1, j] - u[i + 1, j + 2]) / h2
+    return r * r
+
+
+@numba.njit(parallel=True, nogil=True)
+def numba_dot(x, y):
+    acc = 0.0
+    for i in numba.prange(x.shape[0]):
+        acc += x[i] * y[i]
+    return acc
+
+
+@numba.njit(parallel=True, nogil=True)
+def numba_residual(u, f, h2):
+    acc = 0.0
+    for i in numba.prange(1, u.shape[0] - 1):
+        for j in range(1, u.shape[1] - 1):
+            r = f[i, j] - (4.0 * u[i, j] - u[i - 1, j] - u[i + 1, j] - u[i, j - 1] - u[i, j + 1]) / h2
+            acc += r * r
+    return acc
+
+
+def numpy_residual(u, f, h2):
+    """NumPy or CuPy slicing: the residual array, then its squared sum."""
+    r = f[1:-1, 1:-1] - (4.0 * u[1:-1, 1:-1] - u[:-2, 1:-1] - u[2:, 1:-1] - u[1:-1, :-2] - u[1:-1, 2:]) / h2
+    return (r * r).sum()
+
+
+def cpu_mapreduce_rows(n_dot, n_view, repeat):
+    rng = np.random.default_rng(2)
+    x, y = rng.random(n_dot), rng.random(n_dot)
+    run_het = lambda: reduce(n_dot, product, x, y)  # noqa: E731
+    assert np.isclose(run_het(), x @ y, rtol=1e-10) and np.isclose(numba_dot(x, y), x @ y, rtol=1e-10)
+    t_het, t_nb, t_np = race(run_het, lambda: numba_dot(x, y), lambda: x @ y, repeat=repeat)
+    rows = [row(f"map-reduce dot {n_dot:.0e} f64 vs numba prange", t_nb, t_het, ">= 0.9x"),
+            row(f"map-reduce dot {n_dot:.0e} f64 vs numpy x @ y", t_np, t_het, "(BLAS)")]
+    del x, y
+    u, f = rng.random((n_view, n_view)), rng.random((n_view, n_view))
+    m = n_view - 2
+    run_het = lambda: reduce((m, m), residual_sq, u, f, 0.25)  # noqa: E731
+    want = numpy_residual(u, f, 0.25)
+    assert np.isclose(run_het(), want, rtol=1e-10) and np.isclose(numba_residual(u, f, 0.25), want, rtol=1e-10)
+    t_het, t_nb, t_np = race(run_het, lambda: numba_residual(u, f, 0.25), lambda: numpy_residual(u, f, 0.25),
+                             repeat=repeat)
+    rows += [row(f"map-reduce residual {n_view}^2 vs numba prange", t_nb, t_het, ">= 0.9x"),
+             row(f"map-reduce residual {n_view}^2 vs numpy slicing", t_np, t_het, "")]
+    return rows
+
+
+# -- wavefront: PRK's p2p sweep -----------------------------------------------------------------------
+@hetflow.kernel
+def p2p(i, j, a):
+    a[i + 1, j + 1] = a[i, j + 1] + a[i + 1, j] - a[i, j]
+
+
+@numba.njit(nogil=True)
+def numba_p2p(a):
+    for i in range(1, a.shape[0]):
+        for j in range(1, a.shape[1]):
+            a[i, j] = a[i - 1, j] + a[i, j - 1] - a[i - 1, j - 1]
+
+
+def numpy_p2p(grid):
+    """PRK's NumPy program (PYTHON/p2p-numpy.py): the sweep element by element."""
+    m, n = grid.shape
+    for i in range(1, m):
+        for j in range(1, n):
+            grid[i][j] = grid[i - 1][j] + grid[i][j - 1] - grid[i - 1][j - 1]
+
+
+def p2p_grid(n):
+    grid = np.zeros((n, n))
+    grid[0, :], grid[:, 0] = np.arange(n), np.arange(n)
+    return grid
+
+
+def cpu_wavefront_rows(n, n_numpy, repeat):
+    a_het, a_nb = p2p_grid(n), p2p_grid(n)
+    run_het = lambda: hetflow.wavefront((n - 1, n - 1), p2p, a_het)  # noqa: E731
+    run_het()
+    numba_p2p(a_nb)
+    assert np.array_equal(a_het, a_nb)
+    t_het, t_nb = race(run_het, lambda: numba_p2p(a_nb), repeat=repeat)
+    small = p2p_grid(n_numpy)
+    t_np = best_time(lambda: numpy_p2p(small), repeat=1, warmup=0) * ((n - 1) / (n_numpy - 1)) ** 2
+    return [row(f"wavefront p2p {n}^2 vs sequential numba", t_nb, t_het, ">= 4x (16 cores)"),
+            row(f"wavefront p2p {n}^2 vs PRK numpy (from {n_numpy}^2)", t_np, t_het, "")]
+
+
 def gpu_rows(n, n_reduce, n_scan, repeat):
     cp, cuda = cupy_module(), cuda_module()
     if cp is None:
@@ -153,6 +257,19 @@ def gpu_rows(n, n_reduce, n_scan, repeat):
     rows.append(row(f"GPU scan sum {n_scan:.0e} f64 vs cp.cumsum", t_cp, t_het, ">= 0.8x"))
     t_cp, t_het = race(lambda: cp.sort(x), lambda: sort(x), repeat=repeat, sync=sync)
     rows.append(row(f"GPU sort {n_scan:.0e} f64 vs cp.sort", t_cp, t_het, ">= 0.8x"))
+    del x
+    y = cp.random.random(n_reduce // 2)
+    x = cp.random.random(n_reduce // 2)
+    run_het = lambda: reduce(x.size, product, x, y, device="gpu0")  # noqa: E731
+    assert np.isclose(float(run_het()), float(cp.dot(x, y)), rtol=1e-10)
+    t_cp, t_het = race(lambda: float(cp.dot(x, y)), lambda: float(run_het()), repeat=repeat, sync=sync)
+    rows.append(row(f"GPU map-reduce dot {x.size:.0e} f64 vs cp.dot", t_cp, t_het, ">= 1.0x"))
+    del x, y
+    u, f = cp.random.random((n, n)), cp.random.random((n, n))
+    run_het = lambda: reduce((n - 2, n - 2), residual_sq, u, f, 0.25, device="gpu0")  # noqa: E731
+    assert np.isclose(float(run_het()), float(numpy_residual(u, f, 0.25)), rtol=1e-10)
+    t_cp, t_het = race(lambda: float(numpy_residual(u, f, 0.25)), lambda: float(run_het()), repeat=repeat, sync=sync)
+    rows.append(row(f"GPU map-reduce residual {n}^2 vs cupy slicing", t_cp, t_het, ">= 1.0x"))
     return rows
 
 
@@ -161,12 +278,18 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print results as JSON")
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    p.add_argument("--wavefront", type=int, metavar="N", default=None,
+                   help="side of the p2p wavefront grid (default 4000; 256 with --quick)")
     args = p.parse_args(argv)
     if args.quick:
         n, n_reduce, n_scan, n_view, repeat, sort_repeat = 256, 10**5, 10**4, 256, 2, 2
+        n_dot, n_wave, n_numpy = 10**5, 256, 64
     else:
         n, n_reduce, n_scan, n_view, repeat, sort_repeat = 4096, 10**8, 10**7, 4096, 7, 5
+        n_dot, n_wave, n_numpy = 2 * 10**7, 4000, 400
+    n_wave = args.wavefront or n_wave
     rows = cpu_jacobi_rows(n, repeat) + cpu_callsite_rows(n_reduce, n_scan, n_view, repeat, sort_repeat)
+    rows += cpu_mapreduce_rows(n_dot, n_view, repeat) + cpu_wavefront_rows(n_wave, min(n_numpy, n_wave), repeat)
     rows += gpu_rows(n, n_reduce, n_scan, repeat)
     cpu = hetflow.get_device("cpu0")
     report(rows, args.json, f"hetflow bench views ({cpu.name}, {cpu.compute_units} cores)")

@@ -63,3 +63,17 @@ def test_simulated_gpu_launches_through_the_dispatcher(gpu_device):
     _run(np, gpu_device.id)
     plans = [p for p in mixed.plans.values() if p.executable.description.kind == "gpu"]
     assert plans and all(p.fast_entry is None for p in plans)
+
+
+@hetflow.kernel
+def shifted_copy(i, x, out):
+    out[i + 3] = x[i]
+
+
+@pytest.mark.simgpu
+def test_a_launch_writing_rows_beyond_its_extent_brings_them_home(gpu_device):
+    """A host array is staged whole on a GPU: every row the kernel wrote comes back, not
+    only the rows of the launch indices."""
+    x, out = np.arange(4.0), np.full(7, -1.0)
+    hetflow.forall(4, shifted_copy, x, out, device=gpu_device.id)
+    np.testing.assert_array_equal(out, [-1, -1, -1, 0, 1, 2, 3])

@@ -472,7 +472,7 @@ def test_sampler_caches_within_its_ttl():
     cached = status.Sampler(ttl=3600)
     first = cached.sample(cpu)
     assert cached.sample(cpu) is first
-    assert 0 < first.memory_used <= first.memory_total and 0.0 <= first.utilisation <= 1.0
+    assert 0 < first.memory_used <= first.memory_total and 0.0 <= first.utilization <= 1.0
     fresh = status.Sampler(ttl=0)
     assert fresh.sample(cpu) is not fresh.sample(cpu)
 

@@ -392,9 +392,13 @@ def test_operand_must_be_an_array_or_a_view():
         reduce(tile(np.ones((4, 4)), (2, 2)), "sum")
 
 
-def test_one_device_only():
-    with pytest.raises(KernelArgumentError, match="reduce runs on one device; got 2"):
-        reduce(np.ones(3), "sum", device=["cpu0", "cpu0"])
+@pytest.mark.simgpu
+def test_gpu_data_runs_on_one_gpu(gpu_device):
+    from numba import cuda
+
+    x = cuda.to_device(np.ones(3))
+    with pytest.raises(KernelArgumentError, match="co-execute host data only"):
+        reduce(x, "sum", device=["cpu0", gpu_device.id])
 
 
 # -- scan -------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from .errors import *  # noqa: F401,F403  (the exception hierarchy is part of th
 from .index import (Grid, asarray, co_map, cshift, empty, extent, index, interior, partition, project,
                     section, tile, transpose, zeros)
 from .kernels import Kernel, kernel
+from . import atomic
 from .platform import Context, Device, LogicalDevice, devices, get_device, select
 from .ir import Monitor, Rule, RuleSet, graph
 from .runtime.coexec import last_report
@@ -18,6 +19,7 @@ from .runtime.forall import forall
 from .runtime.queue import Queue
 from .runtime.reductions import reduce
 from .runtime.scan_sort import scan, sort
+from .runtime.wavefront import wavefront
 from . import library  # noqa: E402  (needs kernel and forall)
 from . import dist, trace  # noqa: E402
 from .dist import world  # noqa: E402

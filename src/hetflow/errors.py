@@ -171,3 +171,8 @@ class CommTimeoutError(CommError, HetflowTimeoutError):
 
 class RemoteError(CommError):
     """Another rank raised; carries that rank's message."""
+
+
+class ScatteredWriteWarning(UserWarning):
+    """A parallel launch writes an array at indices that are no function of its launch
+    index, without :mod:`hetflow.atomic`: updates of one element race and may be lost."""

@@ -103,3 +103,15 @@ def precompile(dtypes=("float64", "float32"), device=None) -> int:
             forall(extent, k, *args, device=device)
             count += 1
     return count
+
+
+@kernel
+def minloc(a, b):
+    """Reduction op of ``(value, index)`` pairs: the least value, the first index among ties."""
+    return a if a[0] < b[0] or (a[0] == b[0] and a[1] <= b[1]) else b
+
+
+@kernel
+def maxloc(a, b):
+    """Reduction op of ``(value, index)`` pairs: the greatest value, the first index among ties."""
+    return a if a[0] > b[0] or (a[0] == b[0] and a[1] <= b[1]) else b

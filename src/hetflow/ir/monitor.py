@@ -22,8 +22,9 @@ complexity_changed    value                                  ``complexity``
 ====================  =====================================  ===========================
 
 Other kinds may be injected for user rules (``happened("my_event")``). Sources:
-psutil (CPU utilisation, free memory), NVML through nvidia-ml-py when it imports and
-finds a GPU, the runner's run reports, and ``inject``/``set`` through the API. Modes:
+the scheduler's device sampler (psutil for the CPU and free memory, NVML through
+nvidia-ml-py for GPUs; :mod:`hetflow.runtime.status`), the runner's run reports, and
+``inject``/``set`` through the API. Modes:
 ``"event"`` (sources are sampled only when asked), ``"periodic"`` (sampled at safe
 points once ``period`` seconds have passed) and ``"continuous"`` (a background thread
 samples every ``period`` seconds until ``stop()``).
@@ -42,7 +43,7 @@ import numpy as np
 import psutil
 
 from ..errors import MonitorError
-from ..runtime.status import _others_utilisation
+from ..runtime.status import Sampler, _nvml
 from .topology import Topology
 
 log = logging.getLogger("hetflow.ir.monitor")
@@ -59,55 +60,43 @@ class Event:
     time: float = dataclasses.field(default_factory=time.monotonic)
 
 
-class PsutilSource:
-    """Host CPU utilisation and available memory."""
+class StatusSource:
+    """Every device's utilization and free memory, as :mod:`hetflow.runtime.status`
+    samples them for the scheduler (psutil for the host, NVML for real GPUs). A GPU's
+    ``utilization`` is by other processes: rules move work off a GPU that *others* use,
+    and this process's own kernels must not chase it off its GPU (where NVML has no
+    per-process samples, the whole device's utilization is all there is)."""
 
-    name = "psutil"
+    name = "status"
 
-    def __init__(self):
+    def __init__(self, devices=None):
+        from ..platform.devices import devices as all_devices
+
+        nvml = _nvml() is not None
+        self._devices = tuple(d for d in (devices if devices is not None else all_devices())
+                              if d.kind == "cpu" or (nvml and not d.simulated))
+        self._sampler = Sampler(ttl=0.0)
         psutil.cpu_percent(interval=None)  # the first reading only starts the measurement
 
     def sample(self) -> dict:
-        return {"cpu0.utilization": psutil.cpu_percent(interval=None) / 100.0,
-                "free_memory": int(psutil.virtual_memory().available)}
-
-
-class NvmlSource:
-    """Per-GPU utilisation by other processes, the device's own, and free memory (NVML)."""
-
-    name = "nvml"
-
-    def __init__(self, nvml, count: int):
-        self._nvml, self._handles = nvml, [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-
-    @classmethod
-    def open(cls) -> "NvmlSource | None":
-        """The source when nvidia-ml-py imports and NVML sees at least one GPU, else None."""
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            count = pynvml.nvmlDeviceGetCount()
-        except Exception:  # no package, no driver, no permission: no NVML feedback
-            return None
-        return cls(pynvml, count) if count else None
-
-    def sample(self) -> dict:
-        # Rules move work off a GPU that *others* use: this process's own kernels must not
-        # count, or a program would chase itself off its GPU. Where NVML has no per-process
-        # samples, the whole device's utilisation is all we know.
         values = {}
-        for i, handle in enumerate(self._handles):
-            device = self._nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
-            others = _others_utilisation(self._nvml, handle)
-            values[f"gpu{i}.utilization"] = device if others is None else others
-            values[f"gpu{i}.device_utilization"] = device
-            values[f"gpu{i}.free_memory"] = int(self._nvml.nvmlDeviceGetMemoryInfo(handle).free)
+        for d in self._devices:
+            s = self._sampler.sample(d)
+            free = s.memory_total - s.memory_used
+            if d.kind == "cpu":
+                values[f"{d.id}.utilization"] = s.utilization
+                values["free_memory"] = free
+                continue
+            if s.utilization is None:  # NVML could not sample it this time
+                continue
+            values[f"{d.id}.utilization"] = s.utilization if s.others is None else s.others
+            values[f"{d.id}.device_utilization"] = s.utilization
+            values[f"{d.id}.free_memory"] = free
         return values
 
 
 def default_sources() -> list:
-    nvml = NvmlSource.open()
-    return [PsutilSource()] + ([nvml] if nvml else [])
+    return [StatusSource()]
 
 
 class Monitor:
@@ -202,7 +191,7 @@ class Monitor:
 
     # -- sources -----------------------------------------------------------------------
     def sample(self) -> None:
-        """Read every source now; utilisation steps and memory pressure become events."""
+        """Read every source now; utilization steps and memory pressure become events."""
         for source in self.sources:
             try:
                 values = source.sample()

@@ -133,11 +133,15 @@ class Kernel:
         if not self.has_source:  # no syntax tree to read: every parameter may be read and written
             return Access({p: "rw" for p in self.params[ndim:]}, {})
 
-        def callee(name):
-            sub = self.subkernels.get(name)
-            return None if sub is None else [sub.access(0).modes.get(p, "") for p in sub.params]
+        return analyze(self.definition, ndim, self._resolve)
 
-        return analyze(self.definition, ndim, callee)
+    def _resolve(self, node):
+        """The object a name or attribute chain in the body names (None: unknown)."""
+        if isinstance(node, ast.Attribute):
+            return getattr(self._resolve(node.value), node.attr, None)
+        if isinstance(node, ast.Name):
+            return self._globals.get(node.id, getattr(builtins, node.id, None))
+        return None
 
     def function_with(self, convert, module: str | None = None):
         """The kernel's function with every global and captured value ``v`` it reads

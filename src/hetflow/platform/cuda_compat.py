@@ -41,6 +41,10 @@ def cuda_module():
         from numba import cuda
     except Exception:  # numba-cuda absent, or broken CUDA install: no GPU backend
         return None
+    if not simulated():  # the simulator runs hetflow.atomic as Python
+        from ..kernels.atomic import register_cuda
+
+        register_cuda(cuda)
     return cuda
 
 

@@ -39,21 +39,17 @@ import dataclasses
 import logging
 import math
 import threading
-import time
 
-import numpy as np
 
 from ..errors import DeviceFailure
 from ..index import views as _views
 from ..index.lowering import lowering
-from ..index.operators import section
-from ..platform.cuda_compat import cuda_module
 from . import cpu
 from .buffers import _minus, _union
-from .gpu import FastEntry, Timing, launch_rows, stream_pointer
+from .gpu import Timing
 from .launch import SCALARS, Launch, bind, coherent, normalize_extent
-from ..platform.repository import repository
-from .perfmodel import FILE_NAME, PerfModel
+from .staging import GpuChunks, coalesce
+from .perfmodel import device_key as _device_key, kernel_key as _kernel_key, perf_model
 from .report import RunReport
 from ..trace.recorder import notify as trace_notify
 from .steal import Worker, cpu_chunk_size, gpu_chunk_size, run_loop
@@ -61,245 +57,12 @@ from .steal import Worker, cpu_chunk_size, gpu_chunk_size, run_loop
 log = logging.getLogger(__name__)
 
 _last = threading.local()
-_model_lock = threading.Lock()
-_model: tuple | None = None  # (the code repository, its performance model)
 
 
 def last_report() -> RunReport | None:
     """The run report of this thread's last forall over several devices (a
     :class:`RunReport`, or a one-device report where it ran on one of them alone)."""
     return getattr(_last, "report", None)
-
-
-def perf_model() -> PerfModel:
-    global _model
-    repo = repository()
-    found = _model
-    if found is not None and found[0] is repo:  # every co-executed launch asks: kept cheap
-        return found[1]
-    path = repo.root / FILE_NAME  # beside the code repository (HETFLOW_CACHE_DIR)
-    with _model_lock:
-        if _model is None or _model[1].path != path:
-            _model = (repo, PerfModel(path))
-        else:
-            _model = (repo, _model[1])
-        return _model[1]
-
-
-def _kernel_key(kernel, ndim: int) -> str:
-    return f"{kernel.name}-{kernel.source_hash[:12]}-{ndim}d"
-
-
-_device_keys: dict = {}
-
-
-def _device_key(device) -> str:
-    found = _device_keys.get(device.id)
-    if found is None:
-        found = _device_keys[device.id] = f"{device.kind}:{device.name}:{device.arch}"
-    return found
-
-
-class GpuChunks:
-    """A launch's data on one GPU, moved per chunk where the access pattern allows.
-
-    Nothing moves at construction: ``setup`` runs in the GPU worker's thread while the
-    CPU workers already compute. Arrays that cannot move per chunk are copied whole, in
-    pieces of ``PIECE_BYTES``, and the GPU gives up as soon as the CPUs have finished the
-    loop without it: a GPU whose copies take longer than the whole loop on the CPUs
-    (a memory-bound stencil on host arrays) costs the loop at most one piece.
-    """
-
-    PIECE_BYTES = 8 << 20
-
-    def __init__(self, launch: Launch, residents=()):
-        self.launch = launch
-        self.residents = residents
-        self.staged_s = 0.0   # time spent making coherent arrays' rows current here
-        self.compile_s = 0.0  # time spent compiling the entry (not a cost of co-execution)
-        self.device = launch.device
-        self.cuda = cuda_module()
-        self.stream = None
-        self.streamed_in, self.streamed_out, self.merged = [], [], []
-        self.pending = []     # (lo, hi, [(host, staged rows)]) launched since the last sync
-        self.merged_home = []  # ranges merge_back brought home
-        self.dev_args = ()
-
-    def _context(self):
-        return self.cuda.gpus[self.device.ordinal]
-
-    def setup(self, stopped=lambda: False) -> None:
-        """Allocate and copy in what the chunks need (returns early once ``stopped()``)."""
-        plan = self.launch.plan
-        with self._context():
-            self.stream = self.cuda.stream()
-            self.pointer = None if self.device.simulated else stream_pointer(self.stream)
-            dev_args, copies = [], {}
-
-            def whole(host):  # one device copy per host array, shared by its views
-                if stopped():
-                    return None
-                if id(host) not in copies:
-                    copies[id(host)] = self._copy_in(host, stopped)
-                return copies[id(host)]
-
-            streamed = _streamed(plan, self.launch.args)
-            for k, (name, arg) in enumerate(zip(plan.data, self.launch.args)):
-                root = _views.root_of(arg) if not isinstance(arg, SCALARS) else None
-                if coherent(root):  # the Buffer's own copy here: rows move per chunk
-                    dev = root.copy_on(self.device)
-                    dev_args.extend(self.launch.view_arguments(k, dev) if arg is not root else [dev])
-                elif _views.is_view(arg):
-                    dev = whole(arg.root)
-                    if dev is None:
-                        return
-                    dev_args.extend(self.launch.view_arguments(k, dev))
-                    if plan.access.writes(name):
-                        self.merged.append((arg, dev))
-                elif isinstance(arg, np.ndarray):
-                    if name in streamed:
-                        # allocated only: rows move with their chunk, written ones both
-                        # ways (what the kernel leaves alone must come back unchanged)
-                        dev = self.cuda.device_array(arg.shape, arg.dtype, stream=self.stream)
-                        self.streamed_in.append((arg, dev))
-                        if plan.access.writes(name):
-                            self.streamed_out.append((arg, dev))
-                    else:
-                        dev = whole(arg)
-                        if dev is None:
-                            return
-                        if plan.access.writes(name):
-                            self.merged.append((arg, dev))
-                    dev_args.append(dev)
-                else:
-                    dev_args.append(arg)
-            self.dev_args = tuple(dev_args)
-            # compile now, off the clock of the chunks: a first chunk that compiles would
-            # teach the performance model a GPU a hundred times slower than it is
-            began = time.perf_counter()
-            FastEntry.of(self.launch, (0, 0, *self.launch.inner, *self.dev_args))
-            self.compile_s = time.perf_counter() - began
-
-    def _copy_in(self, host, stopped):
-        """A device copy of ``host``, made piece by piece; None if ``stopped()`` first."""
-        host = np.ascontiguousarray(host)
-        dev = self.cuda.device_array(host.shape, host.dtype, stream=self.stream)
-        if host.ndim == 0 or host.nbytes <= self.PIECE_BYTES:
-            dev.copy_to_device(host, stream=self.stream)
-            self.stream.synchronize()
-            return dev
-        step = max(1, self.PIECE_BYTES * host.shape[0] // host.nbytes)
-        for lo in range(0, host.shape[0], step):
-            dev[lo:lo + step].copy_to_device(host[lo:lo + step], stream=self.stream)
-            self.stream.synchronize()
-            if stopped():
-                return None
-        return dev
-
-    def run_chunk(self, lo: int, hi: int) -> None:
-        """Launch rows ``[lo, hi)``; their streamed results come back into staging
-        arrays, copied home at :meth:`sync` (the results land once the GPU finished)."""
-        if self.residents:
-            began = time.perf_counter()
-            for r in self.residents:
-                r.buffer.acquire_rows(self.device, r.rows(lo, hi))
-            self.staged_s += time.perf_counter() - began
-        with self._context():
-            for host, dev in self.streamed_in:
-                dev[lo:hi].copy_to_device(host[lo:hi], stream=self.stream)
-            launch_rows(self.launch, self.stream, lo, hi, self.dev_args, self.pointer)
-            staged = [(host, dev[lo:hi].copy_to_host(stream=self.stream)) for host, dev in self.streamed_out]
-        self.pending.append((lo, hi, staged))
-
-    def sync(self) -> None:
-        """Wait for the chunks launched, then land their results."""
-        with self._context():
-            self.stream.synchronize()
-        for lo, hi, staged in self.pending:
-            for host, rows in staged:
-                host[lo:hi] = rows
-        self.pending.clear()
-
-    def salvage(self) -> int:
-        """After a failure: how many of the chunks launched since the last sync landed
-        all the same (the stream still completes them). When it does not, the rows those
-        chunks read and wrote of a coherent array may hold half-applied updates here:
-        they stop counting as current on this GPU, and if they are current nowhere else
-        they are lost (DeviceFailure)."""
-        ran = len(self.pending)
-        try:
-            self.sync()
-            return ran
-        except Exception as exc:  # noqa: BLE001  the device is gone: nothing it did lands
-            log.warning("%s cannot finish the chunks it launched (%s)", self.device.id, exc)
-        for r in self.residents:
-            if r.writes and r.reads:
-                rows = [p for lo, hi, _ in self.pending for p in r.rows(lo, hi)]
-                r.buffer.forget_rows(self.device, rows)
-        self.pending.clear()
-        return 0
-
-    def merge_back(self, ranges) -> None:
-        """Copy home the rows this GPU computed of every written array copied whole:
-        just those rows where they form a box of the array, else the whole copy. A range
-        lands whole or not at all (every array's rows are fetched before any is stored);
-        ``merged_home`` lists the ranges that landed."""
-        if not self.merged or not ranges:
-            return
-        wholes = {}
-        with self._context():
-            for lo, hi in _coalesce(ranges):
-                parts = [self._fetch(target, dev, lo, hi, wholes) for target, dev in self.merged]
-                for home, idx, values in parts:
-                    home[idx] = values
-                self.merged_home.append((lo, hi))
-
-    def _fetch(self, target, dev, lo, hi, wholes):
-        """(home array, index, values) of rows ``[lo, hi)`` of ``target`` on this GPU."""
-        rows = _row_section(target, lo, hi)
-        home = target.root if _views.is_view(target) else target
-        box = rows.root_box() if _views.is_view(rows) else (slice(lo, hi),)
-        if box is not None:
-            part = dev[box[0]].copy_to_host(stream=self.stream)
-            self.stream.synchronize()
-            return home, box, part[(slice(None),) + box[1:]]
-        if id(dev) not in wholes:
-            wholes[id(dev)] = dev.copy_to_host(stream=self.stream)
-            self.stream.synchronize()
-        idx = rows._root_index(np)
-        return home, idx, wholes[id(dev)][idx]
-
-
-def _streamed(plan, args) -> set:
-    """The plain arrays that move per chunk: C-contiguous ones touched only in their own
-    row. If some written argument is copied whole instead, none that is written moves
-    per chunk, so that all written arrays of a range land together (at the merge)."""
-    rowwise = {name for name, arg in zip(plan.data, args)
-               if isinstance(arg, np.ndarray) and name in plan.access.rows and arg.flags.c_contiguous}
-    whole = {name for name, arg in zip(plan.data, args) if name not in rowwise and (
-        isinstance(arg, np.ndarray) or _views.is_view(arg) and not coherent(_views.root_of(arg)))}
-    if any(plan.access.writes(name) for name in whole):
-        return {name for name in rowwise if not plan.access.writes(name)}
-    return rowwise
-
-
-def _coalesce(ranges):
-    """Sorted ``(lo, hi)`` ranges with touching neighbours joined."""
-    out = []
-    for lo, hi in sorted(ranges):
-        if out and out[-1][1] == lo:
-            out[-1] = (out[-1][0], hi)
-        else:
-            out.append((lo, hi))
-    return out
-
-
-def _row_section(target, lo: int, hi: int):
-    """Rows ``[lo, hi)`` of ``target`` (a view of them, or the plain array's slice)."""
-    if not _views.is_view(target):
-        return target[lo:hi]
-    ext = tuple(target.extent)
-    return section(target, (lo,) + (0,) * (len(ext) - 1), (hi - lo,) + ext[1:])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,8 +122,7 @@ def _cpu_workers(launch: Launch, rows: int, count: int, held=()) -> list[Worker]
     # A CPU chunk enters and leaves Python, taking the GIL, and 16 workers queue for it:
     # on a 16-core host, 5-row chunks of a 1024^2 stencil took 300 us for 5 us of work.
     # So a chunk holds at least what the runtime would run inline rather than spread.
-    per_row = max(1, math.prod(launch.inner))
-    size = cpu_chunk_size(rows, count, minimum=max(1, -(-cpu.INLINE_LIMIT // per_row)))
+    size = cpu_chunk_size(rows, count, minimum=cpu.least_rows(launch))
     return [Worker(f"{launch.device.id}/core{k}", "cpu", run, size, launch.device.id) for k in range(count)]
 
 
@@ -402,15 +164,20 @@ def _alone(model, key, targets, counts, rows):
     """The device to run the launch alone on instead of co-executing, when the history says
     it finishes sooner than all of them together plus what co-execution costs beyond the
     work (a short memory-bound loop on a GPU: thread hand-offs outlast the loop); else None.
-    A device's time alone comes from its launches alone: its rate in co-execution, in
-    chunks, undersells a GPU that runs a whole launch at once; so each device runs one
-    launch alone first, once co-execution has shown its cost."""
+    A GPU's time alone comes from its launches alone: its rate in co-execution, in
+    chunks, undersells a GPU that runs a whole launch at once; so each GPU runs one
+    launch alone first, once co-execution has shown its cost. A CPU's comes from its
+    launches alone once it ran some, before that from its workers' rate together (running
+    it alone just to learn would compile its whole-launch entry and take the CPU's time)."""
     names = [_device_key(d) for d in targets]
     rates = model.throughputs(key, names)
     overhead = model.overhead(key)
     if overhead is None or not all(rates):
         return None  # co-execute: that is how rates and overhead are learnt
-    solo = model.throughputs(key, [name + ALONE for name in names])
+    # A CPU alone runs as its workers do together: its rate in co-execution tells it. A
+    # GPU alone must be measured once (a first launch there also compiles nothing new).
+    solo = [s if s is not None or d.kind != "cpu" else r * c for d, s, r, c in
+            zip(targets, model.throughputs(key, [name + ALONE for name in names]), rates, counts)]
     if not all(solo):
         return targets[solo.index(None)]
     alone = [rows / r for r in solo]
@@ -460,9 +227,22 @@ def probe_interval(together: float, alone: float) -> int:
     return min(PROBE_LIMIT, max(PROBE_EVERY, int(20 * together / alone)))
 
 
+def _speed_rank(device):
+    """Orders devices by expected speed: real GPUs first, then by compute units."""
+    return device.kind == "gpu" and not device.simulated, device.compute_units
+
+
 def _fastest(launches):
-    return max(launches, key=lambda L: (L.device.kind == "gpu" and not L.device.simulated,
-                                        L.device.compute_units))
+    return max(launches, key=lambda L: _speed_rank(L.device))
+
+
+def _one_row_device(targets, extent):
+    """The device for a launch of one row: a CPU for one index (sequential code runs
+    on one GPU thread far slower), else the fastest device."""
+    cpus = [d for d in targets if d.kind == "cpu"]
+    if cpus and math.prod(extent) <= 1:
+        return cpus[0]
+    return max(targets, key=_speed_rank)
 
 
 def _mark_written(held, ran: dict) -> None:
@@ -471,7 +251,7 @@ def _mark_written(held, ran: dict) -> None:
     for r in held:
         if r.writes:
             for device, ranges in ran.items():
-                rows = [p for lo, hi in _coalesce(ranges) for p in r.rows(lo, hi)]
+                rows = [p for lo, hi in coalesce(ranges) for p in r.rows(lo, hi)]
                 r.buffer.wrote_rows(device, rows)
 
 
@@ -491,7 +271,7 @@ def _land(gpu_parts, report, cpu_launch, held, device_of) -> None:
         except Exception as exc:  # noqa: BLE001  the GPU died after computing: redo the rest
             if cpu_launch is None or not chunks.merged:
                 raise
-            left = _minus(_coalesce(ranges), _coalesce(chunks.merged_home))
+            left = _minus(coalesce(ranges), coalesce(chunks.merged_home))
             log.warning("could not read results back from %s (%s); %d of its ranges are to re-run on the CPU",
                         worker.device_id, exc, len(left))
             redo += left
@@ -500,7 +280,7 @@ def _land(gpu_parts, report, cpu_launch, held, device_of) -> None:
         run = _cpu_runner(cpu_launch, held)
         for lo, hi in redo:
             run(lo, hi)
-        ran = {d: _minus(_coalesce(r), _coalesce(redo)) if d.kind == "gpu" else r for d, r in ran.items()}
+        ran = {d: _minus(coalesce(r), coalesce(redo)) if d.kind == "gpu" else r for d, r in ran.items()}
         ran[cpu_launch.device] = ran.get(cpu_launch.device, []) + redo
     if held:
         _mark_written(held, ran)
@@ -528,10 +308,15 @@ def _not_redoable(held, redo, cpu_device) -> str | None:
 
 def co_executable(launch: Launch) -> bool:
     """May this launch be split over devices? Only if every written array is written at
-    the launch index alone, so each device's rows are its own."""
-    plan = launch.plan
-    return all(name in plan.access.rows for k, name in enumerate(plan.data)
-               if plan.access.writes(name))
+    the launch index alone, so each device's rows are its own (scalars are passed by
+    value: no device's write can reach another)."""
+    return not _written_elsewhere(launch.plan)
+
+
+def _written_elsewhere(plan) -> list:
+    """Arrays the launch writes outside the rows of its launch index (``plan.written``
+    holds no scalar)."""
+    return [plan.data[k] for k in plan.written if plan.data[k] not in plan.access.rows]
 
 
 def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None):
@@ -545,6 +330,10 @@ def co_forall(extent, kernel, args, targets, *, schedule="steal", shares=None):
 def _co_forall(extent, kernel, args, targets, schedule, shares):
     extent = normalize_extent(extent)
     rows = extent[0]
+    if rows <= 1:  # nothing to share out (a one-index launch of sequential code): one device
+        from .forall import run_on
+
+        return run_on(bind(kernel, extent, args, _one_row_device(targets, extent)))
     # Each GPU's worker thread stages copies and launches: leave it a core of its own.
     n_gpus = sum(d.kind == "gpu" for d in targets)
     counts = [max(1, d.compute_units - n_gpus) if d.kind == "cpu" else 1 for d in targets]
@@ -556,9 +345,13 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
             return _run_alone(model, key, bind(kernel, extent, args, alone))
     launches = [bind(kernel, extent, args, dev) for dev in targets]
     if not co_executable(launches[0]):
-        fastest = _fastest(launches)
-        log.warning("kernel %s writes arrays at other indices than its launch index; running it "
-                    "on %s alone", kernel.name, fastest.device.id)
+        fastest, plan = _fastest(launches), launches[0].plan
+        elsewhere = _written_elsewhere(plan)
+        # Atomic updates are meant to land anywhere: only the devices' copies cannot be merged.
+        level = logging.INFO if set(elsewhere) <= plan.access.atomic else logging.WARNING
+        log.log(level, "kernel %s writes %s outside the rows of its launch index, so devices cannot "
+                "split it; running it on %s alone", kernel.name, ", ".join(map(repr, elsewhere)),
+                fastest.device.id)
         from .forall import run_on
 
         return run_on(fastest)

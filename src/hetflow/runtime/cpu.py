@@ -3,20 +3,37 @@
 The chunk entry is a Numba ``nogil`` function, so chunks run truly in parallel on the
 work-stealing runtime's threads; a whole launch on one CPU goes through the parallel
 entry instead (Numba's threading layer, as fast as a hand-written ``prange``).
+
+A launch of few indices runs on the calling thread when its work is small too: the
+cost of a row on one core is measured (kept per launch plan and in the performance
+model, :mod:`.perfmodel`), and a small launch predicted to take ``INLINE_SECONDS`` or
+more is spread over the cores (1,000 rows each scanning a million samples).
 """
 from __future__ import annotations
 
+import math
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor, wait
+from time import perf_counter
 
 import numba
 from numba.core.errors import NumbaError
 
 from ..errors import HetflowError, KernelRaisedError
 from ..platform.repository import repository
-from .launch import Launch
+from .launch import Launch, warn_scattered
+from .perfmodel import device_key, kernel_key, perf_model
 
-# Below this many indices a launch runs on the calling thread: waking workers costs more.
+# Above this many indices a launch always runs over all cores (Numba's threading layer).
 INLINE_LIMIT = 1 << 15
+# Fewer indices run on the calling thread unless predicted to take this long there:
+# handing pieces to other threads costs tens of microseconds.
+INLINE_SECONDS = 200e-6
+# The first launch of a plan times rows on the calling thread, doubling their number
+# until they took this long, to learn the cost of a row before deciding on the rest.
+PROBE_SECONDS = 20e-6
+ONE_CORE = "/one-core"  # the model's entry of a kernel's rate on one core (rows/s)
 
 
 def _signature(launch: Launch, head: tuple) -> tuple:
@@ -91,31 +108,94 @@ def _raised(launch: Launch, lo, hi, exc: Exception) -> Exception:
 
 # Numba's workqueue threading layer must not be entered by two threads at once.
 _parallel_lock = threading.Lock()
+_pool: list[ThreadPoolExecutor] = []  # threads running pieces of small heavy launches
+_pool_lock = threading.Lock()
 
 
-def run(launch: Launch, workers: int) -> None:
-    """Run the whole launch: inline when small, else over all cores with Numba's
-    threading layer (one even piece of rows per thread, as a hand-written prange)."""
+def run(launch: Launch, workers: int) -> list[tuple[int, int]]:
+    """Run the whole launch: on the calling thread when its work is small, else over
+    ``workers`` cores; returns the rows ``(lo, hi)`` each thread ran."""
     compile_launch(launch)
     rows = launch.extent[0]
-    total = rows
-    for e in launch.inner:
-        total *= e
-    if total <= INLINE_LIMIT or workers <= 1 or rows <= 1:
-        try:
-            launch.executable.entry(0, rows, *launch.inner, *launch.entry_args)
-        except Exception as exc:
-            raise _raised(launch, 0, rows, exc)
-        return
+    per_row = math.prod(launch.inner)
+    if workers <= 1 or rows <= 1 or per_row == 0:
+        _inline(launch, 0, rows)
+        return [(0, rows)]
+    if rows * per_row > INLINE_LIMIT:
+        return _parallel(launch, rows)
+    lo, cost = 0, _row_cost(launch)
+    if cost is None:  # first launch of this plan: time a few rows first
+        lo, cost = _probe(launch, rows)
+    if (rows - lo) * cost < INLINE_SECONDS:
+        if lo < rows:
+            began = perf_counter()
+            _inline(launch, lo, rows)
+            _learn(launch, rows - lo, perf_counter() - began)
+        return [(0, rows)]
+    return ([(0, lo)] if lo else []) + _threads(launch, lo, rows, workers)
+
+
+def least_rows(launch: Launch) -> int:
+    """The fewest rows worth handing to another thread: those of ``INLINE_LIMIT``
+    indices, or fewer where a row is known to cost more (``INLINE_SECONDS`` of work)."""
+    rows = -(-INLINE_LIMIT // max(1, math.prod(launch.inner)))
+    cost = _row_cost(launch)
+    return max(1, min(rows, math.ceil(INLINE_SECONDS / cost)) if cost else rows)
+
+
+def _inline(launch: Launch, lo: int, hi: int) -> None:
+    try:
+        launch.executable.entry(lo, hi, *launch.inner, *launch.entry_args)
+    except Exception as exc:
+        raise _raised(launch, lo, hi, exc)
+
+
+def _probe(launch: Launch, rows: int) -> tuple[int, float]:
+    """Run rows from 0 on this thread, doubling their number until the rows run took
+    ``PROBE_SECONDS``; the rows run and the seconds per row of the last step (the
+    first step's may hold one-time costs of a first call)."""
+    lo, step, spent, steps = 0, 1, 0.0, 0
+    while lo < rows and (steps < 2 or spent < PROBE_SECONDS):
+        hi = min(rows, lo + step)
+        began = perf_counter()
+        _inline(launch, lo, hi)
+        last, count = perf_counter() - began, hi - lo
+        spent, steps = spent + last, steps + 1
+        lo, step = hi, 2 * step
+    return lo, _learn(launch, count, last)
+
+
+def _row_cost(launch: Launch) -> float | None:
+    """Seconds a row of this launch takes on one core: the plan's last measure, else the
+    performance model's history, else None."""
+    plan = launch.plan
+    if plan.row_cost is None:
+        rate = perf_model().throughput(kernel_key(launch.kernel, len(launch.extent)), device_key(launch.device) + ONE_CORE)
+        plan.row_cost = 1.0 / rate if rate else None
+    return plan.row_cost
+
+
+def _learn(launch: Launch, rows: int, seconds: float) -> float:
+    """Keep the measured cost of a row on the plan; tell the model when it is news (the
+    plan's first) or the run was long enough for its bookkeeping not to matter."""
+    cost = max(seconds, 1e-9) / max(rows, 1)
+    first, launch.plan.row_cost = launch.plan.row_cost is None, cost
+    if first or seconds > 1e-3:
+        perf_model().record(kernel_key(launch.kernel, len(launch.extent)), device_key(launch.device) + ONE_CORE, 1.0 / cost)
+    return cost
+
+
+def _parallel(launch: Launch, rows: int) -> list[tuple[int, int]]:
+    """All rows over Numba's threading layer, one even piece per thread."""
+    warn_scattered(launch)
     parts = min(numba.get_num_threads(), rows)
     if not launch.plan.parallel_compiled:
-        compile_launch(launch)
         _compile(launch, "parallel", _signature(launch, (parts, rows)))
         launch.plan.parallel_compiled = True
     with _parallel_lock:
         try:
             launch.executable.parallel(parts, rows, *launch.inner, *launch.entry_args)
-            return
+            return [(rows * p // parts, rows * (p + 1) // parts) for p in range(parts)]
         except HetflowError:  # checked mode's, naming the kernel
             raise
         except Exception:     # the kernel raised: Numba's parallel layer loses it (a SystemError)
@@ -123,3 +203,30 @@ def run(launch: Launch, workers: int) -> None:
     # Run the launch again as one chunk to raise the kernel's own exception with its rows
     # (the launch has failed already: what it wrote is undefined either way).
     chunk_runner(launch)(0, rows)
+    return [(0, rows)]
+
+
+def _threads(launch: Launch, lo: int, hi: int, workers: int) -> list[tuple[int, int]]:
+    """Rows ``[lo, hi)`` in even pieces on a pool of threads running the chunk entry
+    (no parallel entry to compile for a launch this small)."""
+    warn_scattered(launch)
+    parts = min(workers, hi - lo)
+    pieces = [(lo + (hi - lo) * p // parts, lo + (hi - lo) * (p + 1) // parts) for p in range(parts)]
+    run_rows = chunk_runner(launch)
+
+    def timed(piece):
+        began = perf_counter()
+        run_rows(*piece)
+        return perf_counter() - began
+
+    futures = [_executor().submit(timed, p) for p in pieces]
+    wait(futures)  # every piece done before the first failure is raised
+    _learn(launch, hi - lo, sum(f.result() for f in futures))
+    return pieces
+
+
+def _executor() -> ThreadPoolExecutor:
+    with _pool_lock:
+        if not _pool:
+            _pool.append(ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="hetflow-cpu"))
+        return _pool[0]

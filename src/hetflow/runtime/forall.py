@@ -17,7 +17,7 @@ from ..ir.capture import current_graph
 from ..platform.context import Context
 from ..platform.devices import Device, cpu_device, devices, find_devices, get_device
 from ..platform.matching import LogicalDevice
-from . import cpu, gpu
+from . import cpu, gpu, staging
 from .buffers import acquired, wrote
 from .launch import bind, is_device_array
 from .report import LaunchReport
@@ -78,14 +78,14 @@ def run_on(launch, wait: bool = False) -> LaunchReport:
     dev = launch.device
     if launch.plan.buffers:
         launch = acquired(launch)
-    t0 = perf_counter()
+    t0, pieces = perf_counter(), None
     if dev.kind == "cpu":
-        cpu.run(launch, dev.compute_units)
+        pieces = cpu.run(launch, dev.compute_units)
     else:
-        gpu.run(launch)
+        staging.run(launch)
         if wait and not dev.simulated:
             gpu.synchronize(dev)
-    report = LaunchReport(launch.extent[0], dev, perf_counter() - t0)
+    report = LaunchReport(launch.extent[0], dev, perf_counter() - t0, pieces)
     if launch.plan.buffers:
         wrote(launch, launch.written)
     trace_notify(report, label=launch.kernel.name)  # traces show launches on one device too

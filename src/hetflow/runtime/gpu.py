@@ -1,8 +1,8 @@
 """Running bound launches on an NVIDIA GPU (real, or Numba's CUDA simulator).
 
-Host (NumPy) arrays are copied to the GPU once per launch and the ones the kernel
-writes are copied back; CuPy / CUDA arrays, and host arrays in managed memory, are
-used in place. Chunks are grid-stride launches over ``[lo, hi)`` rows.
+Launches here work on device data (CuPy / CUDA arrays, coherent arrays' GPU copies);
+:mod:`hetflow.runtime.staging` stages host arrays for them. Chunks are grid-stride
+launches over ``[lo, hi)`` rows.
 
 On a real GPU the compiled entry is launched by :class:`FastEntry`: numba-cuda's
 dispatcher spends 60-220 us of host time per call typing and wrapping its arguments
@@ -17,12 +17,10 @@ import threading
 import time
 
 import numba
-import numpy as np
 from numba.core import types
 from numba.core.errors import NumbaError
 
 from ..errors import HetflowError, KernelRaisedError
-from ..index.managed import device_view
 from ..platform.cuda_compat import cuda_module, cupy_module
 from .launch import Launch, is_device_array
 
@@ -204,70 +202,12 @@ def launch_rows(launch: Launch, stream, lo: int, hi: int, dev_args: tuple, point
         raise  # a real GPU's kernel cannot raise: a driver error, a fault of the device
 
 
-class GpuLaunch:
-    """A launch's device-side arguments on one GPU, and how to run chunks of it."""
-
-    def __init__(self, launch: Launch, stream=None):
-        self.launch = launch
-        self.device = launch.device
-        self.cuda = cuda_module()
-        self.stream = stream
-        self._host_to_dev: dict[int, tuple[np.ndarray | None, object]] = {}  # None: managed
-        with self._context():
-            self.dev_args = tuple(self._to_device(a) for a in launch.entry_args)
-
-    def _context(self):
-        return self.cuda.gpus[self.device.ordinal]
-
-    def _to_device(self, arg):
-        if not isinstance(arg, np.ndarray) or is_device_array(arg):
-            return arg
-        known = self._host_to_dev.get(id(arg))
-        if known is None:
-            in_place = device_view(arg)
-            if in_place is not None:  # managed memory: nothing to copy in or back
-                self._host_to_dev[id(arg)] = (None, in_place)
-                return in_place
-            host = np.ascontiguousarray(arg)
-            dev = self.cuda.to_device(host, stream=self.stream) if self.stream else self.cuda.to_device(host)
-            known = (arg, dev)
-            self._host_to_dev[id(arg)] = known
-        return known[1]
-
-    def run_chunk(self, lo: int, hi: int) -> None:
-        """Launch rows ``[lo, hi)`` (asynchronous on a real GPU)."""
-        with self._context():
-            launch_rows(self.launch, self.stream, lo, hi, self.dev_args)
-
-    def sync(self) -> None:
-        with self._context():
-            (self.stream or self.cuda).synchronize()
-
-    def copy_back(self) -> None:
-        """Copy the written host arrays back from the GPU."""
-        written_roots = set()
-        for k in self.launch.written:
-            arg = self.launch.args[k]
-            root = getattr(arg, "root", arg)
-            written_roots.add(id(root))
-        with self._context():
-            for key, (host, dev) in self._host_to_dev.items():
-                if key in written_roots and host is not None:
-                    host[...] = dev.copy_to_host(stream=self.stream) if self.stream else dev.copy_to_host()
-
-
 def run(launch: Launch) -> None:
-    """Run a whole launch on its GPU. On device data it is only enqueued on the current
-    stream (as a CuPy operation is): whatever reads the results next on that stream or
-    on the host waits for it. Host arrays are copied in, and the written ones back."""
-    if not launch.device.simulated and not launch.plan.host_arrays:
-        _make_current(launch.device.ordinal)
-        launch_rows(launch, None, 0, launch.extent[0], launch.entry_args, current_stream())
-        return
-    g = GpuLaunch(launch)
-    g.run_chunk(0, launch.extent[0])
-    g.sync()
-    g.copy_back()
+    """Run a whole launch over device data on its (real) GPU: only enqueued on the
+    current stream (as a CuPy operation is), so whatever reads the results next on that
+    stream or on the host waits for it. Host arrays: :func:`hetflow.runtime.staging.run`."""
+    _make_current(launch.device.ordinal)
+    launch_rows(launch, None, 0, launch.extent[0], launch.entry_args, current_stream())
 
 
 _thread = threading.local()

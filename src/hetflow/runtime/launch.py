@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import warnings
 
 import numpy as np
 
-from ..errors import DTypeError, IndexTypeError, KernelArgumentError, ShapeError
+from ..errors import DTypeError, IndexTypeError, KernelArgumentError, ScatteredWriteWarning, ShapeError
 from ..index import views as _views
 from ..index.lowering import shared_lowering
 from ..kernels.kernel import Kernel
@@ -83,6 +84,9 @@ class Plan:
     fits: set = dataclasses.field(default_factory=set)  # launch extents those views fit
     host_arrays: bool = False   # some argument (or view root) is a NumPy array
     fresh: bool = False         # some view's lowering is made each launch (see _view_key)
+    scattered: tuple = ()       # arrays written, not atomically, at indices no function of the launch index
+    warned: bool = False        # the ScatteredWriteWarning for them was given
+    row_cost: float | None = None  # CPU: seconds a row takes on one core, last measured (runtime.cpu)
 
 
 @dataclasses.dataclass
@@ -169,8 +173,6 @@ def _check_writable(kernel: Kernel, data: list[str], args: tuple, written: tuple
     """Every array the kernel writes (a view's root) accepts writes: checked before the
     launch, not found by the compiler or after a GPU ran."""
     for k in written:
-        if isinstance(args[k], SCALARS):  # a kernel without source "writes" every parameter
-            continue
         flags = getattr(_views.root_of(args[k]), "flags", None)
         if flags is not None and not getattr(flags, "writeable", True):
             raise KernelArgumentError(
@@ -195,25 +197,57 @@ def _check_dtypes(kernel: Kernel, data: list[str], args: tuple, device) -> None:
 
 
 def _extent_checks(data: list[str], args: tuple, access) -> tuple:
-    """(position, name, k, is_view) for every array or view indexed by the first k
-    launch indices: those must cover the launch extent (views: match it exactly)."""
-    return tuple((pos, name, access.identity[name], _views.is_view(arg))
-                 for pos, (name, arg) in enumerate(zip(data, args))
-                 if access.identity.get(name) and not isinstance(arg, SCALARS))
+    """(position, name, axes, is_view) for every array or view indexed by the first k
+    launch indices: on ``axes`` (those of the k whose accesses are not all guarded by a
+    bound on that index, ``if i < n:``) it must cover the launch extent (views: match it
+    exactly)."""
+    checks = []
+    for pos, (name, arg) in enumerate(zip(data, args)):
+        k = access.identity.get(name)
+        if k and not isinstance(arg, SCALARS):
+            axes = tuple(a for a in range(k) if a not in access.guarded.get(name, ()))
+            if axes:
+                checks.append((pos, name, axes, _views.is_view(arg)))
+    return tuple(checks)
 
 
 def _check_extent(kernel: Kernel, extent: tuple, args: tuple, checks: tuple) -> None:
-    for pos, name, k, view in checks:
+    for pos, name, axes, view in checks:
         shape = tuple(args[pos].shape)
-        if k == 1 and not view and shape and shape[0] >= extent[0]:
+        if axes == (0,) and not view and shape and shape[0] >= extent[0]:
             continue  # the common case (a 1-D launch over an array), kept cheap
-        if view and shape[:k] == extent[:k]:
-            continue  # a view that fits, as cheaply
-        if len(shape) < k or any((s != e) if view else (s < e) for s, e in zip(shape[:k], extent[:k])):
-            what = "view" if view else "array"
-            raise ShapeError(
-                f"kernel {kernel.name!r} argument {name!r}: {what} of extent {shape} does not fit the "
-                f"launch extent {extent}" + (" (a view must match it exactly)" if view else ""))
+        if len(shape) > axes[-1] and all((shape[a] == extent[a]) if view else (shape[a] >= extent[a])
+                                         for a in axes):
+            continue
+        what = "view" if view else "array"
+        raise ShapeError(
+            f"kernel {kernel.name!r} argument {name!r}: {what} of extent {shape} does not fit the "
+            f"launch extent {extent}" + (" (a view must match it exactly)" if view else "") +
+            "; guard its accesses (if i < n: ...) where it is meant to be smaller")
+
+
+def with_defaults(kernel: Kernel, ndim: int, args: tuple) -> tuple:
+    """``args`` completed by the kernel's default values of the parameters not given."""
+    defaults = getattr(kernel.pyfunc, "__defaults__", None) or ()
+    first = len(kernel.params) - len(defaults)  # the first parameter with a default
+    given = ndim + len(args)
+    if given < first or given >= len(kernel.params):
+        return args
+    return args + tuple(defaults[given - first:])
+
+
+def warn_scattered(launch: "Launch") -> None:
+    """Warn, once per plan, that a parallel launch writes arrays at indices that are no
+    function of its launch index without atomics (their updates race)."""
+    plan = launch.plan
+    if not plan.scattered or plan.warned:
+        return
+    plan.warned = True
+    names = ", ".join(map(repr, plan.scattered))
+    warnings.warn(f"kernel {launch.kernel.name!r} writes {names} at indices that are no function of its "
+                  f"launch index, from parallel workers on {launch.device.id}: updates of one element race "
+                  f"and can be lost; update them with hetflow.atomic.add/min/max/cas", ScatteredWriteWarning,
+                  stacklevel=2)
 
 
 def _key(names, args: tuple) -> tuple:
@@ -246,8 +280,10 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         raise KernelArgumentError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
     extent = normalize_extent(extent)
     ndim = len(extent)
-    repo = repository()
     names = kernel.params[ndim:]
+    if len(args) < len(names):
+        args = with_defaults(kernel, ndim, args)
+    repo = repository()
     key = (repo, device.id, ndim, _key(names, args))
     plan = kernel.plans.get(key)
     if plan is None:
@@ -291,7 +327,8 @@ def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
     data = _check_arguments(kernel, ndim, args)
     _check_dtypes(kernel, data, args, device)
     access = kernel.access(ndim)
-    written = tuple(k for k, name in enumerate(data) if access.writes(name))
+    # A scalar is passed by value: the kernel never writes the caller's (``range(n)``).
+    written = tuple(k for k, name in enumerate(data) if access.writes(name) and not isinstance(args[k], SCALARS))
     _check_writable(kernel, data, args, written)
     # Views share their lowerings with every view of the same structure; each view's own
     # root goes beside its lowering's params.
@@ -303,4 +340,5 @@ def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
                 host_arrays=any(type(_views.root_of(a)) is np.ndarray for a in args if not isinstance(a, SCALARS)),
                 lowerings=lowerings if any(low is not None for low in lowerings) else (),
                 views_only=all(view for *_, view in checks),
-                fresh=any(_views.is_view(a) and a.signature.key is None for a in args))
+                fresh=any(_views.is_view(a) and a.signature.key is None for a in args),
+                scattered=tuple(data[k] for k in written if data[k] in access.scattered))

@@ -26,7 +26,7 @@ import threading
 import time
 
 from ..errors import ScheduleError
-from ..platform.repository import default_root
+from ..platform.repository import default_root, repository
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,11 @@ class PerfModel:
                                       "updated": time.time()}
             self._dirty.add((kernel_key, device_key))
 
+    def record(self, kernel_key: str, device_key: str, throughput: float) -> None:
+        """:meth:`observe`, then save (throttled) as :meth:`update` does."""
+        self.observe(kernel_key, device_key, throughput)
+        self._save_throttled()
+
     def overhead(self, kernel_key: str) -> float | None:
         """Seconds a co-executed launch of the kernel costs beyond its work (thread hand-offs,
         halo copies, stealing), averaged; None if never measured."""
@@ -190,3 +195,39 @@ class PerfModel:
             self._entries = merged
             self._dirty.clear()
             self._saved_at = time.monotonic()
+
+
+_shared_lock = threading.Lock()
+_shared: tuple | None = None  # (the code repository, its performance model)
+
+
+def perf_model() -> PerfModel:
+    """The process's model, kept beside the code repository in use (``HETFLOW_CACHE_DIR``)."""
+    global _shared
+    repo = repository()
+    found = _shared
+    if found is not None and found[0] is repo:  # every co-executed launch asks: kept cheap
+        return found[1]
+    path = repo.root / FILE_NAME
+    with _shared_lock:
+        if _shared is None or _shared[1].path != path:
+            _shared = (repo, PerfModel(path))
+        else:
+            _shared = (repo, _shared[1])
+        return _shared[1]
+
+
+def kernel_key(kernel, ndim: int) -> str:
+    """The model's key of a kernel launched with rank ``ndim``: its name and source digest."""
+    return f"{kernel.name}-{kernel.source_hash[:12]}-{ndim}d"
+
+
+_device_keys: dict = {}
+
+
+def device_key(device) -> str:
+    """The model's key of a kind of device (every core of one CPU model shares it)."""
+    found = _device_keys.get(device.id)
+    if found is None:
+        found = _device_keys[device.id] = f"{device.kind}:{device.name}:{device.arch}"
+    return found

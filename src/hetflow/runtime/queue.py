@@ -34,14 +34,13 @@ import time
 import weakref
 from heapq import heappop
 
-import numba
 import numpy as np
 
 from ..errors import HetflowTimeoutError, KernelArgumentError, KernelError, QueueError
 from ..kernels.kernel import Kernel
 from ..platform.context import Context
 from ..platform.devices import Device
-from . import coexec, cpu, gpu, status
+from . import coexec, cpu, gpu, staging, status
 from .buffers import Buffer, acquired, wrote
 from .deps import READ, WRITE, accesses, check_cycle_locked, depend_locked, track_locked, untrack_locked
 from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locked, settle_locked,
@@ -270,7 +269,7 @@ class _Core:
                     launch = _with_buffers(inst, device)
                 elif launch.device is not device:
                     launch = bind(launch.kernel, launch.extent, launch.args, device)
-                shape = _run_whole(launch, device, inst.work)
+                shape = _run_whole(launch, device)
                 if inst.buffers is not None:
                     wrote(launch, [k for k in inst.buffers if inst.modes[k] & WRITE])
             error = None
@@ -326,16 +325,11 @@ def _with_buffers(inst: Instance, device):
     return acquired(launch)
 
 
-def _run_whole(launch, device, work: int) -> tuple:
+def _run_whole(launch, device) -> tuple:
     """Run the whole launch; return the (blocks, threads) it used."""
     if device.kind == "cpu":
-        cpu.run(launch, device.compute_units)
-        rows = launch.extent[0]
-        # cpu.run's rule: small launches run as one piece, others one piece per thread.
-        if work <= cpu.INLINE_LIMIT or device.compute_units <= 1 or rows <= 1:
-            return 1, 1
-        return min(numba.get_num_threads(), rows), 1
-    gpu.run(launch)
+        return len(cpu.run(launch, device.compute_units)), 1
+    staging.run(launch)
     return gpu.launch_config(device, launch.extent[0], launch.inner)
 
 
@@ -418,7 +412,7 @@ class Queue:
         for lane in core.lanes:
             s = sched.sampler.sample(lane.device, lane.running)
             out[lane.device.id] = dict(running=lane.running, queued=len(lane.heap), slots=lane.slots,
-                                       busy=sched.busy(lane), utilisation=s.utilisation,
+                                       busy=sched.busy(lane), utilization=s.utilization,
                                        others=s.others, memory_used=s.memory_used,
                                        memory_total=s.memory_total)
         return out

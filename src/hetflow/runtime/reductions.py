@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import operator
 
 import numpy as np
@@ -25,8 +26,10 @@ from ..errors import KernelArgumentError, ShapeError
 from ..index import views as _views
 from ..index.arrays import array_module
 from ..ir.capture import current_graph
+from ..kernels import Kernel
 from . import binops, blockgen
 from .cpu import INLINE_LIMIT
+from ..platform.devices import cpu_device
 from .forall import forall, resolve_devices
 from .launch import is_device_array
 
@@ -56,17 +59,30 @@ def normalize_axis(axis, rank: int, site: str):
     return axis % rank
 
 
-def target(device, x, site: str):
-    """The one device ``site`` runs on; GPU data cannot be handed to a CPU device."""
+def targets(device, x, site: str) -> tuple:
+    """The devices ``site`` runs on: one, or several co-executing its launches (host
+    data only); GPU data cannot be handed to a CPU device."""
     devs = resolve_devices(device, (x,))
-    if len(devs) != 1:
-        raise KernelArgumentError(f"{site} runs on one device; got {len(devs)} "
-                                  f"({', '.join(d.id for d in devs)})")
-    dev = devs[0]
-    if dev.kind == "cpu" and is_device_array(_views.root_of(x)):
-        raise KernelArgumentError(f"{site}: the operand lives on a GPU but device {dev.id} is a CPU; "
-                                  f"run it on a GPU device or copy it with hetflow.asarray(x, device='cpu')")
-    return dev
+    if is_device_array(_views.root_of(x)):
+        if len(devs) > 1:
+            raise KernelArgumentError(f"{site}: the operand lives on a GPU; several devices "
+                                      f"({', '.join(d.id for d in devs)}) co-execute host data only")
+        if devs[0].kind == "cpu":
+            raise KernelArgumentError(f"{site}: the operand lives on a GPU but device {devs[0].id} is a CPU; "
+                                      f"run it on a GPU device or copy it with hetflow.asarray(x, device='cpu')")
+    return devs
+
+
+def planner(devs):
+    """The device whose blocks a launch over ``devs`` uses: the one device, or the CPU
+    where several co-execute (its many small blocks are the units they share out)."""
+    return devs[0] if len(devs) == 1 else cpu_device()
+
+
+def folder(devs):
+    """Where partial results are folded after a first level on ``devs``: the same one
+    device, or the CPU (co-executed levels leave their partials on the host)."""
+    return devs if len(devs) == 1 else (cpu_device(),)
 
 
 def element(x):
@@ -113,36 +129,42 @@ def block_plan(size: int, device) -> tuple[int, int]:
     return -(-size // block), block
 
 
-def fold_blocks(x, op: binops.BinaryOp, acc: np.dtype, device, xp, ordered: bool = True):
+def fold_blocks(x, op: binops.BinaryOp, acc: np.dtype, devs, xp, ordered: bool = True):
     """Fold every block of ``x`` (flat C order) into a 1-D array of partials in ``acc``
-    elements; returns it and the block length. ``x``'s size must be positive.
+    elements, on the devices ``devs`` (several: co-executed); returns it and the block
+    length. ``x``'s size must be positive.
 
     Blocks are contiguous, so partials are in index order; where ``ordered`` is false
-    and the op is commutative, a GPU deals elements out round-robin instead."""
+    and the op is commutative, a GPU alone deals elements out round-robin instead."""
     shape = tuple(x.shape)
     size = math.prod(shape)
-    nblocks, block = block_plan(size, device)
+    nblocks, block = block_plan(size, planner(devs))
     cast = acc.name if acc != np.dtype(x.dtype) else None
     partial = xp.empty(nblocks, acc)
-    if not ordered and op.commutative and device.kind == "gpu" and nblocks > 1:
+    if not ordered and op.commutative and len(devs) == 1 and devs[0].kind == "gpu" and nblocks > 1:
         kernel, step = blockgen.reduce_strided(len(shape), op.kernel, cast), nblocks
     else:
         kernel, step = blockgen.reduce_blocks(len(shape), op.kernel, cast, op.commutative), block
-    forall(nblocks, kernel, x, size, step, *shape[1:], partial, device=device)
+    forall(nblocks, kernel, x, size, step, *shape[1:], partial, device=devs)
     return partial, block
 
 
-def _fold_all(x, op, acc, device, xp):
+def _fold_all(x, op, acc, devs, xp):
     """The fold of all of ``x`` as a length-1 array of ``acc`` elements."""
-    partial, _ = fold_blocks(x, op, acc, device, xp, ordered=False)
+    partial, _ = fold_blocks(x, op, acc, devs, xp, ordered=False)
+    devs = folder(devs)
     while partial.shape[0] > 1:
-        partial, _ = fold_blocks(partial, op, acc, device, xp, ordered=False)
+        partial, _ = fold_blocks(partial, op, acc, devs, xp, ordered=False)
     return partial
 
 
 # -- reduce ---------------------------------------------------------------------------------
-def reduce(x, op, axis=None, device=None, *, commutative=True, identity=None):
-    """Combine the elements of ``x`` with ``op``: all of them (``axis=None``) or along ``axis``.
+def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=True, identity=None):
+    """Combine the elements of ``x`` with ``op``: all of them (``axis=None``) or along
+    ``axis``; or, as ``reduce(extent, kernel, *args, op="sum")``, combine the values a
+    kernel returns at every index of ``extent``, in one pass (:mod:`.mapreduce`).
+
+    Array form: ``reduce(x, op, axis=None, device=None)``, ``op`` also by keyword.
 
     ``x``: a NumPy or CuPy array, or a view of one. ``op``: 'sum', 'prod', 'min', 'max',
     'and', 'or', 'xor' (logical on bools, bitwise on integers; floats are refused), or a
@@ -160,12 +182,34 @@ def reduce(x, op, axis=None, device=None, *, commutative=True, identity=None):
     n-d CuPy array. Sums of ints and bools widen as in NumPy; the compiled path
     accumulates float32/float16 sums and products in float64.
 
+    ``device``: one device, or several (host data only): the generated kernels' launches
+    over blocks are then co-executed, each block exactly once, and the partials folded
+    in index order on the CPU (the library path is not taken).
+
     No input is copied: views are lowered into the generated kernel (they never go
     through NumPy), and a GPU device given host data copies it to the GPU once.
+
+    Kernel form: ``kernel(i, *args)`` (one index parameter per dimension of ``extent``)
+    returns a number, a bool or a tuple of them; nothing is stored but one partial per
+    block. Built-in ops take numbers and bools; tuples need a user op of two tuples
+    (``hetflow.library.minloc`` and ``maxloc`` for ``(value, index)`` pairs). Returns a
+    NumPy scalar, or a tuple of them. ``device`` may name several devices: the blocks
+    are then co-executed as a ``forall`` (each exactly once) and their partials folded
+    in index order.
 
     Inside ``with hetflow.graph()`` the reduction is recorded, not run: the result is
     a handle, readable after ``g.run()``.
     """
+    if isinstance(what, Kernel) and _is_extent(x):
+        return _kernel_form(x, what, args, op, axis, device, commutative, identity)
+    if what is not None:
+        if op is not None:
+            raise KernelArgumentError(f"reduce: op given twice ({what!r} and op={op!r})")
+        op = what
+    if len(args) > 2:
+        raise KernelArgumentError(f"reduce(x, op, axis, device) takes at most 4 positional arguments; "
+                                  f"got {2 + len(args)} (for a kernel, give an extent first)")
+    axis, device = (*args, axis, device)[:2] if args else (axis, device)
     g = current_graph()
     if g is not None:
         binops.resolve(op, commutative)  # a bad op fails here, not when the graph runs
@@ -177,7 +221,7 @@ def reduce(x, op, axis=None, device=None, *, commutative=True, identity=None):
     op.check(dtype)
     rank = len(x.shape)
     axis = normalize_axis(axis, rank, "reduce")
-    dev = target(device, x, "reduce")
+    devs = targets(device, x, "reduce")
     if identity is not None:
         if op.builtin:
             raise KernelArgumentError(f"reduce: identity= is for user-defined ops; {op.name!r} has its own")
@@ -189,11 +233,31 @@ def reduce(x, op, axis=None, device=None, *, commutative=True, identity=None):
         axis = None
     if (math.prod(x.shape) if axis is None else x.shape[axis]) == 0:
         return _empty_reduction(x, op, dtype, axis, identity)
-    if op.builtin and not _views.is_view(x):
-        result = _library_reduce(x, op, dtype, axis, dev)
+    if op.builtin and not _views.is_view(x) and len(devs) == 1:
+        result = _library_reduce(x, op, dtype, axis, devs[0])
         if result is not None:
             return result
-    return _compiled_reduce(x, op, dtype, axis, dev)
+    return _compiled_reduce(x, op, dtype, axis, devs)
+
+
+def _is_extent(x) -> bool:
+    """An int or a tuple of them: the extent of the kernel form, never an operand."""
+    return isinstance(x, numbers.Integral) or (type(x) is tuple and all(isinstance(e, numbers.Integral) for e in x))
+
+
+def _kernel_form(extent, kernel, args, op, axis, device, commutative, identity):
+    if axis is not None:
+        raise KernelArgumentError("reduce(extent, kernel, ...) folds every index of the extent; "
+                                  "axis= is for the array form")
+    op = "sum" if op is None else op
+    g = current_graph()
+    if g is not None:
+        binops.resolve(op, commutative)
+        return g.record("reduce", fn=reduce, args=(extent, kernel, *args), kwargs=dict(
+            op=op, device=device, commutative=commutative, identity=identity))
+    from .mapreduce import map_reduce  # it builds on this module
+
+    return map_reduce(extent, kernel, args, op, device, commutative, identity)
 
 
 def _scalar(value, x):
@@ -202,11 +266,11 @@ def _scalar(value, x):
     return array_module(root).asarray(value) if is_device_array(root) else value
 
 
-def _compiled_reduce(x, op, dtype, axis, dev):
+def _compiled_reduce(x, op, dtype, axis, devs):
     xp = array_module(_views.root_of(x))
     res, acc = op.result_dtype(dtype), op.acc_dtype(dtype)
     if axis is None:
-        value = _fold_all(x, op, acc, dev, xp)
+        value = _fold_all(x, op, acc, devs, xp)
         if xp is not np:
             return value.astype(res).reshape(())
         return value[0] if res.names is not None else res.type(value[0])
@@ -215,7 +279,7 @@ def _compiled_reduce(x, op, dtype, axis, dev):
     if out.size:
         cast = acc.name if acc != dtype else None
         kernel = blockgen.reduce_axis(len(x.shape), axis, op.kernel, cast, op.commutative)
-        forall(out_shape, kernel, x, x.shape[axis], out, device=dev)
+        forall(out_shape, kernel, x, x.shape[axis], out, device=devs)
     return out
 
 

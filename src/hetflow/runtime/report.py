@@ -147,7 +147,9 @@ class RunReport:
 
 class LaunchReport(RunReport):
     """The report of a launch run whole on one device: one worker (named after the
-    device), one chunk, no steals; ``schedule`` is ``'one-device'``.
+    device), one chunk, no steals; ``schedule`` is ``'one-device'``. A CPU launch spread
+    over several threads has one worker per thread (``cpu0/thread0``, ...) with the rows
+    it ran; each one's busy time is the launch's (threads are not timed one by one).
 
     Such a launch costs a few microseconds, which building the worker and chunk
     records would add to every call: they are built when first read.
@@ -155,16 +157,21 @@ class LaunchReport(RunReport):
 
     schedule = "one-device"
 
-    def __init__(self, n: int, device, wall_s: float):
+    def __init__(self, n: int, device, wall_s: float, pieces=None):
         self.n = n
         self.wall_s = wall_s
         self._device = device
+        self._pieces = pieces  # the rows (lo, hi) each thread ran; None: one, all of them
 
     def __getattr__(self, name):  # only reached while the records are not built yet
         if name not in ("workers", "events", "failures"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         dev, n, wall = self._device, self.n, self.wall_s
-        self.workers = [WorkerStats(dev.id, dev.kind, dev.id, chunks=1, indices=n, busy_s=wall)]
-        self.events = [ChunkEvent(dev.id, 0, n, 0.0, wall)]
+        pieces = self._pieces if self._pieces and len(self._pieces) > 1 else None
+        names = [f"{dev.id}/thread{k}" for k in range(len(pieces))] if pieces else [dev.id]
+        pieces = pieces or [(0, n)]
+        self.workers = [WorkerStats(w, dev.kind, dev.id, chunks=1, indices=hi - lo, busy_s=wall)
+                        for w, (lo, hi) in zip(names, pieces)]
+        self.events = [ChunkEvent(w, lo, hi, 0.0, wall) for w, (lo, hi) in zip(names, pieces)]
         self.failures = []
         return self.__dict__[name]

@@ -33,7 +33,7 @@ from ..platform.repository import repository
 from . import binops, blockgen
 from .forall import forall
 from .launch import is_device_array
-from .reductions import block_plan, element, fold_blocks, normalize_axis, operand, target
+from .reductions import block_plan, element, fold_blocks, folder, normalize_axis, operand, planner, targets
 
 
 # -- scan ---------------------------------------------------------------------------------
@@ -48,7 +48,9 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
     (for min and max: +-inf, or the integer type's limits).
 
     Returns a new array (NumPy for host data, CuPy for GPU data) of NumPy's result
-    type for built-ins (sums of small ints widen), the input's for user ops. Views are
+    type for built-ins (sums of small ints widen), the input's for user ops.
+    ``device``: one device, or several (host data only), co-executing both passes over
+    the blocks (each exactly once) with the block totals scanned on the CPU. Views are
     read through generated kernels: never materialised. Inside ``with hetflow.graph()``
     the scan is recorded, not run, and the result is a handle.
     """
@@ -63,7 +65,7 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
     op.check(dtype)
     rank = len(x.shape)
     axis = normalize_axis(axis, rank, "scan")
-    dev = target(device, x, "scan")
+    devs = targets(device, x, "scan")
     init = _scan_init(op, dtype, inclusive, identity)
     res, acc = op.result_dtype(dtype), op.acc_dtype(dtype)
     xp = array_module(_views.root_of(x))
@@ -71,21 +73,21 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
         out = xp.empty(1, res)
         out[0] = element(x) if inclusive else init
         return out
-    if op.builtin and not _views.is_view(x):
-        out = _library_scan(x, op, dtype, axis, inclusive, init, dev)
+    if op.builtin and not _views.is_view(x) and len(devs) == 1:
+        out = _library_scan(x, op, dtype, axis, inclusive, init, devs[0])
         if out is not None:
             return out
     if axis is None or rank == 1:
-        out = xp.empty(math.prod(x.shape), res)
-        if out.size:
-            _scan_flat(x, op, acc, inclusive, init, out, dev, xp)
-        return out
+        size = math.prod(x.shape)
+        if not size:
+            return xp.empty(0, res)
+        return _scan_flat(x, op, acc, res, inclusive, init, devs, xp)
     out = xp.empty(x.shape, res)
     if out.size:
         cast = acc.name if acc != dtype else None
         outer = x.shape[:axis] + x.shape[axis + 1:]
         kernel = blockgen.scan_axis(rank, axis, op.kernel, cast, inclusive)
-        forall(outer, kernel, x, x.shape[axis], *([] if inclusive else [init]), out, device=dev)
+        forall(outer, kernel, x, x.shape[axis], *([] if inclusive else [init]), out, device=devs)
     return out
 
 
@@ -102,21 +104,28 @@ def _scan_init(op, dtype, inclusive, identity):
     return np.asarray(identity, dtype=dtype)[()]
 
 
-def _scan_flat(x, op, acc, inclusive, init, out, dev, xp):
-    """The block scan of all of ``x`` (C order) into the 1-D ``out``."""
+def _scan_flat(x, op, acc, res, inclusive, init, devs, xp):
+    """The block scan of all of ``x`` (C order, size > 0) as a new 1-D array of ``res``.
+
+    Several devices co-execute both passes over the blocks; the second writes block
+    ``b`` into row ``b`` of a (blocks, block) array, so that each block is written at
+    its launch index (what co-execution splits by), and the result is its first
+    ``size`` elements. The block totals are scanned in between, on one device."""
     shape = tuple(x.shape)
-    size = out.shape[0]
-    nblocks, block = block_plan(size, dev)
+    size = math.prod(shape)
+    nblocks, block = block_plan(size, planner(devs))
     if nblocks > 1:
-        totals, block = fold_blocks(x, op, acc, dev, xp)  # the same blocks
-        carry = xp.empty(nblocks, acc)
-        _scan_flat(totals, op, acc, True, None, carry, dev, xp)
+        totals, block = fold_blocks(x, op, acc, devs, xp)  # the same blocks
+        carry = _scan_flat(totals, op, acc, acc, True, None, folder(devs), xp)
     else:
         carry = xp.empty(1, acc)  # block 0 never reads it
+    rows = len(devs) > 1
+    out = xp.empty((carry.shape[0], block) if rows else size, res)
     cast = acc.name if acc != np.dtype(x.dtype) else None
-    kernel = blockgen.scan_blocks(len(shape), op.kernel, cast, inclusive)
+    kernel = blockgen.scan_blocks(len(shape), op.kernel, cast, inclusive, rows)
     forall(carry.shape[0], kernel, x, size, block, *shape[1:], carry,
-           *([] if inclusive else [init]), out, device=dev)
+           *([] if inclusive else [init]), out, device=devs)
+    return out.reshape(-1)[:size] if rows else out
 
 
 _CUPY_SCANS = {"sum": "cumsum", "prod": "cumprod"}
@@ -165,7 +174,8 @@ def sort(x, axis=-1, descending=False, key=None, device=None):
 
     ``x`` is never modified. A view is first copied into a new array by a generated
     kernel on the device (with no key, the sort then works on that copy); keys are
-    computed by a generated kernel on the device; the ordering itself runs in NumPy
+    computed by a generated kernel on the device (or co-executed on several devices,
+    as ``device=[...]`` says); the ordering itself runs in NumPy
     for host data and in CuPy for GPU data, whatever the device. Inside
     ``with hetflow.graph()`` the sort is recorded, not run, and the result is a handle.
     """
@@ -181,29 +191,29 @@ def sort(x, axis=-1, descending=False, key=None, device=None):
     if key is None and dtype.names is not None:
         raise DTypeError("sort: structured elements have no order of their own; pass key=, a kernel "
                          "returning each element's sort key")
-    dev = target(device, x, "sort")
+    devs = targets(device, x, "sort")
     xp = array_module(_views.root_of(x))
-    a = _materialized(x, dev, xp)
+    a = _materialized(x, devs, xp)
     if axis is None:
         a, axis = a.reshape(-1), 0
     if key is None:
         return _sorted(xp, a, axis, descending)
     keys = xp.empty(a.shape, key_dtype)
     if a.size:
-        forall(a.shape, blockgen.keys(a.ndim, key), a, keys, device=dev)
+        forall(a.shape, blockgen.keys(a.ndim, key), a, keys, device=devs)
     perm = _argsorted(xp, keys, axis, descending)
     return xp.take_along_axis(a, perm, axis=axis)
 
 
-def _materialized(x, dev, xp):
-    """``x`` as an array: arrays as they are, views copied on the device."""
+def _materialized(x, devs, xp):
+    """``x`` as an array: arrays as they are, views copied on the devices."""
     if not _views.is_view(x):
         return x
     out = xp.empty(tuple(x.shape), x.dtype)
     if out.ndim == 0:
         out[()] = element(x)
     elif out.size:
-        forall(out.shape, blockgen.copy(out.ndim), x, out, device=dev)
+        forall(out.shape, blockgen.copy(out.ndim), x, out, device=devs)
     return out
 
 

@@ -4,7 +4,7 @@ Each device of a queue's context is a :class:`Lane`: its worker slots (threads) 
 priority heap of the instances placed on it. When an instance's dependencies are met
 the :class:`Scheduler` places it, reading the execution status of the candidate
 devices — instances running and queue depth (kept here), memory in use and
-utilisation (sampled by :mod:`~hetflow.runtime.status`) — and each lane's workers take
+utilization (sampled by :mod:`~hetflow.runtime.status`) — and each lane's workers take
 the highest-priority entry of their heap (FIFO among equal priorities).
 
 Where an instance goes:
@@ -78,7 +78,7 @@ class Scheduler:
 
     ``max_depth``: queue depth (instances queued and running per slot) from which a device
     is over threshold. ``max_memory``: fraction of its memory in use from which it is.
-    ``busy_utilisation``: utilisation by other processes from which a GPU is busy.
+    ``busy_utilization``: utilization by other processes from which a GPU is busy.
     ``gpu_min_work``: indices from which a launch's home is a GPU. ``split_min``: indices
     from which a launch may be split over devices. ``balance_simulated``: let the
     simulated GPU take part in balancing and splits. ``sampler``: the
@@ -86,18 +86,18 @@ class Scheduler:
     """
 
     def __init__(self, lanes: list[Lane], *, max_depth: float = 2.0, max_memory: float = 0.95,
-                 busy_utilisation: float = 0.5, gpu_min_work: int = 1 << 18,
+                 busy_utilization: float = 0.5, gpu_min_work: int = 1 << 18,
                  split_min: int = 1 << 20, balance_simulated: bool = False,
                  sampler: Sampler | None = None):
         for name, value in (("max_depth", max_depth), ("max_memory", max_memory),
-                            ("busy_utilisation", busy_utilisation), ("gpu_min_work", gpu_min_work),
+                            ("busy_utilization", busy_utilization), ("gpu_min_work", gpu_min_work),
                             ("split_min", split_min)):
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
                 raise QueueError(f"{name} must be a positive number, got {value!r}")
         self.lanes = lanes
         self.max_depth = max_depth
         self.max_memory = max_memory
-        self.busy_utilisation = busy_utilisation
+        self.busy_utilization = busy_utilization
         self.gpu_min_work = gpu_min_work
         self.split_min = split_min
         self.sampler = sampler or Sampler()
@@ -134,7 +134,7 @@ class Scheduler:
         if forced is not None:
             return forced
         others = self.sampler.sample(lane.device, lane.running).others
-        return others is not None and others >= self.busy_utilisation
+        return others is not None and others >= self.busy_utilization
 
     def under_threshold(self, lane: Lane) -> bool:
         if lane.depth >= self.max_depth:

@@ -5,12 +5,12 @@ own load on each device (instances running, queue depth: kept by the queues, see
 :mod:`~hetflow.runtime.scheduler`) and what the system reports about the device, which
 this module samples:
 
-* **memory in use** and **utilisation** — psutil for the CPU; NVML (the ``pynvml``
+* **memory in use** and **utilization** — psutil for the CPU; NVML (the ``pynvml``
   module of nvidia-ml-py, when importable) for real GPUs; the simulated GPU shares the
-  host's memory and reports no utilisation;
-* **utilisation by other processes** on a GPU — the per-process samples of
+  host's memory and reports no utilization;
+* **utilization by other processes** on a GPU — the per-process samples of
   ``nvmlDeviceGetProcessUtilization`` not belonging to this process. Where the driver
-  gives no per-process samples, the device's utilisation counts as others' only while
+  gives no per-process samples, the device's utilization counts as others' only while
   this runtime runs nothing on it (our own kernels must not make a GPU look busy).
 
 A GPU used by others above a threshold is **busy**: work meant for it goes to the CPU.
@@ -58,8 +58,8 @@ class Sample:
     """One device's state as the system reports it (fractions in 0..1, None: unknown)."""
 
     device: str
-    utilisation: float | None
-    others: float | None        # utilisation by other processes (GPUs)
+    utilization: float | None
+    others: float | None        # utilization by other processes (GPUs)
     memory_used: int
     memory_total: int
     at: float
@@ -70,7 +70,7 @@ class Sample:
 
 
 class Sampler:
-    """Cached samples of devices' memory and utilisation."""
+    """Cached samples of devices' memory and utilization."""
 
     def __init__(self, ttl: float = 0.1):
         self.ttl = ttl
@@ -79,7 +79,7 @@ class Sampler:
 
     def sample(self, device: Device, own_running: int = 0) -> Sample:
         """The device's state, at most ``ttl`` seconds old. ``own_running`` is how many of
-        this runtime's instances run on it (see the module notes on utilisation)."""
+        this runtime's instances run on it (see the module notes on utilization)."""
         s = self._cache.get(device.id)
         now = time.perf_counter()
         if s is not None and now - s.at < self.ttl:
@@ -136,14 +136,14 @@ def _measure_nvml(nvml, device: Device, own_running: int, now: float) -> Sample:
     h = _handle(nvml, device)
     mem = nvml.nvmlDeviceGetMemoryInfo(h)
     util = nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
-    others = _others_utilisation(nvml, h)
+    others = _others_utilization(nvml, h)
     if others is None:
         others = util if own_running == 0 else 0.0
     return Sample(device.id, util, others, int(mem.used), int(mem.total), now)
 
 
-def _others_utilisation(nvml, handle) -> float | None:
-    """Summed SM utilisation of other processes over the last second, None if unknown."""
+def _others_utilization(nvml, handle) -> float | None:
+    """Summed SM utilization of other processes over the last second, None if unknown."""
     since = time.time_ns() // 1000 - 1_000_000  # NVML time stamps are microseconds
     try:
         samples = nvml.nvmlDeviceGetProcessUtilization(handle, since)

@@ -1,0 +1,267 @@
+"""A launch's data on one GPU, staged from host arrays: moved per chunk where the access
+pattern allows, else copied whole and merged back.
+
+:class:`GpuChunks` serves a co-executed GPU worker (:mod:`hetflow.runtime.coexec`), one
+chunk at a time, and a launch run whole on one GPU over host (NumPy) arrays
+(:func:`run`: one chunk of every row). Device arrays (CuPy, Numba's, the simulator's)
+and host arrays in CUDA managed memory are used in place; a coherent array's own GPU
+copy is used with its rows made current per chunk (``residents``).
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from ..index import views as _views
+from ..index.managed import device_view
+from ..index.operators import section
+from ..platform.cuda_compat import cuda_module
+from . import gpu
+from .gpu import FastEntry, launch_rows, stream_pointer
+from .launch import SCALARS, Launch, coherent, is_device_array, warn_scattered
+
+log = logging.getLogger(__name__)
+
+
+def run(launch: Launch) -> None:
+    """Run a whole launch on its GPU: on device data only enqueued (:func:`gpu.run`);
+    host arrays are copied in, and the written ones back, before it returns."""
+    warn_scattered(launch)
+    if not launch.device.simulated and not launch.plan.host_arrays:
+        gpu.run(launch)
+        return
+    rows = launch.extent[0]
+    chunks = GpuChunks(launch)
+    chunks.setup()
+    chunks.run_chunk(0, rows)
+    chunks.sync()
+    chunks.copy_back()
+
+
+class GpuChunks:
+    """A launch's data on one GPU, moved per chunk where the access pattern allows.
+
+    Nothing moves at construction: ``setup`` runs in the GPU worker's thread while the
+    CPU workers already compute. Arrays that cannot move per chunk are copied whole, in
+    pieces of ``PIECE_BYTES``, and the GPU gives up as soon as the CPUs have finished the
+    loop without it: a GPU whose copies take longer than the whole loop on the CPUs
+    (a memory-bound stencil on host arrays) costs the loop at most one piece.
+    """
+
+    PIECE_BYTES = 8 << 20
+
+    def __init__(self, launch: Launch, residents=()):
+        self.launch = launch
+        self.residents = residents
+        self.staged_s = 0.0   # time spent making coherent arrays' rows current here
+        self.compile_s = 0.0  # time spent compiling the entry (not a cost of co-execution)
+        self.device = launch.device
+        self.cuda = cuda_module()
+        self.stream = None
+        self.streamed_in, self.streamed_out, self.merged = [], [], []
+        self.pending = []     # (lo, hi, [(host, staged rows)]) launched since the last sync
+        self.merged_home = []  # ranges merge_back brought home
+        self.dev_args = ()
+
+    def _context(self):
+        return self.cuda.gpus[self.device.ordinal]
+
+    def setup(self, stopped=lambda: False) -> None:
+        """Allocate and copy in what the chunks need (returns early once ``stopped()``)."""
+        plan = self.launch.plan
+        with self._context():
+            self.stream = self.cuda.stream()
+            self.pointer = None if self.device.simulated else stream_pointer(self.stream)
+            dev_args, copies = [], {}
+
+            def whole(host):  # one device copy per host array, shared by its views
+                if stopped():
+                    return None
+                if id(host) not in copies:
+                    copies[id(host)] = self._copy_in(host, stopped)
+                return copies[id(host)]
+
+            streamed = _streamed(plan, self.launch.args)
+            for k, (name, arg) in enumerate(zip(plan.data, self.launch.args)):
+                root = _views.root_of(arg) if not isinstance(arg, SCALARS) else None
+                if coherent(root):  # the Buffer's own copy here: rows move per chunk
+                    dev = root.copy_on(self.device)
+                    dev_args.extend(self.launch.view_arguments(k, dev) if arg is not root else [dev])
+                elif _views.is_view(arg) and _in_place(arg.root) is not None:
+                    dev_args.extend(self.launch.view_arguments(k, _in_place(arg.root)))
+                elif _views.is_view(arg):
+                    dev = whole(arg.root)
+                    if dev is None:
+                        return
+                    dev_args.extend(self.launch.view_arguments(k, dev))
+                    if plan.access.writes(name):
+                        self.merged.append((arg, dev))
+                elif _in_place(arg) is not None:
+                    dev_args.append(_in_place(arg))
+                elif isinstance(arg, np.ndarray):
+                    if name in streamed:
+                        # allocated only: rows move with their chunk, written ones both
+                        # ways (what the kernel leaves alone must come back unchanged)
+                        dev = self.cuda.device_array(arg.shape, arg.dtype, stream=self.stream)
+                        self.streamed_in.append((arg, dev))
+                        if plan.access.writes(name):
+                            self.streamed_out.append((arg, dev))
+                    else:
+                        dev = whole(arg)
+                        if dev is None:
+                            return
+                        if plan.access.writes(name):
+                            self.merged.append((arg, dev))
+                    dev_args.append(dev)
+                else:
+                    dev_args.append(arg)
+            self.dev_args = tuple(dev_args)
+            # compile now, off the clock of the chunks: a first chunk that compiles would
+            # teach the performance model a GPU a hundred times slower than it is
+            began = time.perf_counter()
+            FastEntry.of(self.launch, (0, 0, *self.launch.inner, *self.dev_args))
+            self.compile_s = time.perf_counter() - began
+
+    def _copy_in(self, host, stopped):
+        """A device copy of ``host``, made piece by piece; None if ``stopped()`` first."""
+        host = np.ascontiguousarray(host)
+        dev = self.cuda.device_array(host.shape, host.dtype, stream=self.stream)
+        if host.ndim == 0 or host.nbytes <= self.PIECE_BYTES:
+            dev.copy_to_device(host, stream=self.stream)
+            self.stream.synchronize()
+            return dev
+        step = max(1, self.PIECE_BYTES * host.shape[0] // host.nbytes)
+        for lo in range(0, host.shape[0], step):
+            dev[lo:lo + step].copy_to_device(host[lo:lo + step], stream=self.stream)
+            self.stream.synchronize()
+            if stopped():
+                return None
+        return dev
+
+    def run_chunk(self, lo: int, hi: int) -> None:
+        """Launch rows ``[lo, hi)``; their streamed results come back into staging
+        arrays, copied home at :meth:`sync` (the results land once the GPU finished)."""
+        if self.residents:
+            began = time.perf_counter()
+            for r in self.residents:
+                r.buffer.acquire_rows(self.device, r.rows(lo, hi))
+            self.staged_s += time.perf_counter() - began
+        with self._context():
+            for host, dev in self.streamed_in:
+                dev[lo:hi].copy_to_device(host[lo:hi], stream=self.stream)
+            launch_rows(self.launch, self.stream, lo, hi, self.dev_args, self.pointer)
+            staged = [(host, dev[lo:hi].copy_to_host(stream=self.stream)) for host, dev in self.streamed_out]
+        self.pending.append((lo, hi, staged))
+
+    def sync(self) -> None:
+        """Wait for the chunks launched, then land their results."""
+        with self._context():
+            self.stream.synchronize()
+        for lo, hi, staged in self.pending:
+            for host, rows in staged:
+                host[lo:hi] = rows
+        self.pending.clear()
+
+    def salvage(self) -> int:
+        """After a failure: how many of the chunks launched since the last sync landed
+        all the same (the stream still completes them). When it does not, the rows those
+        chunks read and wrote of a coherent array may hold half-applied updates here:
+        they stop counting as current on this GPU, and if they are current nowhere else
+        they are lost (DeviceFailure)."""
+        ran = len(self.pending)
+        try:
+            self.sync()
+            return ran
+        except Exception as exc:  # noqa: BLE001  the device is gone: nothing it did lands
+            log.warning("%s cannot finish the chunks it launched (%s)", self.device.id, exc)
+        for r in self.residents:
+            if r.writes and r.reads:
+                rows = [p for lo, hi, _ in self.pending for p in r.rows(lo, hi)]
+                r.buffer.forget_rows(self.device, rows)
+        self.pending.clear()
+        return 0
+
+    def merge_back(self, ranges) -> None:
+        """Copy home the rows this GPU computed of every written array copied whole:
+        just those rows where they form a box of the array, else the whole copy. A range
+        lands whole or not at all (every array's rows are fetched before any is stored);
+        ``merged_home`` lists the ranges that landed."""
+        if not self.merged or not ranges:
+            return
+        wholes = {}
+        with self._context():
+            for lo, hi in coalesce(ranges):
+                parts = [self._fetch(target, dev, lo, hi, wholes) for target, dev in self.merged]
+                for home, idx, values in parts:
+                    home[idx] = values
+                self.merged_home.append((lo, hi))
+
+    def copy_back(self) -> None:
+        """Copy home every written array copied whole, all of it (a launch run whole may
+        write any of its rows, not only those of its launch indices)."""
+        done = set()
+        with self._context():
+            for target, dev in self.merged:
+                if id(dev) not in done:
+                    done.add(id(dev))
+                    home = target.root if _views.is_view(target) else target
+                    home[...] = dev.copy_to_host(stream=self.stream)
+            self.stream.synchronize()
+
+    def _fetch(self, target, dev, lo, hi, wholes):
+        """(home array, index, values) of rows ``[lo, hi)`` of ``target`` on this GPU."""
+        rows = _row_section(target, lo, hi)
+        home = target.root if _views.is_view(target) else target
+        box = rows.root_box() if _views.is_view(rows) else (slice(lo, hi),)
+        if box is not None:
+            part = dev[box[0]].copy_to_host(stream=self.stream)
+            self.stream.synchronize()
+            return home, box, part[(slice(None),) + box[1:]]
+        if id(dev) not in wholes:
+            wholes[id(dev)] = dev.copy_to_host(stream=self.stream)
+            self.stream.synchronize()
+        idx = rows._root_index(np)
+        return home, idx, wholes[id(dev)][idx]
+
+
+def _in_place(array):
+    """What the GPU works on in place for ``array``: a device array itself, a host array
+    in CUDA managed memory through its device view; None for a host array to copy."""
+    if is_device_array(array):
+        return array
+    return device_view(array) if isinstance(array, np.ndarray) else None
+
+
+def _streamed(plan, args) -> set:
+    """The plain arrays that move per chunk: C-contiguous ones touched only in their own
+    row. If some written argument is copied whole instead, none that is written moves
+    per chunk, so that all written arrays of a range land together (at the merge)."""
+    rowwise = {name for name, arg in zip(plan.data, args) if isinstance(arg, np.ndarray)
+               and name in plan.access.rows and arg.flags.c_contiguous and _in_place(arg) is None}
+    whole = {name for name, arg in zip(plan.data, args) if name not in rowwise and (
+        isinstance(arg, np.ndarray) and _in_place(arg) is None
+        or _views.is_view(arg) and not coherent(_views.root_of(arg)) and _in_place(arg.root) is None)}
+    if any(plan.access.writes(name) for name in whole):
+        return {name for name in rowwise if not plan.access.writes(name)}
+    return rowwise
+
+
+def coalesce(ranges):
+    """Sorted ``(lo, hi)`` ranges with touching neighbours joined."""
+    out = []
+    for lo, hi in sorted(ranges):
+        if out and out[-1][1] == lo:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _row_section(target, lo: int, hi: int):
+    """Rows ``[lo, hi)`` of ``target`` (a view of them, or the plain array's slice)."""
+    if not _views.is_view(target):
+        return target[lo:hi]
+    ext = tuple(target.extent)
+    return section(target, (lo,) + (0,) * (len(ext) - 1), (hi - lo,) + ext[1:])

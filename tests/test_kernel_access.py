@@ -1,0 +1,180 @@
+"""What access analysis and launch binding get right for real kernels: guarded accesses
+to arrays smaller than the launch, scalars handed to calls, kernels calling kernels,
+default arguments, and small launches of heavy work spread over the cores."""
+import logging
+import warnings
+
+import numba
+import numpy as np
+import pytest
+
+import hetflow
+
+
+# -- guards --------------------------------------------------------------------------------
+@hetflow.kernel
+def fused(i, n, x, y, out_x, out_y):
+    """Two loops of different lengths in one launch: y has n < len(x) elements."""
+    out_x[i] = 2 * x[i]
+    if i < n:
+        out_y[i] = y[i] + 1
+
+
+@hetflow.kernel
+def early_return(i, j, x, out):
+    if i >= x.shape[0]:
+        return
+    out[i, j] = x[i, j] * 3
+
+
+@hetflow.kernel
+def unguarded(i, n, x, y, out_x, out_y):
+    out_x[i] = 2 * x[i]
+    out_y[i] = y[i] + 1
+
+
+def test_a_guarded_smaller_array_is_accepted():
+    x, y = np.arange(10.0), np.arange(4.0)
+    out_x, out_y = np.zeros(10), np.zeros(4)
+    hetflow.forall(10, fused, 4, x, y, out_x, out_y, device="cpu0")
+    np.testing.assert_array_equal(out_x, 2 * x)
+    np.testing.assert_array_equal(out_y, y + 1)
+
+
+def test_a_guard_by_early_return_covers_only_its_own_axis():
+    x = np.arange(12.0).reshape(3, 4)
+    out = np.zeros((3, 4))
+    hetflow.forall((5, 4), early_return, x, out, device="cpu0")
+    np.testing.assert_array_equal(out, 3 * x)
+    with pytest.raises(hetflow.ShapeError, match="'x'"):  # axis 1 is not guarded
+        hetflow.forall((3, 6), early_return, x, out, device="cpu0")
+
+
+def test_an_unguarded_smaller_array_is_refused():
+    with pytest.raises(hetflow.ShapeError, match=r"'y'.*guard its accesses"):
+        hetflow.forall(10, unguarded, 4, np.arange(10.0), np.arange(4.0), np.zeros(10), np.zeros(4),
+                       device="cpu0")
+
+
+def test_a_guard_that_does_not_hold_still_fails_in_checked_mode():
+    checked = hetflow.kernel(fused.pyfunc, boundscheck=True)
+    with pytest.raises(hetflow.IndexOutOfBoundsError, match="'y'"):
+        hetflow.forall(10, checked, 6, np.arange(10.0), np.arange(4.0), np.zeros(10), np.zeros(4),
+                       device="cpu0")
+
+
+# -- scalars handed to calls, kernels calling kernels -----------------------------------------
+@hetflow.kernel
+def moments(i, n, m, scale, x, out):
+    acc = 0.0
+    for t in range(n):
+        acc += x[i] ** t
+    out[i] = acc * int(scale) + min(n, m)
+
+
+@hetflow.kernel
+def double(j, x, out):
+    out[j] = 2 * x[j]
+
+
+@hetflow.kernel
+def calls_a_kernel(i, x, out):
+    double(i, x, out)
+
+
+def _expected_moments(n, m, scale, x):
+    return sum(x ** t for t in range(n)) * int(scale) + min(n, m)
+
+
+def test_scalars_handed_to_calls_are_not_written():
+    access = moments.access(1)
+    assert not any(access.writes(p) for p in ("n", "m", "scale"))
+    assert "out" in access.rows and not access.scattered
+
+
+@pytest.mark.simgpu
+@pytest.mark.parametrize("kernel", ["moments", "calls_a_kernel"])
+def test_co_executes_on_cpu_and_simulated_gpu_without_a_warning(gpu_device, caplog, kernel):
+    x = np.linspace(0, 1, 40)
+    out = np.zeros(40)
+    args = (3, 2, 2.5, x, out) if kernel == "moments" else (x, out)
+    with caplog.at_level(logging.WARNING), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = hetflow.forall(40, globals()[kernel], *args, device=["cpu0", gpu_device.id],
+                                schedule="static", shares=[0.5, 0.5])
+    assert not caplog.records
+    assert {w.device_id for w in report.workers if w.indices} == {"cpu0", gpu_device.id}
+    want = _expected_moments(3, 2, 2.5, x) if kernel == "moments" else 2 * x
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+
+
+def test_a_kernel_call_maps_the_callee_access_onto_the_caller():
+    access = calls_a_kernel.access(1)
+    assert (access.modes, access.rows) == ({"x": "r", "out": "w"}, frozenset({"x", "out"}))
+    assert access.identity == {"x": 1, "out": 1} and not access.scattered
+
+
+# -- default arguments --------------------------------------------------------------------
+@hetflow.kernel
+def scaled(i, x, out, factor=2.0, shift=1.0):
+    out[i] = factor * x[i] + shift
+
+
+@pytest.mark.parametrize("given, factor, shift", [((), 2.0, 1.0), ((3.0,), 3.0, 1.0), ((3.0, 0.5), 3.0, 0.5)])
+def test_default_arguments_are_honoured(given, factor, shift):
+    x, out = np.arange(6.0), np.zeros(6)
+    hetflow.forall(6, scaled, x, out, *given, device="cpu0")
+    np.testing.assert_array_equal(out, factor * x + shift)
+
+
+@pytest.mark.simgpu
+def test_default_arguments_on_the_simulated_gpu(gpu_device):
+    x, out = np.arange(6.0), np.zeros(6)
+    hetflow.forall(6, scaled, x, out, device=gpu_device.id)
+    np.testing.assert_array_equal(out, 2.0 * x + 1.0)
+
+
+def test_arguments_missing_without_a_default_are_refused():
+    with pytest.raises(hetflow.KernelArgumentError, match="takes 4 data argument"):
+        hetflow.forall(6, scaled, np.arange(6.0), device="cpu0")
+
+
+# -- small launches of heavy work ------------------------------------------------------------
+@hetflow.kernel
+def count_in_bin(i, samples, width, counts):
+    c = 0
+    for k in range(samples.shape[0]):
+        if i * width <= samples[k] < (i + 1) * width:
+            c += 1
+    counts[i] = c
+
+
+def test_a_small_launch_of_heavy_work_uses_more_than_one_worker():
+    if numba.get_num_threads() < 2:
+        pytest.skip("one CPU thread")
+    bins, samples = 200, np.random.default_rng(3).random(200_000)
+    want = np.array([np.count_nonzero((k / bins <= samples) & (samples < (k + 1) / bins)) for k in range(bins)])
+    for launch in range(2):  # the first measures the cost of a row, the second knows it
+        counts = np.zeros(bins, np.int64)
+        report = hetflow.forall(bins, count_in_bin, samples, 1 / bins, counts, device="cpu0")
+        np.testing.assert_array_equal(counts, want, err_msg=f"launch {launch}")
+        assert len(report.workers) > 1, report.summary()
+        assert sum(w.indices for w in report.workers) == bins
+        assert sorted((e.lo, e.hi) for e in report.events)[0][0] == 0
+
+
+@hetflow.kernel
+def through_a_nested_function(i, x, out):
+    def at(k):
+        out[k] = 2 * x[k]
+    at(i)
+
+
+def test_stores_inside_a_nested_function_are_not_judged_scattered():
+    """Their indices come through the nested function's parameters, which the analysis
+    does not follow (hetflow's wavefront tiles run the user's body that way)."""
+    access = through_a_nested_function.access(1)
+    assert access.writes("out") and not access.scattered
+    x, out = np.arange(5.0), np.zeros(5)
+    hetflow.forall(5, through_a_nested_function, x, out, device="cpu0")
+    np.testing.assert_array_equal(out, 2 * x)

@@ -20,7 +20,7 @@ from .runtime.reductions import reduce
 from .runtime.scan_sort import scan, sort
 from .runtime.wavefront import wavefront
 from . import library  # noqa: E402  (needs kernel and forall)
-from . import dist, trace  # noqa: E402
-from .dist import world  # noqa: E402
+from . import cluster, collectives, trace  # noqa: E402
+from .collectives import world  # noqa: E402
 
 __version__ = "0.1.0"

@@ -19,6 +19,9 @@ class Access:
     modes: dict
     identity: dict  # parameter -> k: subscripted by the first k launch indices (i, j, ...)
     rows: frozenset = frozenset()  # parameters only ever subscripted as x[i, ...] (i: the row index)
+    # Parameters only ever subscripted as x[i, j, ..., more] (all the launch indices first):
+    # the kernel at launch index I touches only their elements x[I, ...].
+    aligned: frozenset = frozenset()
 
     def reads(self, name) -> bool:
         return "r" in self.modes.get(name, "")
@@ -38,6 +41,7 @@ def analyze(fdef: ast.FunctionDef, ndim: int, callee_modes) -> Access:
     modes = {p: set() for p in params[ndim:]}
     identity = {}
     other = set()  # parameters subscripted other than x[i, ...], or handed whole to a call
+    unaligned = set()  # parameters subscripted other than x[i, j, ..., more]
     row = index[0] if index else None
     if any(isinstance(n, ast.Name) and n.id == row and isinstance(n.ctx, ast.Store) for n in ast.walk(fdef)):
         row = None  # a reassigned row index says nothing about which row is touched
@@ -59,6 +63,8 @@ def analyze(fdef: ast.FunctionDef, ndim: int, callee_modes) -> Access:
             first = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) and node.slice.elts else node.slice
             if row is None or not (isinstance(first, ast.Name) and first.id == row):
                 other.add(name)
+            if not _leads_with(node.slice, index):
+                unaligned.add(name)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             callee = callee_modes(node.func.id)
             for k, arg in enumerate(node.args):
@@ -68,7 +74,10 @@ def analyze(fdef: ast.FunctionDef, ndim: int, callee_modes) -> Access:
                     other.add(arg.id)
     ordered = {p: "".join(m for m in "rw" if m in modes[p]) for p in modes}
     touched = {p for p, m in modes.items() if m}
-    return Access(ordered, identity, frozenset(touched - other))
+    # a reassigned index variable says nothing about which elements are touched
+    moved = any(isinstance(n, ast.Name) and n.id in index and isinstance(n.ctx, ast.Store) for n in ast.walk(fdef))
+    aligned = frozenset() if moved or not index else frozenset(touched - other - unaligned)
+    return Access(ordered, identity, frozenset(touched - other), aligned)
 
 
 def _base_name(target):
@@ -76,6 +85,13 @@ def _base_name(target):
     while isinstance(target, (ast.Subscript, ast.Attribute)):
         target = target.value
     return target.id if isinstance(target, ast.Name) else None
+
+
+def _leads_with(slice_node, index) -> bool:
+    """The subscript starts with all the launch indices, in order."""
+    elts = slice_node.elts if isinstance(slice_node, ast.Tuple) else [slice_node]
+    return len(elts) >= len(index) and all(isinstance(e, ast.Name) and e.id == name
+                                           for e, name in zip(elts, index))
 
 
 def _identity_rank(slice_node, index) -> int:

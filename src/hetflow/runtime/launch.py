@@ -16,6 +16,7 @@ from ..index import views as _views
 from ..index.lowering import shared_lowering
 from ..kernels.kernel import Kernel
 from ..platform.repository import repository
+from . import aliasing as _aliasing
 
 SCALARS = (numbers.Number, np.generic)
 
@@ -83,6 +84,7 @@ class Plan:
     fits: set = dataclasses.field(default_factory=set)  # launch extents those views fit
     host_arrays: bool = False   # some argument (or view root) is a NumPy array
     fresh: bool = False         # some view's lowering is made each launch (see _view_key)
+    aliasing: dict = dataclasses.field(default_factory=dict)  # verdicts of runtime.aliasing
 
 
 @dataclasses.dataclass
@@ -256,6 +258,8 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         _check_extent(kernel, extent, args, plan.checks)
         if plan.views_only:  # views' extents are fixed by the key: this extent fits them always
             plan.fits.add(extent)
+    if plan.written and len(args) > 1:
+        _aliasing.check(kernel, extent, args, plan)
     lowerings = plan.lowerings
     if not lowerings:
         return Launch(kernel, extent, device, plan, args, args)

@@ -17,6 +17,7 @@ from ..index import views as _views
 from ..index.lowering import shared_lowering
 from ..kernels.kernel import Kernel
 from ..platform.repository import repository
+from . import aliasing as _aliasing
 
 SCALARS = (numbers.Number, np.generic)
 
@@ -87,6 +88,7 @@ class Plan:
     scattered: tuple = ()       # arrays written, not atomically, at indices no function of the launch index
     warned: bool = False        # the ScatteredWriteWarning for them was given
     row_cost: float | None = None  # CPU: seconds a row takes on one core, last measured (runtime.cpu)
+    aliasing: dict = dataclasses.field(default_factory=dict)  # verdicts of runtime.aliasing
 
 
 @dataclasses.dataclass
@@ -292,6 +294,8 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         _check_extent(kernel, extent, args, plan.checks)
         if plan.views_only:  # views' extents are fixed by the key: this extent fits them always
             plan.fits.add(extent)
+    if plan.written and len(args) > 1:
+        _aliasing.check(kernel, extent, args, plan)
     lowerings = plan.lowerings
     if not lowerings:
         return Launch(kernel, extent, device, plan, args, args)

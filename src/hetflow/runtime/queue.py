@@ -226,7 +226,7 @@ class _Core:
     def work(self, lane: Lane) -> None:
         """A worker slot of ``lane``: take the best ready entry, run it, repeat."""
         heap = lane.heap
-        inst = split = None
+        inst = split = outcome = None
         LOCK.acquire()
         try:
             while True:

@@ -26,7 +26,7 @@ from .collectives import world  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["Buffer", "Context", "Device", "Event", "Grid", "Kernel", "LogicalDevice", "Monitor",
+__all__ = ["Buffer", "Context", "atomic", "Device", "Event", "Grid", "Kernel", "LogicalDevice", "Monitor",
            "Queue", "Rule", "RuleSet", "UserEvent", "array", "asarray", "cluster", "co_map",
            "collectives", "cshift", "devices", "empty", "errors", "extent", "forall", "get_device",
            "graph", "index", "interior", "kernel", "last_report", "library", "partition", "project",

@@ -96,14 +96,18 @@ _parallel_lock = threading.Lock()
 def run(launch: Launch, workers: int) -> None:
     """Run the whole launch: inline when small, else over all cores with Numba's
     threading layer (one even piece of rows per thread, as a hand-written prange)."""
-    compile_launch(launch)
-    rows = launch.extent[0]
+    plan = launch.plan
+    if not plan.compiled:
+        compile_launch(launch)
+    extent = launch.extent
+    rows = extent[0]
+    inner = extent[1:]
     total = rows
-    for e in launch.inner:
+    for e in inner:
         total *= e
     if total <= INLINE_LIMIT or workers <= 1 or rows <= 1:
         try:
-            launch.executable.entry(0, rows, *launch.inner, *launch.entry_args)
+            plan.executable.entry(0, rows, *inner, *launch.entry_args)
         except Exception as exc:
             raise _raised(launch, 0, rows, exc)
         return

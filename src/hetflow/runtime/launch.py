@@ -127,11 +127,14 @@ _BY_TYPE = frozenset((float, int, bool, complex))  # Python scalars: keyed by th
 _INT_MIN, _INT_MAX = -2**63, 2**63 - 1
 
 
+# The flags that change a NumPy array's compiled type: C and F contiguity, writeable.
+_LAYOUT = 0x1 | 0x2 | 0x400
+
+
 def _arg_key(a):
     """What an argument contributes to the compiled signature (cheap to compute)."""
     if type(a) is np.ndarray:
-        f = a.flags
-        return (a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable)
+        return (a.dtype, a.ndim, a.flags.num & _LAYOUT)
     if type(a) in _BY_TYPE or _views.is_view(a):  # a view's root and lowering: in bind
         if type(a) is int and not _INT_MIN <= a <= _INT_MAX:
             return None  # no plan has it: the look-up misses and _check_arguments says why
@@ -219,7 +222,18 @@ def _check_extent(kernel: Kernel, extent: tuple, args: tuple, checks: tuple) -> 
 def _key(names, args: tuple) -> tuple:
     """What the arguments contribute to a plan's key: a view its interned structure (which
     fixes its extent and lowering), its root's type and which view first passes its root."""
-    if all(type(a) in _PLAIN for a in args):  # plain arrays and scalars: the common case
+    key = []
+    for a in args:  # plain arrays and floats: the common case, in one pass
+        t = type(a)
+        if t is np.ndarray:
+            key.append((a.dtype, a.ndim, a.flags.num & _LAYOUT))
+        elif t is float:
+            key.append(t)
+        else:
+            break
+    else:
+        return tuple(key)
+    if all(type(a) in _PLAIN for a in args):
         return tuple(map(_arg_key, args))
     first, key = {}, []
     for k, (n, a) in enumerate(zip(names, args)):

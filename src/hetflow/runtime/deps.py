@@ -55,15 +55,15 @@ class _Datum(weakref.ref):
 
     __slots__ = ("key", "writer", "readers", "prune_at")
 
+    # Set up in __new__ alone (weakref.ref's own __init__ then only unpacks the arguments):
+    # one Python call per new datum, which a fan-out over fresh arrays makes per enqueue.
     def __new__(cls, obj, key):
-        return super().__new__(cls, obj, _forget)
-
-    def __init__(self, obj, key):
-        super().__init__(obj, _forget)
+        self = super().__new__(cls, obj, _forget)
         self.key = key
         self.writer = None     # the last instance that wrote it
         self.readers = None    # the instances that read it since (a list, made on demand)
         self.prune_at = 32
+        return self
 
 
 class _Pinned:

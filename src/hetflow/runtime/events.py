@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 import numbers
 import threading
-import time
+from time import perf_counter
 
 from ..errors import (DependencyCancelledError, EventFailedError, HetflowTimeoutError,
                       QueueError)
@@ -81,7 +81,7 @@ class Event:
         self.id = next(_ids)
         self.status = QUEUED
         self.label = label  # what it runs, for messages: "kernel 'axpy'"
-        self.queued = time.perf_counter()
+        self.queued = perf_counter()
         self.submitted = self.started = self.ended = None
         self.device = self.blocks = self.threads = self.parts = None
         self._error = None

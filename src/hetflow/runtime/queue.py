@@ -158,6 +158,7 @@ class _Core:
         self.lanes = [Lane(d, _slots(d, slots)) for d in devices]
         self.scheduler = Scheduler(self.lanes, **thresholds)
         self.single = self.lanes[0] if len(self.lanes) == 1 else None
+        self.home = (self.single,) if self.single else None  # the lanes of every instance, if one
         # Where an instance goes once its dependencies are met (one device: no choice).
         self.ready_locked = self.single.push_locked if self.single else self.scheduler.place_locked
         self.outstanding = 0
@@ -443,12 +444,12 @@ class Queue:
             priority = _priority(priority)
         if wait_for:
             wait_for = _events(wait_for)
-        buffers = [k for k, a in enumerate(args) if type(getattr(a, "root", a)) is Buffer] or None
-        if core.single is not None and device is None:
-            lanes, pinned = (core.single,), True
+        if device is None and core.home is not None:
+            lanes, pinned = core.home, True
         else:
             lanes, pinned = core.route(extent, args, device)
         launch = bind(kernel, extent, args, lanes[0].device)
+        buffers = _buffer_positions(args) if launch.plan.buffers else None
         modes = rec.modes.get(len(launch.extent)) or rec.learn(launch)
         inst = Instance(core, rec, launch, args, modes, priority, lanes, pinned, buffers)
         if len(lanes) > 1:
@@ -557,6 +558,11 @@ def _events(wait_for) -> tuple:
         if not isinstance(e, Event):
             raise QueueError(f"wait_for must hold hetflow events, got {type(e).__name__}")
     return events
+
+
+def _buffer_positions(args) -> list:
+    """Positions of the arguments that are Buffers or views of one."""
+    return [k for k, a in enumerate(args) if type(getattr(a, "root", a)) is Buffer]
 
 
 def _work(extent: tuple) -> int:

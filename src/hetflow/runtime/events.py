@@ -213,12 +213,12 @@ def _settle_one_locked(ev: Event, status: str, error, stack: list) -> None:
     needs, after = ev._needs, ev._after
     ev._needs = ev._after = None
     if needs is not None:
-        for dep in dependents(needs):
+        for dep in (needs if type(needs) is list else (needs,)):  # dependents(), inlined: once per instance
             if status is not COMPLETE and dep.status is QUEUED and dep.doomed is None:
                 dep.doomed = cancelled_error(dep, ev, error)
             _release_locked(dep, stack)
     if after is not None:
-        for dep in dependents(after):
+        for dep in (after if type(after) is list else (after,)):
             _release_locked(dep, stack)
 
 

@@ -85,7 +85,7 @@ class Plan:
     fresh: bool = False         # some view's lowering is made each launch (see _view_key)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)  # one object per launch, no __dict__: made per enqueue
 class Launch:
     """One kernel launch bound to one device."""
 

@@ -33,6 +33,7 @@ import threading
 import time
 import weakref
 from heapq import heappop
+from time import perf_counter
 
 import numba
 import numpy as np
@@ -228,6 +229,7 @@ class _Core:
     def work(self, lane: Lane) -> None:
         """A worker slot of ``lane``: take the best ready entry, run it, repeat."""
         heap = lane.heap
+        done_locked, execute = self.done_locked, self.execute
         inst = split = None
         LOCK.acquire()
         try:
@@ -235,7 +237,7 @@ class _Core:
                 if inst is not None:
                     lane.running -= 1
                     lane.claims = 1  # we take one of the entries this releases ourselves
-                    self.done_locked(lane, inst, split, *outcome)
+                    done_locked(lane, inst, split, *outcome)
                     lane.claims = 0
                 while not heap:
                     if self.closed and self.outstanding == 0:
@@ -243,7 +245,7 @@ class _Core:
                     lane.idle += 1
                     lane.cond.wait()
                 _, _, inst, split = heappop(heap)
-                inst.status, inst.started = RUNNING, time.perf_counter()
+                inst.status, inst.started = RUNNING, perf_counter()
                 lane.running += 1
                 if split is not None:
                     for other in split:
@@ -251,7 +253,7 @@ class _Core:
                             other.running += 1
                 LOCK.release()
                 try:
-                    outcome = self.execute(lane, inst, split)
+                    outcome = execute(lane, inst, split)
                 finally:
                     LOCK.acquire()
         finally:
@@ -267,17 +269,18 @@ class _Core:
             if split is not None:
                 shape = _co_execute(launch, [other.device for other in split])
             else:
-                if inst.buffers is not None:
+                buffers = inst.buffers
+                if buffers is not None:
                     launch = _with_buffers(inst, device)
                 elif launch.device is not device:
                     launch = bind(launch.kernel, launch.extent, launch.args, device)
                 shape = _run_whole(launch, device, inst.work)
-                if inst.buffers is not None:
-                    wrote(launch, [k for k in inst.buffers if inst.modes[k] & WRITE])
+                if buffers is not None:
+                    wrote(launch, [k for k in buffers if inst.modes[k] & WRITE])
             error = None
         except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
             error = exc
-        return error, time.perf_counter(), shape
+        return error, perf_counter(), shape
 
     def _submit_locked(self, inst: Instance, now: float) -> None:
         """A deferred instance may start once its dependencies are over."""
@@ -331,9 +334,11 @@ def _run_whole(launch, device, work: int) -> tuple:
     """Run the whole launch; return the (blocks, threads) it used."""
     if device.kind == "cpu":
         cpu.run(launch, device.compute_units)
-        rows = launch.extent[0]
         # cpu.run's rule: small launches run as one piece, others one piece per thread.
-        if work <= cpu.INLINE_LIMIT or device.compute_units <= 1 or rows <= 1:
+        if work <= cpu.INLINE_LIMIT:
+            return 1, 1
+        rows = launch.extent[0]
+        if device.compute_units <= 1 or rows <= 1:
             return 1, 1
         return min(numba.get_num_threads(), rows), 1
     gpu.run(launch)

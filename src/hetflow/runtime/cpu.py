@@ -107,7 +107,10 @@ def run(launch: Launch, workers: int) -> None:
         total *= e
     if total <= INLINE_LIMIT or workers <= 1 or rows <= 1:
         try:
-            plan.executable.entry(0, rows, *inner, *launch.entry_args)
+            if inner:
+                plan.executable.entry(0, rows, *inner, *launch.entry_args)
+            else:  # 1-D: no argument tuple built from two
+                plan.executable.entry(0, rows, *launch.entry_args)
         except Exception as exc:
             raise _raised(launch, 0, rows, exc)
         return

@@ -139,7 +139,7 @@ def track_locked(inst, accesses) -> None:
     datum once.
     """
     for obj, mode in accesses:
-        rec = _record(obj)
+        rec = _data.get(id(obj)) or _record(obj)
         if type(rec) is _Pinned:
             rec.live += 1
             inst.held = (*(inst.held or ()), obj)

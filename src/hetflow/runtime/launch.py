@@ -83,6 +83,7 @@ class Plan:
     fits: set = dataclasses.field(default_factory=set)  # launch extents those views fit
     host_arrays: bool = False   # some argument (or view root) is a NumPy array
     fresh: bool = False         # some view's lowering is made each launch (see _view_key)
+    rows_only: tuple = ()       # when every extent check is of an array's rows: their positions
 
 
 @dataclasses.dataclass(slots=True)  # one object per launch, no __dict__: made per enqueue
@@ -219,6 +220,16 @@ def _check_extent(kernel: Kernel, extent: tuple, args: tuple, checks: tuple) -> 
                 f"launch extent {extent}" + (" (a view must match it exactly)" if view else ""))
 
 
+def _rows_fit(positions: tuple, args: tuple, rows: int) -> bool:
+    """Have the arrays at ``positions`` (a plan's ``rows_only``) ``rows`` rows or more? The
+    common check, kept cheap; False (check in full) when there are none or one is short."""
+    for pos in positions:
+        shape = args[pos].shape
+        if not shape or shape[0] < rows:
+            return False
+    return bool(positions)
+
+
 def _key(names, args: tuple) -> tuple:
     """What the arguments contribute to a plan's key: a view its interned structure (which
     fixes its extent and lowering), its root's type and which view first passes its root."""
@@ -258,7 +269,7 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     """Check and bind one launch of ``kernel`` over ``extent`` on ``device``."""
     if not isinstance(kernel, Kernel):
         raise KernelArgumentError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
-    extent = normalize_extent(extent)
+    extent = (extent,) if type(extent) is int and extent >= 0 else normalize_extent(extent)
     ndim = len(extent)
     repo = repository()
     names = kernel.params[ndim:]
@@ -266,7 +277,7 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     plan = kernel.plans.get(key)
     if plan is None:
         plan = kernel.plans[key] = _plan(kernel, ndim, args, device, repo)
-    if plan.checks and extent not in plan.fits:
+    if plan.checks and extent not in plan.fits and not _rows_fit(plan.rows_only, args, extent[0]):
         _check_extent(kernel, extent, args, plan.checks)
         if plan.views_only:  # views' extents are fixed by the key: this extent fits them always
             plan.fits.add(extent)
@@ -317,4 +328,6 @@ def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
                 host_arrays=any(type(_views.root_of(a)) is np.ndarray for a in args if not isinstance(a, SCALARS)),
                 lowerings=lowerings if any(low is not None for low in lowerings) else (),
                 views_only=all(view for *_, view in checks),
+                rows_only=(tuple(pos for pos, *_ in checks)
+                           if all(k == 1 and not view for _, _, k, view in checks) else ()),
                 fresh=any(_views.is_view(a) and a.signature.key is None for a in args))

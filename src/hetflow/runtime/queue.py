@@ -107,7 +107,7 @@ class Instance(Event):
                  "held", "lanes", "pinned", "splittable", "buffers")
 
     def __init__(self, core, rec, launch, args, modes, priority, lanes, pinned, buffers):
-        super().__init__(rec.label)
+        Event.__init__(self, rec.label)  # not super(): one object fewer per enqueue
         self.core = core
         self.rec = rec
         self.launch = launch     # bound for the home device (lanes[0])

@@ -76,7 +76,8 @@ def run_on(launch, wait: bool = False) -> LaunchReport:
     The report's time is the launch's own (copies excluded): on a GPU only the time to
     enqueue it, unless ``wait``, which waits for the GPU to finish it."""
     dev = launch.device
-    if launch.plan.buffers:
+    buffers = launch.plan.buffers
+    if buffers:
         launch = acquired(launch)
     t0, pieces = perf_counter(), None
     if dev.kind == "cpu":
@@ -86,7 +87,7 @@ def run_on(launch, wait: bool = False) -> LaunchReport:
         if wait and not dev.simulated:
             gpu.synchronize(dev)
     report = LaunchReport(launch.extent[0], dev, perf_counter() - t0, pieces)
-    if launch.plan.buffers:
+    if buffers:
         wrote(launch, launch.written)
     trace_notify(report, label=launch.kernel.name)  # traces show launches on one device too
     return report

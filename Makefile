@@ -16,9 +16,11 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/hetflow demo
 
-# The whole suite with GPU paths on Numba's CUDA simulator; on a machine with an
-# NVIDIA GPU, the real-GPU tests run afterwards in a process without the simulator.
+# ruff over the whole tree, then the whole suite with GPU paths on Numba's CUDA
+# simulator; on a machine with an NVIDIA GPU, the real-GPU tests run afterwards in a
+# process without the simulator.
 test: setup
+	$(PY) -m ruff check .
 	NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
 ifneq ($(HAS_GPU),)
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)

@@ -13,7 +13,7 @@ native time / hetflow time ("speed", above 1: hetflow faster) for the chosen pat
 for the seed, busbw = bytes / time * 2(N-1)/N for allreduce (the bytes each process
 must move, SPEC §5), and busbw as a fraction of the bandwidth bound: the exchange
 bandwidth of one pair of processes, measured in the same run. The header names the
-crossovers in use (``collectives.NATIVE_BYTES``): where "seed speed" crosses 1 is
+crossovers in use (``host.NATIVE_BYTES``): where "seed speed" crosses 1 is
 where they belong.
 
 ``--gpu``: CuPy arrays, one GPU per rank, against NCCL's allReduce (float32 sums).
@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from hetflow.dist import collectives, launched_by_mpi, world
+from hetflow.collectives import host, launched_by_mpi, world
 
 sys.path.append(os.path.dirname(__file__))
 from _common import mpiexec  # noqa: E402
@@ -236,7 +236,7 @@ def overlap_experiment(comm, args):
     The step is run through hetflow's own pipeline, with and without MPI polls between
     chunks of the reduction, for several segment counts.
     """
-    from hetflow.dist import schedule
+    from hetflow.collectives import schedule
 
     if comm.size != 2:
         raise SystemExit("--overlap needs exactly 2 ranks")
@@ -258,17 +258,17 @@ def overlap_experiment(comm, args):
 
     def pipelined(segments, chunk_bytes):
         def run():
-            collectives.HostPipeline(transport, comm_op, x, work, scratch, segments,
+            host.HostPipeline(transport, comm_op, x, work, scratch, segments,
                                      chunk_bytes).run([step])
         return run
 
-    from hetflow.dist.ops import resolve_op
+    from hetflow.collectives.ops import resolve_op
 
     comm_op = resolve_op("sum")
     contenders = {"transfer": transfer, "reduction": reduction}
     for segments in (1, 2, 4, 8, 16):
         contenders[f"q={segments} polled"] = pipelined(segments,
-                                                       collectives.PROGRESS_CHUNK_BYTES)
+                                                       host.PROGRESS_CHUNK_BYTES)
         contenders[f"q={segments} unpolled"] = pipelined(segments, 8 * n)
     best = _time_rounds(comm, contenders, args.seconds, args.rounds)
     t_x, t_r = best["transfer"], best["reduction"]
@@ -355,8 +355,8 @@ def _table(rows, size, args):
              f"{args.segments}, check={'off' if args.no_check else 'on'}"]
     if not args.gpu:
         lines.append("native path up to: " + ", ".join(
-            f"{what} {collectives.native_crossover(what, size)} bytes"
-            for what in collectives.NATIVE_BYTES) + f" (at {size} ranks)")
+            f"{what} {host.native_crossover(what, size)} bytes"
+            for what in host.NATIVE_BYTES) + f" (at {size} ranks)")
     lines.append(f"{'collective':<10} {'bytes':>10} {'path':>9} {'hetflow us':>11} "
                  f"{'seed us':>10} {'native us':>11} {'speed':>6} {'seed':>6} "
                  f"{'busbw GB/s':>11} {'native':>8} {'of bound':>8}")

@@ -8,7 +8,7 @@ The solver is examples/heat_distributed.py: a DistributedProgram of two captured
 steps, with halo exchange and the central/local interpreters. Its baseline is the same
 Jacobi step written by hand: a Numba ``prange`` loop over each rank's rows and mpi4py
 ``Sendrecv`` halo exchanges. Both run on groups of the first k ranks (k = 1, 2, 4)
-inside one mpiexec, each rank on its own share of the host's cores (hetflow.dist binds
+inside one mpiexec, each rank on its own share of the host's cores (hetflow.cluster binds
 ranks to cores when there are enough; the table says "oversubscribed" when there are
 not, and then the figures say little about scaling). Strong scaling keeps the grid
 (default 4096^2), weak scaling the cells per rank (2048^2 per rank). Each time is the
@@ -30,8 +30,8 @@ import time
 import numba
 import numpy as np
 
-from hetflow import dist
-from hetflow.dist import launched_by_mpi
+from hetflow import cluster, collectives
+from hetflow.collectives import launched_by_mpi
 
 sys.path.append(os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
@@ -55,7 +55,7 @@ class Baseline:
     def __init__(self, mpi, comm, n):
         self.MPI, self.comm, self.n = mpi, comm, n
         rank, size = comm.Get_rank(), comm.Get_size()
-        sizes = dist.darray.cut(n, size)
+        sizes = cluster.darray.cut(n, size)
         self.start = sum(sizes[:rank])
         self.rows = sizes[rank]
         grid = heat.initial(n)
@@ -128,8 +128,8 @@ def group(comm, k):
     """A hetflow communicator over the world's first k ranks (None on the others)."""
     from mpi4py import MPI
 
-    from hetflow.dist.comm import MPICommunicator
-    from hetflow.dist.transport import Link
+    from hetflow.collectives.comm import MPICommunicator
+    from hetflow.collectives.transport import Link
 
     sub = comm.mpi_comm.Split(0 if comm.rank < k else MPI.UNDEFINED, comm.rank)
     return None if sub == MPI.COMM_NULL else MPICommunicator(Link(MPI, sub), comm.timeout)
@@ -195,8 +195,8 @@ def main(argv=None) -> int:
     args = _parse(argv)
     if not launched_by_mpi():
         return _relaunch(args, argv)
-    comm = dist.world()
-    world_session = dist.session(comm)  # binds this rank to its share of the cores
+    comm = collectives.world()
+    world_session = cluster.session(comm)  # binds this rank to its share of the cores
     rows = sweep(comm, args, world_session)
     if comm.rank == 0:
         if args.json:

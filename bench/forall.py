@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 
 import numba
 import numpy as np

@@ -104,7 +104,7 @@ def cpu_callsite_rows(n_reduce, n_scan, n_view, repeat, sort_repeat):
     assert reduce(x32, "sum") == np.sum(x32)
     t_np, t_het = race(lambda: np.sum(x32), lambda: reduce(x32, "sum"), repeat=repeat)
     rows = [row(f"reduce sum {n_reduce:.0e} f32 vs np.sum", t_np, t_het, ">= 0.9x")]
-    del x32
+    x32 = None  # frees it; rebound, not deleted: the lambdas above name it
     x = rng.random(n_scan)
     assert np.array_equal(scan(x, "sum"), np.cumsum(x))
     t_np, t_het = race(lambda: np.cumsum(x), lambda: scan(x, "sum"), repeat=repeat)
@@ -165,7 +165,7 @@ def cpu_mapreduce_rows(n_dot, n_view, repeat):
     t_het, t_nb, t_np = race(run_het, lambda: numba_dot(x, y), lambda: x @ y, repeat=repeat)
     rows = [row(f"map-reduce dot {n_dot:.0e} f64 vs numba prange", t_nb, t_het, ">= 0.9x"),
             row(f"map-reduce dot {n_dot:.0e} f64 vs numpy x @ y", t_np, t_het, "(BLAS)")]
-    del x, y
+    x = y = None  # frees them; rebound, not deleted: lambdas name them
     u, f = rng.random((n_view, n_view)), rng.random((n_view, n_view))
     m = n_view - 2
     run_het = lambda: reduce((m, m), residual_sq, u, f, 0.25)  # noqa: E731
@@ -245,26 +245,26 @@ def gpu_rows(n, n_reduce, n_scan, repeat):
                              lambda: numpy_jacobi(u, v_cp), repeat=repeat, sync=sync)
     rows = [row(f"GPU jacobi {n}x{n} f64 vs numba-cuda", t_cu, t_het, ">= 0.9x"),
             row(f"GPU jacobi {n}x{n} f64 vs cupy slicing", t_cp, t_het, ">= 2x")]
-    del u, v_het, v_cu, v_cp, args
+    u = v_het = v_cu = v_cp = args = None  # frees them; rebound, not deleted: lambdas name them
     x32 = cp.random.random(n_reduce, dtype=cp.float32)
     assert float(reduce(x32, "sum")) == float(cp.sum(x32))
     t_cp, t_het = race(lambda: cp.sum(x32), lambda: reduce(x32, "sum"), repeat=repeat, sync=sync)
     rows.append(row(f"GPU reduce sum {n_reduce:.0e} f32 vs cp.sum", t_cp, t_het, ">= 0.9x"))
-    del x32
+    x32 = None
     x = cp.random.random(n_scan)
     assert bool(cp.allclose(scan(x, "sum"), cp.cumsum(x), rtol=1e-12)) and bool(cp.array_equal(sort(x), cp.sort(x)))
     t_cp, t_het = race(lambda: cp.cumsum(x), lambda: scan(x, "sum"), repeat=repeat, sync=sync)
     rows.append(row(f"GPU scan sum {n_scan:.0e} f64 vs cp.cumsum", t_cp, t_het, ">= 0.8x"))
     t_cp, t_het = race(lambda: cp.sort(x), lambda: sort(x), repeat=repeat, sync=sync)
     rows.append(row(f"GPU sort {n_scan:.0e} f64 vs cp.sort", t_cp, t_het, ">= 0.8x"))
-    del x
+    x = None
     y = cp.random.random(n_reduce // 2)
     x = cp.random.random(n_reduce // 2)
     run_het = lambda: reduce(x.size, product, x, y, device="gpu0")  # noqa: E731
     assert np.isclose(float(run_het()), float(cp.dot(x, y)), rtol=1e-10)
     t_cp, t_het = race(lambda: float(cp.dot(x, y)), lambda: float(run_het()), repeat=repeat, sync=sync)
     rows.append(row(f"GPU map-reduce dot {x.size:.0e} f64 vs cp.dot", t_cp, t_het, ">= 1.0x"))
-    del x, y
+    x = y = None
     u, f = cp.random.random((n, n)), cp.random.random((n, n))
     run_het = lambda: reduce((n - 2, n - 2), residual_sq, u, f, 0.25, device="gpu0")  # noqa: E731
     assert np.isclose(float(run_het()), float(numpy_residual(u, f, 0.25)), rtol=1e-10)

@@ -6,7 +6,7 @@
 Each rank holds a block of rows of the grid plus one halo row on each side. One
 explicit step is written with ``interior`` and ``cshift`` views, as for one process;
 two steps (u -> v, v -> u) are captured as a DIR and run by a
-``hetflow.dist.DistributedProgram``: rank 0's central interpreter cuts the rows over
+``hetflow.cluster.DistributedProgram``: rank 0's central interpreter cuts the rows over
 the ranks from their reported capacities and rebalances them when measured speeds
 drift apart; each rank's local interpreter runs its part on its own CPU cores and GPUs.
 Rank 0 checks the result against NumPy.
@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 import hetflow
-from hetflow import dist
+from hetflow import cluster
 
 ALPHA = 0.1
 
@@ -33,9 +33,9 @@ def heat_step(i, j, new, centre, north, south, west, east, alpha):
 
 def step_args(src, dst):
     """The arguments of one step from ``src`` into ``dst``: views, nothing copied."""
-    return (dist.interior(dst, 1), dist.interior(src, 1),
-            dist.interior(dist.cshift(src, 0, -1), 1), dist.interior(dist.cshift(src, 0, 1), 1),
-            dist.interior(dist.cshift(src, 1, -1), 1), dist.interior(dist.cshift(src, 1, 1), 1), ALPHA)
+    return (cluster.interior(dst, 1), cluster.interior(src, 1),
+            cluster.interior(cluster.cshift(src, 0, -1), 1), cluster.interior(cluster.cshift(src, 0, 1), 1),
+            cluster.interior(cluster.cshift(src, 1, -1), 1), cluster.interior(cluster.cshift(src, 1, 1), 1), ALPHA)
 
 
 def initial(n: int) -> np.ndarray:
@@ -64,20 +64,20 @@ def setup(n: int, comm=None, devices=None, **options):
     GPU keeps the blocks in that GPU's memory. ``options`` go to DistributedProgram.
     """
     on_gpu = devices is not None and len(devices) == 1 and hetflow.get_device(devices[0]).kind == "gpu"
-    u = dist.asarray(initial(n), comm=comm, device=devices[0] if on_gpu else None)
-    v = dist.asarray(initial(n), like=u)  # the border of v is u's: it never changes
+    u = cluster.asarray(initial(n), comm=comm, device=devices[0] if on_gpu else None)
+    v = cluster.asarray(initial(n), like=u)  # the border of v is u's: it never changes
     with hetflow.graph("heat") as g:
-        shape = dist.interior(u, 1).shape
-        dist.forall(shape, heat_step, *step_args(u, v))
-        dist.forall(shape, heat_step, *step_args(v, u))
-    return dist.DistributedProgram(g, comm=comm, devices=devices, **options), u, v
+        shape = cluster.interior(u, 1).shape
+        cluster.forall(shape, heat_step, *step_args(u, v))
+        cluster.forall(shape, heat_step, *step_args(v, u))
+    return cluster.DistributedProgram(g, comm=comm, devices=devices, **options), u, v
 
 
 def advance(program, u, v, iterations: int):
     """Run ``iterations`` steps; returns the array holding the result (u or v)."""
     program.run(iterations // 2)
     if iterations % 2:  # one more step, launched directly
-        dist.forall(dist.interior(u, 1).shape, heat_step, *step_args(u, v))
+        cluster.forall(cluster.interior(u, 1).shape, heat_step, *step_args(u, v))
         return v
     return u
 
@@ -92,7 +92,7 @@ def solve(n: int, iterations: int, comm=None, devices=None):
         program, u, v = setup(n, comm, devices)
         return advance(program, u, v, iterations).gather(0)
 
-    return dist.run_distributed(body, comm=comm)
+    return cluster.run_distributed(body, comm=comm)
 
 
 def main(argv=None) -> int:
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", action="store_true", help="each rank computes on its own GPU only")
     p.add_argument("--no-check", action="store_true", help="skip the NumPy check")
     args = p.parse_args(argv)
-    current = dist.session()
+    current = cluster.session()
     devices = None
     if args.gpu:
         gpus = [d for d in current.devices if d != "cpu0"]
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
         seconds = time.perf_counter() - start
         return result.gather(0), seconds, program.partitions
 
-    grid, seconds, partitions = dist.run_distributed(body)
+    grid, seconds, partitions = cluster.run_distributed(body)
     if current.rank != 0:
         return 0
     cells = (args.size - 2) ** 2 * args.iterations

@@ -15,10 +15,10 @@ import pytest
 from launcher import mpiexec as _mpiexec
 
 import hetflow
-from hetflow import dist
-from hetflow.dist import collectives, schedule
-from hetflow.dist.comm import check_launch
-from hetflow.dist.ops import resolve_op
+from hetflow import collectives
+from hetflow.collectives import host, schedule
+from hetflow.collectives.comm import check_launch
+from hetflow.collectives.ops import resolve_op
 from hetflow.errors import CommArgumentError, CommError, DTypeError, ShapeError, UnknownOpError
 
 SCRIPTS = Path(__file__).parent / "mpi"
@@ -215,13 +215,13 @@ def comm(monkeypatch):
     for name in LAUNCHER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("HETFLOW_COMM_TIMEOUT", raising=False)
-    return dist.world()
+    return collectives.world()
 
 
 def test_plain_python_gets_a_one_process_communicator_without_mpi():
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
     env["PYTHONPATH"] = str(Path(hetflow.__file__).resolve().parents[1])
-    code = ("import sys, numpy as np; from hetflow import dist; c = dist.world(); "
+    code = ("import sys, numpy as np; from hetflow import collectives; c = collectives.world(); "
             "print(type(c).__name__, c.rank, c.size, c.allreduce(np.arange(3.0)).tolist(), "
             "'mpi4py' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -235,9 +235,9 @@ def test_plain_python_gets_a_one_process_communicator_without_mpi():
 def test_launcher_variables_are_detected(monkeypatch, variable):
     for name in LAUNCHER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    assert not dist.launched_by_mpi()
+    assert not collectives.launched_by_mpi()
     monkeypatch.setenv(variable, "0")
-    assert dist.launched_by_mpi()
+    assert collectives.launched_by_mpi()
 
 
 @pytest.mark.parametrize("op,dtype", [("sum", np.float64), ("prod", np.int32),
@@ -334,20 +334,20 @@ def test_read_only_out(comm):
 
 def test_timeout_from_argument_and_environment(monkeypatch, comm):
     assert comm.timeout == 300
-    assert dist.world(timeout=2.5).timeout == 2.5
+    assert collectives.world(timeout=2.5).timeout == 2.5
     monkeypatch.setenv("HETFLOW_COMM_TIMEOUT", "7.5")
-    assert dist.world().timeout == 7.5
+    assert collectives.world().timeout == 7.5
     monkeypatch.setenv("HETFLOW_COMM_TIMEOUT", "soon")
     with pytest.raises(CommArgumentError, match="HETFLOW_COMM_TIMEOUT must be a positive"):
-        dist.world()
+        collectives.world()
     with pytest.raises(CommArgumentError, match="timeout must be a positive number"):
-        dist.world(timeout=0)
+        collectives.world(timeout=0)
 
 
 def test_ops_are_resolved_by_name_or_function():
     assert resolve_op("SUM").name == "sum"
     assert resolve_op(np.add).name == "numpy.add"
-    assert set(dist.BUILTIN_OPS) == {"sum", "prod", "min", "max", "and", "or", "xor",
+    assert set(collectives.BUILTIN_OPS) == {"sum", "prod", "min", "max", "and", "or", "xor",
                                      "land", "lor", "lxor"}
 
 
@@ -361,7 +361,7 @@ def test_ops_are_resolved_by_name_or_function():
 ])
 def test_only_ops_mpi_has_for_the_dtype_go_native(op, dtype, mpi_name):
     # MPI-4.0 §6.9.2: which predefined op takes which C type
-    assert collectives.mpi_op_name(resolve_op(op), np.dtype(dtype)) == mpi_name
+    assert host.mpi_op_name(resolve_op(op), np.dtype(dtype)) == mpi_name
 
 
 def test_path_follows_size_and_rank_count():
@@ -373,21 +373,21 @@ def test_path_follows_size_and_rank_count():
 
     f8, add, total = np.dtype(np.float64), resolve_op("sum"), resolve_op(np.add)
     for size in (2, 3, 5):
-        crossover = collectives.native_crossover("allreduce", size)
-        assert crossover == collectives.NATIVE_BYTES["allreduce"][min(size, 3)]
+        crossover = host.native_crossover("allreduce", size)
+        assert crossover == host.NATIVE_BYTES["allreduce"][min(size, 3)]
         for n, path in ((0, "native"), (crossover // 8, "native"),
                         (crossover // 8 + 1, "pipelined")):
             x = np.zeros(n, f8)
-            assert collectives.choose_path(Ranks(size), "allreduce", x, add) == path
-        assert collectives.choose_path(Ranks(size), "allreduce", np.zeros(9), total) == "small"
+            assert host.choose_path(Ranks(size), "allreduce", x, add) == path
+        assert host.choose_path(Ranks(size), "allreduce", np.zeros(9), total) == "small"
     off = Ranks(2)
     off.native_bytes = 0
-    assert collectives.choose_path(off, "reduce", np.zeros(9), add) == "small"
-    assert collectives.choose_path(Ranks(1), "reduce", np.zeros(9), add) == "local"
+    assert host.choose_path(off, "reduce", np.zeros(9), add) == "small"
+    assert host.choose_path(Ranks(1), "reduce", np.zeros(9), add) == "local"
 
 
 def test_one_process_path_is_visible(comm, caplog):
-    with caplog.at_level("DEBUG", logger="hetflow.dist"):
+    with caplog.at_level("DEBUG", logger="hetflow.collectives"):
         comm.allreduce(np.ones(3))
     assert comm.last_path == "local"
     assert "allreduce of 24 bytes (float64, op sum) on rank 0 of 1: local path" in caplog.text

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from hetflow.dist import transport
-from hetflow.dist.transport import Link, Transport
+from hetflow.collectives import transport
+from hetflow.collectives.transport import Link, Transport
 from hetflow.errors import CommTimeoutError
 
 

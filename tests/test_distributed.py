@@ -17,8 +17,8 @@ import pytest
 from launcher import mpiexec as _mpiexec
 
 import hetflow
-from hetflow import dist
-from hetflow.dist import central, darray, launch, local
+from hetflow import cluster
+from hetflow.cluster import central, darray, launch, local
 from hetflow.errors import (CommArgumentError, DTypeError, GraphError, IndexTypeError,
                             KernelArgumentError, NoDeviceError, RuleError, RuleSyntaxError, ShapeError,
                             UnknownOpError, ViewError)
@@ -65,23 +65,23 @@ def test_heat_one_process_matches_numpy():
 
 def test_periodic_stencil_wraps_through_the_halo():
     x = np.random.default_rng(1).random(19)
-    u = dist.asarray(x)
-    y = dist.zeros_like(u)
-    dist.forall(19, stencil, y, dist.cshift(u, 0, -1), u, dist.cshift(u, 0, 1))
+    u = cluster.asarray(x)
+    y = cluster.zeros_like(u)
+    cluster.forall(19, stencil, y, cluster.cshift(u, 0, -1), u, cluster.cshift(u, 0, 1))
     np.testing.assert_allclose(y.gather(), np.roll(x, 1) + 10 * x + 100 * np.roll(x, -1), rtol=1e-15)
 
 
 def test_arrays_gather_reduce_and_views_on_one_rank():
     x = np.arange(24.0).reshape(6, 4)
-    a = dist.asarray(x, halo=2)
+    a = cluster.asarray(x, halo=2)
     assert a.local.shape == (10, 4) and a.block.shape == (6, 4) and (a.start, a.stop) == (0, 6)
     np.testing.assert_array_equal(a.gather(), x)
     np.testing.assert_array_equal(a.allgather(), x)
     assert a.sum() == x.sum() and a.min() == 0 and a.max() == 23
-    view = dist.interior(dist.cshift(a, 1, 1), 1)
+    view = cluster.interior(cluster.cshift(a, 1, 1), 1)
     assert view.shape == (4, 2) and view.root is a
-    assert dist.cshift(x, 0, 1).shape == (6, 4)  # plain arrays get hetflow's own views
-    b = dist.zeros_like(a, shape=(6, 2))
+    assert cluster.cshift(x, 0, 1).shape == (6, 4)  # plain arrays get hetflow's own views
+    b = cluster.zeros_like(a, shape=(6, 2))
     assert b.distribution is a.distribution and b.sum() == 0
 
 
@@ -100,11 +100,11 @@ def test_program_versions_on_one_rank():
 
 def test_read_only_array_has_its_halo_exchanged_once_per_run():
     x = np.arange(8.0)
-    src = dist.asarray(x)
-    out = dist.zeros_like(src)
+    src = cluster.asarray(x)
+    out = cluster.zeros_like(src)
     with hetflow.graph("shift") as g:
-        dist.forall(8, copy, out, dist.cshift(src, 0, 1))
-    program = dist.DistributedProgram(g)
+        cluster.forall(8, copy, out, cluster.cshift(src, 0, 1))
+    program = cluster.DistributedProgram(g)
     program.run(2)
     halo_nodes = [n for n in program.local.current.nodes if n.op == "halo"]
     assert len(halo_nodes) == 1 and halo_nodes[0].attrs["once"] is True
@@ -120,11 +120,11 @@ def test_a_captured_schedule_holds_for_each_ranks_part():
     x = np.arange(64.0)
     ran = []
     for schedule in ("steal", None):
-        src = dist.asarray(x)
-        out = dist.zeros_like(src)
+        src = cluster.asarray(x)
+        out = cluster.zeros_like(src)
         with hetflow.graph("copy") as g:
-            dist.forall(64, copy, out, src, schedule=schedule)
-        program = dist.DistributedProgram(g)
+            cluster.forall(64, copy, out, src, schedule=schedule)
+        program = cluster.DistributedProgram(g)
         with hetflow.trace.record() as rec:
             program.run(2)
         np.testing.assert_array_equal(out.gather(), x)
@@ -144,10 +144,10 @@ def test_rule_file_from_rank_0_joins_the_local_rules(tmp_path):
 
 
 def test_run_distributed_in_one_process():
-    assert dist.run_distributed(lambda a, b: a + b, 2, b=3) == 5
+    assert cluster.run_distributed(lambda a, b: a + b, 2, b=3) == 5
     with pytest.raises(ZeroDivisionError):
-        dist.run_distributed(lambda: 1 / 0)
-    assert dist.asarray(np.ones(3)).sum() == 3.0  # nobody else to stop: still usable
+        cluster.run_distributed(lambda: 1 / 0)
+    assert cluster.asarray(np.ones(3)).sum() == 3.0  # nobody else to stop: still usable
 
 
 @pytest.mark.simgpu
@@ -222,56 +222,56 @@ def test_local_rules_place_on_every_device_and_follow_utilization():
 # -- bad input -----------------------------------------------------------------------------
 
 def test_launch_errors():
-    u = dist.asarray(np.zeros(10))
-    y = dist.zeros_like(u)
-    other = dist.zeros(10)
+    u = cluster.asarray(np.zeros(10))
+    y = cluster.zeros_like(u)
+    other = cluster.zeros(10)
     with pytest.raises(ShapeError, match="argument src is a ndarray, not a distributed array"):
-        dist.forall(10, copy, y, np.zeros(10))
+        cluster.forall(10, copy, y, np.zeros(10))
     with pytest.raises(ShapeError, match="2 different distributions"):
-        dist.forall(10, copy, y, other)
+        cluster.forall(10, copy, y, other)
     with pytest.raises(ShapeError, match=r"subscripts src other than at the launch's row index"):
-        dist.forall(9, ahead, y, u)
+        cluster.forall(9, ahead, y, u)
     with pytest.raises(ShapeError, match="writes no distributed array"):
-        dist.forall(10, peek, u)
+        cluster.forall(10, peek, u)
     with pytest.raises(ViewError, match="writes out through a cshift that wraps"):
-        dist.forall(10, copy, dist.cshift(y, 0, 1), u)
+        cluster.forall(10, copy, cluster.cshift(y, 0, 1), u)
     with pytest.raises(ViewError, match="wraps inside a part of the array"):
-        dist.forall(8, copy, dist.interior(y, 1), dist.cshift(dist.interior(u, 1), 0, 1))
+        cluster.forall(8, copy, cluster.interior(y, 1), cluster.cshift(cluster.interior(u, 1), 0, 1))
     with pytest.raises(ShapeError, match="give the array a halo of at least 2"):
-        dist.forall(10, copy, y, dist.cshift(u, 0, 2))
+        cluster.forall(10, copy, y, cluster.cshift(u, 0, 2))
     with pytest.raises(ShapeError, match="launch of 'copy' over 10 rows, but src has only 8"):
-        dist.forall(10, copy, y, dist.interior(u, 1))
+        cluster.forall(10, copy, y, cluster.interior(u, 1))
     with pytest.raises(KernelArgumentError, match="takes 2 data argument"):
-        dist.forall(10, copy, y)
+        cluster.forall(10, copy, y)
     with pytest.raises(KernelArgumentError, match="not a hetflow kernel"):
-        dist.forall(10, lambda i, a: None, y)
-    wide = dist.zeros((4, 6), dim=1)
+        cluster.forall(10, lambda i, a: None, y)
+    wide = cluster.zeros((4, 6), dim=1)
     with pytest.raises(ShapeError, match="distribute along dim 0"):
-        dist.forall((4, 6), copy2d, wide, dist.zeros_like(wide))
+        cluster.forall((4, 6), copy2d, wide, cluster.zeros_like(wide))
 
 
 def test_array_errors():
     with pytest.raises(ShapeError, match="every rank needs at least 1"):
-        dist.zeros((0, 3))
+        cluster.zeros((0, 3))
     with pytest.raises(ShapeError, match="halo must be a whole number >= 0"):
-        dist.zeros(5, halo=-1)
+        cluster.zeros(5, halo=-1)
     with pytest.raises(IndexTypeError, match="a shape must be an int or a tuple of ints"):
-        dist.zeros("abc")
+        cluster.zeros("abc")
     with pytest.raises(ShapeError, match="at least one dimension"):
-        dist.zeros(())
+        cluster.zeros(())
     with pytest.raises(ViewError, match="dim 2 is out of range"):
-        dist.zeros((3, 3), dim=2)
+        cluster.zeros((3, 3), dim=2)
     with pytest.raises(ShapeError, match=r"parts must give one share per rank \(1\)"):
-        dist.zeros(5, parts=[1, 1])
-    a = dist.zeros((6, 2))
+        cluster.zeros(5, parts=[1, 1])
+    a = cluster.zeros((6, 2))
     with pytest.raises(CommArgumentError, match="root must be a rank in 0..0, not 3"):
         a.gather(root=3)
     with pytest.raises(ShapeError, match="needs extent 6 along dim 0"):
-        dist.zeros_like(a, shape=(5, 2))
+        cluster.zeros_like(a, shape=(5, 2))
     with pytest.raises(IndexTypeError, match="empty_like needs a DistArray"):
-        dist.empty_like(np.zeros(3))
+        cluster.empty_like(np.zeros(3))
     with pytest.raises(NoDeviceError, match="no device with id 'tpu0'"):
-        dist.zeros(4, device="tpu0")
+        cluster.zeros(4, device="tpu0")
     with pytest.raises(ShapeError, match="needs 1 sizes adding up to 6"):
         a.distribution.resize((3, 3))
     with pytest.raises(ShapeError, match=r"one weight per rank \(1\)"):
@@ -281,7 +281,7 @@ def test_array_errors():
     with pytest.raises(UnknownOpError, match="unknown reduction op 'median'"):
         a.reduce("median")
     with pytest.raises(ViewError, match="interior: delta"):
-        dist.interior(a, 4)
+        cluster.interior(a, 4)
 
 
 def test_program_and_session_errors(monkeypatch):
@@ -289,16 +289,16 @@ def test_program_and_session_errors(monkeypatch):
     with hetflow.graph() as g:
         hetflow.forall(6, copy, x, x)
     with pytest.raises(GraphError, match="is not a launch over distributed arrays"):
-        dist.DistributedProgram(g)
+        cluster.DistributedProgram(g)
     program, _, _ = heat.setup(8)
     with pytest.raises(GraphError, match="report_every must be an integer >= 1"):
-        dist.DistributedProgram(hetflow.graph(), report_every=0)
+        cluster.DistributedProgram(hetflow.graph(), report_every=0)
     with pytest.raises(GraphError, match="is empty"):
-        dist.DistributedProgram(hetflow.graph())
+        cluster.DistributedProgram(hetflow.graph())
     with pytest.raises(GraphError, match="iterations must be an integer >= 0"):
         program.run(-1)
     with pytest.raises(CommArgumentError, match="comm must be a hetflow communicator"):
-        dist.session("world")
+        cluster.session("world")
     monkeypatch.setenv("HETFLOW_CPU_THREADS", "many")
     with pytest.raises(CommArgumentError, match="HETFLOW_CPU_THREADS must be a whole number >= 1"):
         launch.share_cores(0, 1)

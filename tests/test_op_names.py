@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow import dist, interior
-from hetflow.dist.ops import resolve_op
+from hetflow import collectives, interior
+from hetflow.collectives.ops import resolve_op
 from hetflow.errors import DTypeError
 from hetflow.runtime import binops
 
@@ -60,7 +60,7 @@ def _cases(which):
 
 
 def test_the_names_are_the_documented_ones():
-    assert set(binops.OPS) == set(NAMES) and set(dist.BUILTIN_OPS) == set(NAMES)
+    assert set(binops.OPS) == set(NAMES) and set(collectives.BUILTIN_OPS) == set(NAMES)
     assert set(binops.SPELLINGS) == set(NAMES) | set(ALIASES)
 
 
@@ -97,13 +97,13 @@ def test_every_name_combines_in_a_collective(spelling, kind):
     op.combine(a, b, out)
     want = np.array([fn(p, q) for p, q in zip(_elements(a, spelling), _elements(b, spelling))]).astype(a.dtype)
     np.testing.assert_array_equal(out, want)
-    np.testing.assert_array_equal(dist.world().allreduce(a, op=spelling), a)  # one process: a copy
+    np.testing.assert_array_equal(collectives.world().allreduce(a, op=spelling), a)  # one process: a copy
 
 
 @pytest.mark.parametrize("name", ["sum", "prod"])
 def test_a_collective_refuses_what_it_cannot_widen_in_place(name):
     with pytest.raises(DTypeError, match=f"op '{name}' does not apply to dtype bool"):
-        dist.world().allreduce(np.ones(3, bool), op=name)
+        collectives.world().allreduce(np.ones(3, bool), op=name)
     assert hetflow.reduce(np.ones(3, bool), name) == (3 if name == "sum" else 1)  # a call site widens
 
 
@@ -111,7 +111,7 @@ def test_errors_quote_the_name_as_written():
     with pytest.raises(DTypeError, match="op 'band' does not apply to dtype float64"):
         hetflow.reduce(np.ones(3), "band")
     with pytest.raises(DTypeError, match="op 'AND' does not apply to dtype float64"):
-        dist.world().allreduce(np.ones(3), op="AND")
+        collectives.world().allreduce(np.ones(3), op="AND")
     with pytest.raises(hetflow.UnknownOpError, match=r"'lxor' \(also 'band', 'bor', 'bxor' for"):
         hetflow.reduce(np.ones(3), "mean")
 

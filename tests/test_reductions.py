@@ -155,7 +155,7 @@ def np_scan(x, op, axis, inclusive):
 def data(shape, dtype, seed=0):
     r = np.random.default_rng(seed)
     dtype = np.dtype(dtype)
-    if dtype == bool:
+    if dtype.kind == "b":
         return r.random(shape) < 0.7
     if dtype.kind in "iu":
         lo = 0 if dtype.kind == "u" else -3

@@ -343,3 +343,23 @@ def test_an_entry_replaced_by_a_file_is_corrupt_and_rebuilt(tmp_path):
     second, stderr = _run(tmp_path, cache)
     assert second["compiled"] == 1 and "corrupt code repository entry" in stderr
     assert os.path.isdir(entry)
+
+
+def test_the_default_repository_follows_the_cache_dir_setting(tmp_path, monkeypatch):
+    # repository() reads HETFLOW_CACHE_DIR through os.environ's stored entries: every
+    # way of changing it through os.environ is seen at the next launch.
+    first, second = tmp_path / "a", tmp_path / "b"
+    monkeypatch.setenv("HETFLOW_CACHE_DIR", str(first))
+    repo = repository()
+    assert repo.root == first and repository() is repo
+    os.environ["HETFLOW_CACHE_DIR"] = str(first)  # the same value again: the same repository
+    assert repository() is repo
+    monkeypatch.setenv("HETFLOW_CACHE_DIR", str(second))
+    assert repository().root == second
+    monkeypatch.delenv("HETFLOW_CACHE_DIR")
+    assert repository().root not in (first, second)
+    x, out = np.arange(4.0), np.zeros(4)
+    monkeypatch.setenv("HETFLOW_CACHE_DIR", str(first))
+    hetflow.forall(4, negate, x, out)  # launches store into the directory set now
+    np.testing.assert_array_equal(out, -x)
+    assert repository().root == first and any(first.iterdir())

@@ -21,7 +21,14 @@ from .runtime.reductions import reduce
 from .runtime.scan_sort import scan, sort
 from .runtime.wavefront import wavefront
 from . import library  # noqa: E402  (needs kernel and forall)
-from . import dist, trace  # noqa: E402
-from .dist import world  # noqa: E402
+from . import cluster, collectives, trace  # noqa: E402
+from .collectives import world  # noqa: E402
 
 __version__ = "0.1.0"
+
+__all__ = ["Buffer", "Context", "atomic", "Device", "Event", "Grid", "Kernel", "LogicalDevice", "Monitor",
+           "Queue", "Rule", "RuleSet", "UserEvent", "array", "asarray", "cluster", "co_map",
+           "collectives", "cshift", "devices", "empty", "errors", "extent", "forall", "get_device",
+           "graph", "index", "interior", "kernel", "last_report", "library", "partition", "project",
+           "reduce", "scan", "section", "select", "sort", "tile", "trace", "transpose", "wavefront",
+           "world", "zeros"] + [name for name in vars(errors) if not name.startswith("_")]  # as the star import

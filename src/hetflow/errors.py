@@ -82,6 +82,11 @@ class ViewError(ShapeError):
     """A view operator was given impossible parameters."""
 
 
+class AliasingError(ViewError):
+    """A launch writes, through one argument, elements of an array that another argument
+    reads or writes at other indices: the result would depend on the order of the indices."""
+
+
 class IndexTypeError(ShapeError, TypeError):
     """An index, extent or indexable argument has the wrong type (not an integer, not an array or view)."""
 

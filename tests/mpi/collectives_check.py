@@ -10,7 +10,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from hetflow import dist
+from hetflow import collectives
 from hetflow.errors import CommMismatchError
 
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX,
@@ -25,11 +25,11 @@ OPS_BY_KIND = {"f": ("sum", "prod", "min", "max"),
 DTYPES = (np.float64, np.float32, np.int32, np.int64, np.bool_)
 STRUCT = np.dtype([("x", np.float64), ("n", np.int32), ("v", np.float32, (2,))])
 
-comm = dist.world(timeout=60)
-pipelined = dist.world(timeout=60)  # the same processes, native and small paths off,
+comm = collectives.world(timeout=60)
+pipelined = collectives.world(timeout=60)  # the same processes, native and small paths off,
 pipelined.native_bytes = pipelined.small_bytes = 0  # and halves cut into as many
 pipelined.min_segment_bytes = 1  # segments as asked
-native_comm = dist.world(timeout=60)  # MPI's own collective at every size it can do
+native_comm = collectives.world(timeout=60)  # MPI's own collective at every size it can do
 native_comm.native_bytes = 1 << 62
 world = MPI.COMM_WORLD
 PATHS = {comm: "default", pipelined: "seed pipelined", native_comm: "native where possible"}
@@ -176,7 +176,7 @@ def main():
         assert_same(got, functools.reduce(lambda a, b: np.where(abs(a) >= abs(b), a, b),
                                           everyone), y.dtype, "callable signed absmax")
     # a path mismatch is caught like any other: ranks may not set the thresholds differently
-    odd = dist.world(timeout=60)
+    odd = collectives.world(timeout=60)
     odd.small_bytes = odd.native_bytes = 0 if rank == size - 1 else 1 << 16
     if size > 1:
         try:

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import heat_distributed as heat  # noqa: E402
 
 import hetflow  # noqa: E402
-from hetflow import dist  # noqa: E402
+from hetflow import cluster, collectives  # noqa: E402
 from hetflow.errors import CommMismatchError, ShapeError  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def check_arrays(comm):
     rank, size = comm.rank, comm.size
     rng = np.random.default_rng(11)
     x = rng.random((37, 5))
-    a = dist.asarray(x, comm=comm)
+    a = cluster.asarray(x, comm=comm)
     assert a.block.shape == (a.stop - a.start, 5)
     np.testing.assert_array_equal(a.allgather(), x)
     whole = a.gather(root=size - 1)
@@ -53,16 +53,16 @@ def check_arrays(comm):
     if whole is not None:
         np.testing.assert_array_equal(whole, x)
     # scattered from one rank: the others pass nothing
-    b = dist.asarray(x * 2 if rank == 0 else None, comm=comm, root=0)
+    b = cluster.asarray(x * 2 if rank == 0 else None, comm=comm, root=0)
     np.testing.assert_array_equal(b.allgather(), x * 2)
     # reductions: the communicator's allreduce over the blocks' own reductions
     np.testing.assert_allclose(a.sum(), x.sum(), rtol=1e-13)
     assert a.min() == x.min() and a.max() == x.max()
-    ints = dist.asarray(np.arange(1, 38, dtype=np.int64), comm=comm)
+    ints = cluster.asarray(np.arange(1, 38, dtype=np.int64), comm=comm)
     assert ints.sum() == 703 and ints.reduce("prod") == np.prod(np.arange(1, 38, dtype=np.int64))
     assert ints.reduce(lambda p, q, out: np.maximum(p, q, out=out)) == 37
     # distributed along dim 1: gathers and reductions work along any dimension
-    c = dist.asarray(x.T.copy(), comm=comm, dim=1)
+    c = cluster.asarray(x.T.copy(), comm=comm, dim=1)
     np.testing.assert_array_equal(c.allgather(), x.T)
     np.testing.assert_allclose(c.sum(), x.sum(), rtol=1e-13)
     return x
@@ -71,39 +71,39 @@ def check_arrays(comm):
 def check_stencils(comm):
     n = 37
     x = np.random.default_rng(5).random(n)
-    u = dist.asarray(x, comm=comm)
-    y = dist.zeros_like(u)
+    u = cluster.asarray(x, comm=comm)
+    y = cluster.zeros_like(u)
     # the cshifts wrap at the ends of the array: the periodic halos carry them across ranks
-    dist.forall(n, stencil, y, dist.cshift(u, 0, -1), u, dist.cshift(u, 0, 1))
+    cluster.forall(n, stencil, y, cluster.cshift(u, 0, -1), u, cluster.cshift(u, 0, 1))
     want = np.roll(x, 1) + 10.0 * x + 100.0 * np.roll(x, -1)
     np.testing.assert_allclose(y.allgather(), want, rtol=1e-15)
     # a reach of 2 needs a halo of 2: refused the same way on every rank, before any message
-    expect(ShapeError, lambda: dist.forall(n, far, y, dist.cshift(u, 0, -2), dist.cshift(u, 0, 2)),
+    expect(ShapeError, lambda: cluster.forall(n, far, y, cluster.cshift(u, 0, -2), cluster.cshift(u, 0, 2)),
            "halo of at least 2")
-    w = dist.asarray(x, comm=comm, halo=2)
-    z = dist.zeros_like(w)
-    dist.forall(n, far, z, dist.cshift(w, 0, -2), dist.cshift(w, 0, 2))
+    w = cluster.asarray(x, comm=comm, halo=2)
+    z = cluster.zeros_like(w)
+    cluster.forall(n, far, z, cluster.cshift(w, 0, -2), cluster.cshift(w, 0, 2))
     np.testing.assert_allclose(z.allgather(), np.roll(x, 2) - np.roll(x, -2), rtol=1e-15)
     # a new partition moves rows between neighbours; results stay the same
     sizes = u.distribution.apportion([r + 1 for r in range(comm.size)])
     assert u.distribution.resize(sizes) == (comm.size > 1)
     np.testing.assert_array_equal(u.allgather(), x)
     np.testing.assert_allclose(y.allgather(), want, rtol=1e-15)
-    y2 = dist.zeros_like(u)
-    dist.forall(n, stencil, y2, dist.cshift(u, 0, -1), u, dist.cshift(u, 0, 1))
+    y2 = cluster.zeros_like(u)
+    cluster.forall(n, stencil, y2, cluster.cshift(u, 0, -1), u, cluster.cshift(u, 0, 1))
     np.testing.assert_array_equal(y2.allgather(), y.allgather())
 
 
 def check_mismatch(comm):
     # ranks that make different arrays all learn it, and can go on
-    expect(CommMismatchError, lambda: dist.zeros((10 + (comm.rank == comm.size - 1), 3), comm=comm),
+    expect(CommMismatchError, lambda: cluster.zeros((10 + (comm.rank == comm.size - 1), 3), comm=comm),
            "ranks made different distributed arrays")
-    assert dist.zeros((8, 3), comm=comm).sum() == 0.0
+    assert cluster.zeros((8, 3), comm=comm).sum() == 0.0
 
 
 def main(out):
-    comm = dist.world(timeout=60)
-    with dist.distributed(comm):
+    comm = collectives.world(timeout=60)
+    with cluster.distributed(comm):
         check_arrays(comm)
         check_stencils(comm)
         if comm.size > 1:

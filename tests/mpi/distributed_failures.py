@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
 import heat_distributed as heat  # noqa: E402
 
-from hetflow import dist  # noqa: E402
+from hetflow import cluster, collectives  # noqa: E402
 from hetflow.errors import CommError, CommTimeoutError, RemoteError  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def expect(exc_type, fn, *words):
 
 
 def main(mode):
-    comm = dist.world(timeout=2 if mode == "timeout" else 30)
+    comm = collectives.world(timeout=2 if mode == "timeout" else 30)
     rank = comm.rank
 
     def body():
@@ -48,18 +48,18 @@ def main(mode):
         program.run(10)
 
     if mode in ("raise", "reduce") and rank == 1:
-        expect(ValueError, lambda: dist.run_distributed(body, comm=comm), "injected failure on rank 1")
+        expect(ValueError, lambda: cluster.run_distributed(body, comm=comm), "injected failure on rank 1")
     elif mode == "timeout" and rank == 0:
-        expect(CommTimeoutError, lambda: dist.run_distributed(body, comm=comm),
+        expect(CommTimeoutError, lambda: cluster.run_distributed(body, comm=comm),
                "no answer within 2 s", "halo exchange")
     elif mode == "timeout":
-        expect(RemoteError, lambda: dist.run_distributed(body, comm=comm),
+        expect(RemoteError, lambda: cluster.run_distributed(body, comm=comm),
                "rank 0 raised CommTimeoutError", "no answer within 2 s")
     else:
-        expect(RemoteError, lambda: dist.run_distributed(body, comm=comm),
+        expect(RemoteError, lambda: cluster.run_distributed(body, comm=comm),
                "rank 1 raised ValueError: injected failure on rank 1")
     # the run is over for everyone: the session refuses further work at once
-    expect(CommError, lambda: dist.asarray([1.0, 2.0, 3.0, 4.0], comm=comm))
+    expect(CommError, lambda: cluster.asarray([1.0, 2.0, 3.0, 4.0], comm=comm))
     print(f"rank {rank}: {mode} ok", flush=True)
 
 

@@ -20,18 +20,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
 import heat_distributed as heat  # noqa: E402
 
-from hetflow import dist  # noqa: E402
-from hetflow.dist.program import FIRST_REPORT  # noqa: E402
+from hetflow import cluster, collectives  # noqa: E402
+from hetflow.cluster.program import FIRST_REPORT  # noqa: E402
 
 
 def main(where):
-    comm = dist.world(timeout=60)
+    comm = collectives.world(timeout=60)
     n, later = (16, 6) if where == "sim" else (64, 16)  # the CUDA simulator is slow
     device = None
     if where is not None:
-        own = [d for d in dist.session(comm).devices if d != "cpu0"]
+        own = [d for d in cluster.session(comm).devices if d != "cpu0"]
         device = own[0] if where == "own" and own else "gpu0"
-    with dist.distributed(comm):
+    with cluster.distributed(comm):
         # a high threshold: timing noise on shared cores does not rebalance, 90% taken does
         program, u, v = heat.setup(n, comm, devices=None if device is None else [device],
                                    report_every=2, threshold=0.5)
@@ -57,8 +57,8 @@ def main(where):
 
 
 def early():
-    comm = dist.world(timeout=60)
-    with dist.distributed(comm):
+    comm = collectives.world(timeout=60)
+    with cluster.distributed(comm):
         program, u, v = heat.setup(64, comm, threshold=0.5)  # reports every 10 iterations
         if comm.rank == 1:
             program.monitor.inject("utilization", device="cpu0", value=0.9)

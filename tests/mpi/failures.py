@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from hetflow import dist
+from hetflow import collectives
 from hetflow.errors import CommError, CommMismatchError, CommTimeoutError, DTypeError
 
 
@@ -47,7 +47,7 @@ def absent(comm, n, check, op="sum"):
 
 def mismatch(comm):
     r, last = comm.rank, comm.size - 1
-    cut = dist.world(timeout=2)  # the same processes, segment floors that differ
+    cut = collectives.world(timeout=2)  # the same processes, segment floors that differ
     cut.min_segment_bytes = 1 + (r == last)
     cases = [
         # (what differs, this rank's call)
@@ -87,7 +87,7 @@ def local(comm):
 
 
 def main(mode):
-    comm = dist.world(timeout=2)
+    comm = collectives.world(timeout=2)
     if mode == "absent-small":
         absent(comm, 10, True)
     elif mode == "absent-native":

@@ -12,15 +12,15 @@ import os
 import numpy as np
 from mpi4py import MPI
 
-from hetflow import dist
+from hetflow import collectives
 from hetflow.platform.cuda_compat import cupy_module
 
 cp = cupy_module()
 assert cp is not None, "needs CuPy and a GPU"
 from cupy.cuda import nccl  # noqa: E402
 
-comm = dist.world(timeout=120)
-pipelined = dist.world(timeout=120)  # the same processes, small-message path off,
+comm = collectives.world(timeout=120)
+pipelined = collectives.world(timeout=120)  # the same processes, small-message path off,
 pipelined.small_bytes = 0  # and halves cut into as many segments as asked
 pipelined.min_segment_bytes = 1
 world = MPI.COMM_WORLD

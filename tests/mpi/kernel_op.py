@@ -7,7 +7,7 @@ import numpy as np
 from mpi4py import MPI
 
 import hetflow
-from hetflow import dist
+from hetflow import collectives
 
 
 @hetflow.kernel
@@ -21,7 +21,7 @@ def add(i, a, b, out):
 
 
 def main():
-    comm = dist.world(timeout=60)
+    comm = collectives.world(timeout=60)
     rng = np.random.default_rng(comm.rank)
     for n in (1, 13, 5003, 100_003):  # small path and pipelined path
         x = rng.integers(-1000, 1000, n).astype(np.int64)

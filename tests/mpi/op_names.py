@@ -10,7 +10,7 @@ import operator
 
 import numpy as np
 
-from hetflow import dist
+from hetflow import collectives
 
 FOLD = {"sum": operator.add, "prod": operator.mul, "min": min, "max": max,
         "and": operator.and_, "or": operator.or_, "xor": operator.xor,
@@ -20,7 +20,7 @@ MPI_NAMES = {"and": "band", "or": "bor", "xor": "bxor"}
 
 
 def main():
-    comm = dist.world(timeout=60)
+    comm = collectives.world(timeout=60)
     x = ((np.arange(7) + comm.rank) % 4).astype(np.int64)  # zeros included
     everyone = comm.allgather(x.tolist())
     cases = 0

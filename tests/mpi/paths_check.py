@@ -15,21 +15,21 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from hetflow import dist
-from hetflow.dist import collectives
+from hetflow import collectives
+from hetflow.collectives import host
 
 UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
           "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
           "land": np.logical_and, "lor": np.logical_or, "lxor": np.logical_xor}
 STRUCT = np.dtype([("x", np.float64), ("n", np.int32)])
 
-comm = dist.world(timeout=60)
+comm = collectives.world(timeout=60)
 rank, size = comm.rank, comm.size
 seen = collections.Counter()
 
 
 class PathLog(logging.Handler):
-    """Keeps the path named by the last debug line of hetflow.dist."""
+    """Keeps the path named by the last debug line of hetflow.collectives."""
 
     last = None
 
@@ -37,8 +37,8 @@ class PathLog(logging.Handler):
         PathLog.last = record.getMessage().rsplit(": ", 1)[1].removesuffix(" path")
 
 
-logging.getLogger("hetflow.dist").addHandler(PathLog())
-logging.getLogger("hetflow.dist").setLevel(logging.DEBUG)
+logging.getLogger("hetflow.collectives").addHandler(PathLog())
+logging.getLogger("hetflow.collectives").setLevel(logging.DEBUG)
 
 
 def gather(x):
@@ -64,7 +64,7 @@ def expected_path(name, nbytes, native_op):
     """The path the documented thresholds call for, the rule written out here."""
     if size == 1:
         return "local"
-    crossover = collectives.NATIVE_BYTES[name][2 if size == 2 else 3]
+    crossover = host.NATIVE_BYTES[name][2 if size == 2 else 3]
     if native_op and nbytes <= crossover:
         return "native"
     return "small" if nbytes <= 64 << 10 else "pipelined"
@@ -102,7 +102,7 @@ def signed_absmax(a, b, out):
 def main():
     for name in ("allreduce", "reduce"):
         root = size - 1
-        around = collectives.NATIVE_BYTES[name][2 if size == 2 else 3] // 8
+        around = host.NATIVE_BYTES[name][2 if size == 2 else 3] // 8
         for n in (0, 1, 7, around - 1, around, around + 1):
             for op in ("sum", "prod", "min", "max"):
                 check(name, data(n, np.float64, op), op, UFUNCS[op], True, root)

@@ -16,11 +16,11 @@ import time
 
 import numpy as np
 
-from hetflow import dist
+from hetflow import collectives
 from hetflow.errors import CommError
 
 mode = sys.argv[1]
-comm = dist.world()
+comm = collectives.world()
 comm.allreduce(np.ones(8))
 if comm.rank == 1:
     time.sleep(0.5)  # the others are in the allreduce by now

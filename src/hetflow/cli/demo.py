@@ -7,7 +7,7 @@ against NumPy. Writes a Chrome/Perfetto trace and a timeline picture, in which t
 start-up (compiling kernels, first transfers) is a named phase.
 
 Under ``mpiexec -n K hetflow demo`` the grid is split by rows over the ranks: the same
-two steps run as a :class:`hetflow.dist.DistributedProgram` (rank 0's central
+two steps run as a :class:`hetflow.cluster.DistributedProgram` (rank 0's central
 interpreter cuts the rows over the ranks and rebalances them; each rank's local
 interpreter co-executes its part on its own devices; halos are exchanged between
 steps). Rank 0 prints one summary, with rows per rank and device, checks the gathered
@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from .. import dist, trace
+from .. import cluster, collectives, trace
 from ..ir import RuleSet, graph
 from ..kernels import kernel
 from ..platform.devices import devices, get_device
@@ -40,10 +40,10 @@ def heat_step(i, j, new, centre, north, south, west, east, alpha):
 
 def step_views(src, dst):
     """The arguments of one step from ``src`` into ``dst`` (all views: nothing copied);
-    ``dist``'s view functions are hetflow's own for arrays that are not distributed."""
-    return (dist.interior(dst, 1), dist.interior(src, 1),
-            dist.interior(dist.cshift(src, 0, -1), 1), dist.interior(dist.cshift(src, 0, 1), 1),
-            dist.interior(dist.cshift(src, 1, -1), 1), dist.interior(dist.cshift(src, 1, 1), 1), ALPHA)
+    ``cluster``'s view functions are hetflow's own for arrays that are not distributed."""
+    return (cluster.interior(dst, 1), cluster.interior(src, 1),
+            cluster.interior(cluster.cshift(src, 0, -1), 1), cluster.interior(cluster.cshift(src, 0, 1), 1),
+            cluster.interior(cluster.cshift(src, 1, -1), 1), cluster.interior(cluster.cshift(src, 1, 1), 1), ALPHA)
 
 
 def numpy_step(u):
@@ -66,8 +66,8 @@ def grids(n, distributed: bool):
     between steps), or arrays split by rows over the ranks."""
     if not distributed:
         return array(initial(n)), array(initial(n))
-    u = dist.asarray(initial(n))
-    return u, dist.asarray(initial(n), like=u)
+    u = cluster.asarray(initial(n))
+    return u, cluster.asarray(initial(n), like=u)
 
 
 def add_arguments(p):
@@ -86,9 +86,9 @@ def add_arguments(p):
 def capture(u, v, device=None):
     """The DIR of two steps, u -> v and v -> u, each co-executed with work stealing."""
     with graph("heat") as g:
-        shape = dist.interior(u, 1).shape
+        shape = cluster.interior(u, 1).shape
         for src, dst in ((u, v), (v, u)):
-            dist.forall(shape, heat_step, *step_views(src, dst), device=device, schedule="steal")
+            cluster.forall(shape, heat_step, *step_views(src, dst), device=device, schedule="steal")
     return g
 
 
@@ -184,8 +184,8 @@ def _targets(args) -> list | None:
 def run_demo(args) -> int:
     if args.iterations < 2 or args.iterations % 2:
         raise SystemExit("hetflow demo: --iterations must be even and >= 2")
-    if dist.launched_by_mpi() and dist.session().size > 1:
-        return dist.run_distributed(_run_ranks, args)
+    if collectives.launched_by_mpi() and cluster.session().size > 1:
+        return cluster.run_distributed(_run_ranks, args)
     return _run_one(args)
 
 
@@ -211,9 +211,9 @@ def _run_one(args) -> int:
 
 
 def _run_ranks(args) -> int:
-    """The demo on every rank of an mpiexec run (inside dist.run_distributed: a rank that
+    """The demo on every rank of an mpiexec run (inside cluster.run_distributed: a rank that
     fails stops the others); rank 0 reports for all."""
-    current = dist.session()
+    current = cluster.session()
     channel, rank = current.channel, current.rank
     here = tuple(_targets(args) or current.devices)
     n = args.size
@@ -228,7 +228,7 @@ def _run_ranks(args) -> int:
     def setup():
         nonlocal program
         u, v = grids(n, distributed=True)
-        program = dist.DistributedProgram(capture(u, v), devices=here, rule_file=args.rules)
+        program = cluster.DistributedProgram(capture(u, v), devices=here, rule_file=args.rules)
         return u, lambda: program.run(1)
 
     channel.barrier()  # the ranks begin recording together: one clock for the merged trace

@@ -13,7 +13,7 @@ Lazy arrays allocated inside the graph are temporaries: the rules may fuse them 
 
 The record API (what call sites pass):
 
-- ``record("forall", extent=, kernel=, args=(), device=None, shares=None, schedule=None)``
+- ``record("forall", extent=, kernel=, args=(), device=None, shares=None, schedule=None, snapshot=False)``
   -> None (``shares``: a dict by device id, or a list in the order of ``device``)
 - ``record("alloc", shape=, dtype=float64, fill=None, factory=None, name=None)``
   -> a :class:`LazyArray` (``fill=0`` for zeros; ``factory(shape, dtype)`` allocates)
@@ -130,7 +130,7 @@ class Graph:
             return self._record_alloc(**attrs)
         return self._record_call(op, **attrs)
 
-    def _record_forall(self, extent, kernel, args=(), device=None, shares=None, schedule=None):
+    def _record_forall(self, extent, kernel, args=(), device=None, shares=None, schedule=None, snapshot=False):
         from ..runtime.launch import normalize_extent
 
         if not isinstance(kernel, Kernel):
@@ -151,6 +151,8 @@ class Graph:
             attrs["shares"] = dict(shares) if isinstance(shares, dict) else dict(zip(ids, shares))
         if schedule is not None:
             attrs["schedule"] = schedule
+        if snapshot:
+            attrs["snapshot"] = True
         self._add(Node(self._new_id(), "forall", tuple(args), tuple(access.modes.get(p, "") for p in data),
                        kernel=kernel, extent=extent, attrs=attrs))
         return None

@@ -44,7 +44,7 @@ def _placement(node: Node) -> tuple:
 def _plan(ctx, chain: list[Node]):
     first = chain[0]
     if any(n.op != "forall" or n.extent != first.extent or _placement(n) != _placement(first)
-           or "whole" in n.attrs for n in chain):
+           or "whole" in n.attrs or "snapshot" in n.attrs for n in chain):
         return None
     ndim = len(first.extent)
     if any(codegen.unfusable_reason(n.kernel, ndim) for n in chain):

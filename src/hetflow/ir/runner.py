@@ -98,6 +98,8 @@ class _Forall:
         self.kwargs, self.shares = placement(node, table)
         if "schedule" in node.attrs:
             self.kwargs["schedule"] = node.attrs["schedule"]
+        if node.attrs.get("snapshot"):
+            self.kwargs["snapshot"] = True
         self.lazy = any(isinstance(a, (LazyArray, Handle)) for a in node.args)
 
     def run(self, monitor) -> None:

@@ -33,6 +33,9 @@ class Access:
     guarded: dict = dataclasses.field(default_factory=dict)
     scattered: frozenset = frozenset()  # written, not atomically, at indices no function of the launch index
     atomic: frozenset = frozenset()     # updated through hetflow.atomic
+    # Parameters only ever subscripted as x[i, j, ..., more] (all the launch indices first):
+    # the kernel at launch index I touches only their elements x[I, ...].
+    aligned: frozenset = frozenset()
 
     def reads(self, name) -> bool:
         return "r" in self.modes.get(name, "")
@@ -87,6 +90,7 @@ class _Analysis:
         self.modes = {p: set() for p in params[ndim:]}
         self.identity, self.guarded_axes = {}, {}
         self.other, self.scattered, self.atomic = set(), set(), set()
+        self.unaligned = set()  # parameters subscripted other than x[i, j, ..., more]
         self.row = self.index[0] if self.index else None
         self.claimed = self._claimed_names(fdef)
 
@@ -110,8 +114,11 @@ class _Analysis:
         ordered = {p: "".join(m for m in "rw" if m in self.modes[p]) for p in self.modes}
         touched = {p for p, m in self.modes.items() if m}
         guarded = {p: frozenset(a) for p, a in self.guarded_axes.items() if a and p in self.identity}
+        # a reassigned index variable (None here) says nothing about which elements are touched
+        aligned = frozenset() if None in self.index or not self.index else \
+            frozenset(touched - self.other - self.unaligned)
         return Access(ordered, self.identity, frozenset(touched - self.other), guarded,
-                      frozenset(self.scattered), frozenset(self.atomic))
+                      frozenset(self.scattered), frozenset(self.atomic), aligned)
 
     def _claimed_names(self, fdef) -> set:
         """Locals bound once, to what an atomic returned (``t = atomic.add(n, 0, 1)``):
@@ -148,6 +155,8 @@ class _Analysis:
         first = _components(node.slice)[0] if _components(node.slice) else None
         if self.row is None or not (isinstance(first, ast.Name) and first.id == self.row):
             self.other.add(name)
+        if not _leads_with(node.slice, self.index):
+            self.unaligned.add(name)
 
     def _call(self, node):
         obj = self.resolve(node.func)
@@ -426,6 +435,13 @@ def _base_subscript(target):
 
 def _components(slice_node) -> list:
     return list(slice_node.elts) if isinstance(slice_node, ast.Tuple) else [slice_node]
+
+
+def _leads_with(slice_node, index) -> bool:
+    """The subscript starts with all the launch indices, in order."""
+    elts = slice_node.elts if isinstance(slice_node, ast.Tuple) else [slice_node]
+    return len(elts) >= len(index) and all(isinstance(e, ast.Name) and e.id == name
+                                           for e, name in zip(elts, index))
 
 
 def _identity_rank(slice_node, index) -> int:

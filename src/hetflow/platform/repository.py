@@ -477,15 +477,24 @@ _default_lock = threading.Lock()
 
 
 _default_env: str | None = None
+_default_raw: object = None  # HETFLOW_CACHE_DIR as os.environ stores it, when _default was made
+# Every launch reads HETFLOW_CACHE_DIR, and os.environ.get (Mapping.get, key encoding)
+# costs as much as the rest of a small launch's binding. os.environ keeps its encoded
+# entries in a dict that every assignment through os.environ updates: one look-up there,
+# compared by identity (an assignment stores a new object), tells whether it changed.
+_env_data = os.environ._data  # CPython's os._Environ, on every platform
+_ENV_KEY = os.environ.encodekey("HETFLOW_CACHE_DIR")
 
 
 def repository() -> CodeRepository:
     """The process-wide code repository; a new one when HETFLOW_CACHE_DIR changes."""
-    global _default, _default_env
-    env = os.environ.get("HETFLOW_CACHE_DIR")
-    if _default is not None and env == _default_env:  # the launch hot path: no lock
+    global _default, _default_env, _default_raw
+    raw = _env_data.get(_ENV_KEY)
+    if _default is not None and raw is _default_raw:  # the launch hot path: no lock
         return _default
+    env = os.environ.get("HETFLOW_CACHE_DIR")
     with _default_lock:
         if _default is None or env != _default_env:
             _default, _default_env = CodeRepository(), env
+        _default_raw = raw
         return _default

@@ -2,7 +2,7 @@
 user-defined ones of the ``reduce`` and ``scan`` call sites.
 
 The built-in operations form one vocabulary, :data:`OPS`, used by ``reduce`` and
-``scan`` and by the collectives of :mod:`hetflow.dist` (``allreduce``, ``reduce``):
+``scan`` and by the collectives of :mod:`hetflow.collectives` (``allreduce``, ``reduce``):
 
 - ``sum``, ``prod``, ``min``, ``max``;
 - ``and``, ``or``, ``xor``: bitwise on integers, logical on bools (also accepted under

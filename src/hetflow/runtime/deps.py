@@ -55,15 +55,15 @@ class _Datum(weakref.ref):
 
     __slots__ = ("key", "writer", "readers", "prune_at")
 
+    # Set up in __new__ alone (weakref.ref's own __init__ then only unpacks the arguments):
+    # one Python call per new datum, which a fan-out over fresh arrays makes per enqueue.
     def __new__(cls, obj, key):
-        return super().__new__(cls, obj, _forget)
-
-    def __init__(self, obj, key):
-        super().__init__(obj, _forget)
+        self = weakref.ref.__new__(cls, obj, _forget)
         self.key = key
         self.writer = None     # the last instance that wrote it
         self.readers = None    # the instances that read it since (a list, made on demand)
         self.prune_at = 32
+        return self
 
 
 class _Pinned:
@@ -139,7 +139,7 @@ def track_locked(inst, accesses) -> None:
     datum once.
     """
     for obj, mode in accesses:
-        rec = _record(obj)
+        rec = _data.get(id(obj)) or _record(obj)
         if type(rec) is _Pinned:
             rec.live += 1
             inst.held = (*(inst.held or ()), obj)
@@ -183,9 +183,9 @@ def accesses(args, modes) -> list:
     for arg, mode in zip(args, modes):
         if not mode:
             continue
-        if type(arg) is np.ndarray and arg.base is None:  # the common case, kept cheap
+        if type(arg) is np.ndarray and arg.base is None:  # the common cases, kept cheap
             obj = arg
-        elif isinstance(arg, SCALARS):
+        elif type(arg) is float or isinstance(arg, SCALARS):
             continue
         else:
             obj = datum(arg)

@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 import numbers
 import threading
-import time
+from time import perf_counter
 
 from ..errors import (DependencyCancelledError, EventFailedError, HetflowTimeoutError,
                       QueueError)
@@ -81,7 +81,7 @@ class Event:
         self.id = next(_ids)
         self.status = QUEUED
         self.label = label  # what it runs, for messages: "kernel 'axpy'"
-        self.queued = time.perf_counter()
+        self.queued = perf_counter()
         self.submitted = self.started = self.ended = None
         self.device = self.blocks = self.threads = self.parts = None
         self._error = None
@@ -213,12 +213,12 @@ def _settle_one_locked(ev: Event, status: str, error, stack: list) -> None:
     needs, after = ev._needs, ev._after
     ev._needs = ev._after = None
     if needs is not None:
-        for dep in dependents(needs):
+        for dep in (needs if type(needs) is list else (needs,)):  # dependents(), inlined: once per instance
             if status is not COMPLETE and dep.status is QUEUED and dep.doomed is None:
                 dep.doomed = cancelled_error(dep, ev, error)
             _release_locked(dep, stack)
     if after is not None:
-        for dep in dependents(after):
+        for dep in (after if type(after) is list else (after,)):
             _release_locked(dep, stack)
 
 

@@ -17,9 +17,9 @@ from ..ir.capture import current_graph
 from ..platform.context import Context
 from ..platform.devices import Device, cpu_device, devices, find_devices, get_device
 from ..platform.matching import LogicalDevice
-from . import cpu, gpu, staging
+from . import aliasing, cpu, gpu, staging
 from .buffers import acquired, wrote
-from .launch import bind, is_device_array
+from .launch import bind, is_device_array, normalize_extent
 from .report import LaunchReport
 from ..trace.recorder import notify as trace_notify
 
@@ -76,7 +76,8 @@ def run_on(launch, wait: bool = False) -> LaunchReport:
     The report's time is the launch's own (copies excluded): on a GPU only the time to
     enqueue it, unless ``wait``, which waits for the GPU to finish it."""
     dev = launch.device
-    if launch.plan.buffers:
+    buffers = launch.plan.buffers
+    if buffers:
         launch = acquired(launch)
     t0, pieces = perf_counter(), None
     if dev.kind == "cpu":
@@ -86,13 +87,13 @@ def run_on(launch, wait: bool = False) -> LaunchReport:
         if wait and not dev.simulated:
             gpu.synchronize(dev)
     report = LaunchReport(launch.extent[0], dev, perf_counter() - t0, pieces)
-    if launch.plan.buffers:
+    if buffers:
         wrote(launch, launch.written)
     trace_notify(report, label=launch.kernel.name)  # traces show launches on one device too
     return report
 
 
-def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
+def forall(extent, kernel, *args, device=None, schedule=None, shares=None, snapshot=False):
     """Run ``kernel`` at every index of ``extent`` (an int, a tuple, an array or a view).
 
     ``device``: None (the CPU, or the GPU holding GPU arguments), a device id, 'all'
@@ -104,6 +105,11 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
     split evenly over its cores unless a ``schedule`` is named, which runs the same
     worker machinery on the cores alone.
 
+    A launch that writes, through one argument, elements another argument (a view or a
+    slice of the same array) reads at other indices raises AliasingError: devices run
+    indices in no fixed order. ``snapshot=True`` gives it NumPy's meaning instead, reading copies of those
+    arguments (:mod:`hetflow.runtime.aliasing`).
+
     Returns the run report (:class:`hetflow.runtime.report.RunReport`): per worker,
     chunks, indices, steals and busy time; a launch run whole on one device has one
     worker and schedule 'one-device'.
@@ -111,7 +117,9 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
     g = current_graph()
     if g is not None:  # capturing a DIR: record, run later (hetflow.graph)
         return g.record("forall", extent=extent, kernel=kernel, args=args, device=device, shares=shares,
-                        schedule=schedule)
+                        schedule=schedule, snapshot=snapshot)
+    if snapshot:
+        args = aliasing.snapshot(kernel, normalize_extent(extent), args)
     targets = _default_devices(args) if device is None else resolve_devices(device, args)
     if schedule is None and len(targets) == 1:
         return run_on(bind(kernel, extent, args, targets[0]))

@@ -17,6 +17,7 @@ from ..index import views as _views
 from ..index.lowering import shared_lowering
 from ..kernels.kernel import Kernel
 from ..platform.repository import repository
+from . import aliasing as _aliasing
 
 SCALARS = (numbers.Number, np.generic)
 
@@ -87,9 +88,11 @@ class Plan:
     scattered: tuple = ()       # arrays written, not atomically, at indices no function of the launch index
     warned: bool = False        # the ScatteredWriteWarning for them was given
     row_cost: float | None = None  # CPU: seconds a row takes on one core, last measured (runtime.cpu)
+    aliasing: dict = dataclasses.field(default_factory=dict)  # verdicts of runtime.aliasing
+    rows_only: tuple = ()       # when every extent check is of an array's rows: their positions
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)  # one object per launch, no __dict__: made per enqueue
 class Launch:
     """One kernel launch bound to one device."""
 
@@ -131,11 +134,14 @@ _BY_TYPE = frozenset((float, int, bool, complex))  # Python scalars: keyed by th
 _INT_MIN, _INT_MAX = -2**63, 2**63 - 1
 
 
+# The flags that change a NumPy array's compiled type: C and F contiguity, writeable.
+_LAYOUT = 0x1 | 0x2 | 0x400
+
+
 def _arg_key(a):
     """What an argument contributes to the compiled signature (cheap to compute)."""
     if type(a) is np.ndarray:
-        f = a.flags
-        return (a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable)
+        return (a.dtype, a.ndim, a.flags.num & _LAYOUT)
     if type(a) in _BY_TYPE or _views.is_view(a):  # a view's root and lowering: in bind
         if type(a) is int and not _INT_MIN <= a <= _INT_MAX:
             return None  # no plan has it: the look-up misses and _check_arguments says why
@@ -250,10 +256,31 @@ def warn_scattered(launch: "Launch") -> None:
                   stacklevel=2)
 
 
+def _rows_fit(positions: tuple, args: tuple, rows: int) -> bool:
+    """Have the arrays at ``positions`` (a plan's ``rows_only``) ``rows`` rows or more? The
+    common check, kept cheap; False (check in full) when there are none or one is short."""
+    for pos in positions:
+        shape = args[pos].shape
+        if not shape or shape[0] < rows:
+            return False
+    return bool(positions)
+
+
 def _key(names, args: tuple) -> tuple:
     """What the arguments contribute to a plan's key: a view its interned structure (which
     fixes its extent and lowering), its root's type and which view first passes its root."""
-    if all(type(a) in _PLAIN for a in args):  # plain arrays and scalars: the common case
+    key = []
+    for a in args:  # plain arrays and floats: the common case, in one pass
+        t = type(a)
+        if t is np.ndarray:
+            key.append((a.dtype, a.ndim, a.flags.num & _LAYOUT))
+        elif t is float:
+            key.append(t)
+        else:
+            break
+    else:
+        return tuple(key)
+    if all(type(a) in _PLAIN for a in args):
         return tuple(map(_arg_key, args))
     first, key = {}, []
     for k, (n, a) in enumerate(zip(names, args)):
@@ -278,7 +305,7 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     """Check and bind one launch of ``kernel`` over ``extent`` on ``device``."""
     if not isinstance(kernel, Kernel):
         raise KernelArgumentError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
-    extent = normalize_extent(extent)
+    extent = (extent,) if type(extent) is int and extent >= 0 else normalize_extent(extent)
     ndim = len(extent)
     names = kernel.params[ndim:]
     if len(args) < len(names):
@@ -288,10 +315,12 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     plan = kernel.plans.get(key)
     if plan is None:
         plan = kernel.plans[key] = _plan(kernel, ndim, args, device, repo)
-    if plan.checks and extent not in plan.fits:
+    if plan.checks and extent not in plan.fits and not _rows_fit(plan.rows_only, args, extent[0]):
         _check_extent(kernel, extent, args, plan.checks)
         if plan.views_only:  # views' extents are fixed by the key: this extent fits them always
             plan.fits.add(extent)
+    if plan.written and len(args) > 1:
+        _aliasing.check(kernel, extent, args, plan)
     lowerings = plan.lowerings
     if not lowerings:
         return Launch(kernel, extent, device, plan, args, args)
@@ -340,5 +369,7 @@ def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
                 host_arrays=any(type(_views.root_of(a)) is np.ndarray for a in args if not isinstance(a, SCALARS)),
                 lowerings=lowerings if any(low is not None for low in lowerings) else (),
                 views_only=all(view for *_, view in checks),
+                rows_only=(tuple(pos for pos, *_ in checks)
+                           if all(axes == (0,) and not view for _, _, axes, view in checks) else ()),
                 fresh=any(_views.is_view(a) and a.signature.key is None for a in args),
                 scattered=tuple(data[k] for k in written if data[k] in access.scattered))

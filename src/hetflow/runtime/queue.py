@@ -33,6 +33,7 @@ import threading
 import time
 import weakref
 from heapq import heappop
+from time import perf_counter
 
 import numpy as np
 
@@ -105,7 +106,7 @@ class Instance(Event):
                  "held", "lanes", "pinned", "splittable", "buffers")
 
     def __init__(self, core, rec, launch, args, modes, priority, lanes, pinned, buffers):
-        super().__init__(rec.label)
+        Event.__init__(self, rec.label)  # not super(): one object fewer per enqueue
         self.core = core
         self.rec = rec
         self.launch = launch     # bound for the home device (lanes[0])
@@ -157,6 +158,7 @@ class _Core:
         self.lanes = [Lane(d, _slots(d, slots)) for d in devices]
         self.scheduler = Scheduler(self.lanes, **thresholds)
         self.single = self.lanes[0] if len(self.lanes) == 1 else None
+        self.home = (self.single,) if self.single else None  # the lanes of every instance, if one
         # Where an instance goes once its dependencies are met (one device: no choice).
         self.ready_locked = self.single.push_locked if self.single else self.scheduler.place_locked
         self.outstanding = 0
@@ -226,14 +228,15 @@ class _Core:
     def work(self, lane: Lane) -> None:
         """A worker slot of ``lane``: take the best ready entry, run it, repeat."""
         heap = lane.heap
-        inst = split = None
+        done_locked, execute = self.done_locked, self.execute
+        inst = split = outcome = None
         LOCK.acquire()
         try:
             while True:
                 if inst is not None:
                     lane.running -= 1
                     lane.claims = 1  # we take one of the entries this releases ourselves
-                    self.done_locked(lane, inst, split, *outcome)
+                    done_locked(lane, inst, split, *outcome)
                     lane.claims = 0
                 while not heap:
                     if self.closed and self.outstanding == 0:
@@ -241,7 +244,7 @@ class _Core:
                     lane.idle += 1
                     lane.cond.wait()
                 _, _, inst, split = heappop(heap)
-                inst.status, inst.started = RUNNING, time.perf_counter()
+                inst.status, inst.started = RUNNING, perf_counter()
                 lane.running += 1
                 if split is not None:
                     for other in split:
@@ -249,7 +252,7 @@ class _Core:
                             other.running += 1
                 LOCK.release()
                 try:
-                    outcome = self.execute(lane, inst, split)
+                    outcome = execute(lane, inst, split)
                 finally:
                     LOCK.acquire()
         finally:
@@ -265,17 +268,18 @@ class _Core:
             if split is not None:
                 shape = _co_execute(launch, [other.device for other in split])
             else:
-                if inst.buffers is not None:
+                buffers = inst.buffers
+                if buffers is not None:
                     launch = _with_buffers(inst, device)
                 elif launch.device is not device:
                     launch = bind(launch.kernel, launch.extent, launch.args, device)
                 shape = _run_whole(launch, device)
-                if inst.buffers is not None:
-                    wrote(launch, [k for k in inst.buffers if inst.modes[k] & WRITE])
+                if buffers is not None:
+                    wrote(launch, [k for k in buffers if inst.modes[k] & WRITE])
             error = None
         except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
             error = exc
-        return error, time.perf_counter(), shape
+        return error, perf_counter(), shape
 
     def _submit_locked(self, inst: Instance, now: float) -> None:
         """A deferred instance may start once its dependencies are over."""
@@ -437,12 +441,12 @@ class Queue:
             priority = _priority(priority)
         if wait_for:
             wait_for = _events(wait_for)
-        buffers = [k for k, a in enumerate(args) if type(getattr(a, "root", a)) is Buffer] or None
-        if core.single is not None and device is None:
-            lanes, pinned = (core.single,), True
+        if device is None and core.home is not None:
+            lanes, pinned = core.home, True
         else:
             lanes, pinned = core.route(extent, args, device)
         launch = bind(kernel, extent, args, lanes[0].device)
+        buffers = _buffer_positions(args) if launch.plan.buffers else None
         modes = rec.modes.get(len(launch.extent)) or rec.learn(launch)
         inst = Instance(core, rec, launch, args, modes, priority, lanes, pinned, buffers)
         if len(lanes) > 1:
@@ -551,6 +555,11 @@ def _events(wait_for) -> tuple:
         if not isinstance(e, Event):
             raise QueueError(f"wait_for must hold hetflow events, got {type(e).__name__}")
     return events
+
+
+def _buffer_positions(args) -> list:
+    """Positions of the arguments that are Buffers or views of one."""
+    return [k for k, a in enumerate(args) if type(getattr(a, "root", a)) is Buffer]
 
 
 def _work(extent: tuple) -> int:

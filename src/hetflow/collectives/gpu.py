@@ -1,6 +1,6 @@
 """reduce/allreduce on GPU buffers (CuPy arrays, or anything with __cuda_array_interface__).
 
-Between GPUs the schedule of :mod:`hetflow.dist.schedule` runs over NCCL send/recv,
+Between GPUs the schedule of :mod:`hetflow.collectives.schedule` runs over NCCL send/recv,
 one NCCL communicator per process (one GPU each), its unique id broadcast over MPI.
 Transfers go on a *communication* stream and reductions (CuPy element-wise ops, or
 the user's op) on a *compute* stream; events order them, so segment j-1 is reduced
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 
-from hetflow.dist import agreement, collectives, schedule
+from hetflow.collectives import agreement, host, schedule
 from hetflow.errors import CommArgumentError, DeviceError, ShapeError
 from hetflow.platform.cuda_compat import cupy_module
 
@@ -26,7 +26,7 @@ MIN_SEGMENT_BYTES = 32 << 20
 
 
 def collective(comm, name, x, reduce_op, root, out, segments, check, to_all):
-    """Entry point from :mod:`hetflow.dist.collectives` for device arrays."""
+    """Entry point from :mod:`hetflow.collectives.host` for device arrays."""
     cp = _cupy()
     if not hasattr(x, "__cuda_array_interface__"):
         raise ShapeError(f"out is a GPU array but the input is {type(x).__name__}; "
@@ -39,7 +39,7 @@ def collective(comm, name, x, reduce_op, root, out, segments, check, to_all):
         if comm.size > 1 and (_nccl() is None or not _gpus_distinct(comm, cp)):
             return _staged(comm, name, cp, x, reduce_op, root, out, segments, check,
                            to_all)
-        small = collectives.is_small(comm, x.nbytes)
+        small = host.is_small(comm, x.nbytes)
         if comm.size > 1 and check:
             head = agreement.header(name, x.size, x.dtype, reduce_op,
                                     0 if to_all else root,
@@ -73,7 +73,7 @@ def _on_device(comm, name, cp, x, reduce_op, root, out, segments, to_all, small,
 
 def _staged(comm, name, cp, x, reduce_op, root, out, segments, check, to_all):
     """Without NCCL: through host memory and the MPI engine."""
-    result = collectives.reduce_host(comm, name, cp.asnumpy(x), reduce_op, root, None,
+    result = host.reduce_host(comm, name, cp.asnumpy(x), reduce_op, root, None,
                                      segments, check, to_all)
     if result is None:
         return None
@@ -168,7 +168,7 @@ class DevicePipeline:
         """Segment j moves on the communication stream while j-1 is reduced."""
         sends = self._split(step.send)
         recvs = self._split(step.recv)
-        if step.send and step.recv and collectives._overlap(step.send, step.recv):
+        if step.send and step.recv and host._overlap(step.send, step.recv):
             sends, recvs = sends and [step.send], recvs and [step.recv]
         base = step.recv[0] if step.recv else 0
         for j in range(max(len(sends), len(recvs))):

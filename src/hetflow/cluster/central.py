@@ -20,7 +20,7 @@ start; when the imbalance passes the threshold, re-partition in proportion to me
 speed (rate x available); cut every launch into one piece per rank (``place``) with
 the rows its rank owns (``rows``). The result is a *partially materialised* DIR:
 launches cut over ranks, not yet placed on any device — each rank's local interpreter
-does that (:mod:`hetflow.dist.local`). :meth:`CentralInterpreter.description` is the
+does that (:mod:`hetflow.cluster.local`). :meth:`CentralInterpreter.description` is the
 picklable form sent to the ranks: the row ranges per rank, plus rules for them.
 """
 from __future__ import annotations
@@ -30,8 +30,8 @@ import itertools
 
 import numpy as np
 
-from hetflow.dist.darray import apportion
-from hetflow.dist.plan import plan_for
+from hetflow.cluster.darray import apportion
+from hetflow.cluster.plan import plan_for
 from hetflow.errors import RuleError
 from hetflow.ir import Action, Interpreter, Monitor, NodePattern, Rule, RuleSet, Topology
 from hetflow.ir.graph import Version

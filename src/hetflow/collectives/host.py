@@ -7,10 +7,10 @@ the dtype (:func:`choose_path`; the choice is ``comm.last_path`` and a debug log
   dtypes MPI reduces itself, up to the crossover :data:`NATIVE_BYTES` measured by
   ``hetflow bench allreduce`` (below it MPI's C code beats any Python schedule);
 * ``small``: recursive doubling on whole vectors fused with the argument check
-  (:mod:`hetflow.dist.agreement`), for small messages of user ops and other dtypes;
+  (:mod:`hetflow.collectives.agreement`), for small messages of user ops and other dtypes;
 * ``pipelined``: SPEC §5's pipelined halving, everything else.
 
-The schedule comes from :mod:`hetflow.dist.schedule`; this module runs it over MPI.
+The schedule comes from :mod:`hetflow.collectives.schedule`; this module runs it over MPI.
 In a step of the distribution phase the sent half is cut into ``segments`` pieces:
 segment j goes to the partner while the partner's segment j arrives (Isend/Irecv),
 and meanwhile the previously received segment j-1 is reduced in place into the kept
@@ -18,7 +18,7 @@ half, polling MPI between chunks of that reduction so the transfer keeps moving.
 
 Input that is not contiguous is packed first; the first reduction reads the packed
 input and writes the result buffer, so no extra copy of the input is made.
-GPU arrays go to :mod:`hetflow.dist.gpu`.
+GPU arrays go to :mod:`hetflow.collectives.gpu`.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ import sys
 
 import numpy as np
 
-from hetflow.dist import agreement, schedule
-from hetflow.dist.ops import BuiltinOp, resolve_op
+from hetflow.collectives import agreement, schedule
+from hetflow.collectives.ops import BuiltinOp, resolve_op
 from hetflow.errors import CommArgumentError, CommError, ShapeError
 
 # Reduce a received segment in chunks of about this many bytes, polling MPI between
@@ -41,7 +41,7 @@ PROGRESS_CHUNK_BYTES = 1 << 20
 MIN_SEGMENT_BYTES = 1 << 20
 
 # Messages up to this size take the small-message path: recursive doubling on whole
-# vectors, fused with the argument check (hetflow.dist.agreement); at most
+# vectors, fused with the argument check (hetflow.collectives.agreement); at most
 # agreement.MAX_SMALL_BYTES. Below it, the pipelined path's extra exchanges cost more
 # than they save (docs/collectives.md has the measurements).
 SMALL_BYTES = 64 << 10
@@ -65,7 +65,7 @@ _MPI_CHARS = frozenset("?bBhHiIlLqQfdFD")  # C types with a predefined MPI datat
 
 NATIVE, SMALL, PIPELINED, LOCAL = "native", "small", "pipelined", "local"
 
-log = logging.getLogger("hetflow.dist")
+log = logging.getLogger("hetflow.collectives")
 
 
 def allreduce(comm, x, op="sum", out=None, segments=2, check=True):
@@ -85,7 +85,7 @@ def _collective(comm, name, x, op, root, out, segments, check, to_all):
     _check_root(root, comm.size)
     try:
         if _on_device(x) or _on_device(out):
-            from hetflow.dist import gpu
+            from hetflow.collectives import gpu
 
             comm.last_path = "gpu"  # staged through the host, it becomes the host path
             return gpu.collective(comm, name, x, reduce_op, root, out, segments, check, to_all)

@@ -21,7 +21,7 @@ import hashlib
 
 import numpy as np
 
-from hetflow.dist import schedule
+from hetflow.collectives import schedule
 from hetflow.errors import CommMismatchError
 
 HEADER_FIELDS = ("collective", "length", "dtype", "op", "root", "segments", "buffers",

@@ -1,9 +1,9 @@
 """Distributed arrays: cut into blocks along one dimension over the ranks, with halos.
 
-    u = dist.asarray(grid)                   # each rank keeps its block of rows (+ halo)
-    v = dist.zeros_like(u)                   # the same distribution
-    dist.forall(interior(u, 1).shape, step, interior(v, 1), interior(u, 1),
-                interior(dist.cshift(u, 0, -1), 1), ...)   # halos exchanged as needed
+    u = cluster.asarray(grid)                # each rank keeps its block of rows (+ halo)
+    v = cluster.zeros_like(u)                # the same distribution
+    cluster.forall(interior(u, 1).shape, step, interior(v, 1), interior(u, 1),
+                   interior(cluster.cshift(u, 0, -1), 1), ...)   # halos exchanged as needed
     full = v.gather()                        # the whole array on rank 0
 
 A :class:`Distribution` cuts one dimension of extent n into contiguous blocks, one per
@@ -13,11 +13,11 @@ Arrays made ``like`` another share its distribution and move with it when the
 partition changes (a rebalance moves rows between neighbouring ranks).
 
 A :class:`DistArray` holds on each rank ``local``: its block plus ``halo`` rows on each
-side along the distributed dimension (:mod:`hetflow.dist.halo` fills them); ``block``
+side along the distributed dimension (:mod:`hetflow.cluster.halo` fills them); ``block``
 is the owned part. Views over distributed arrays — :func:`cshift`, :func:`interior`,
 :func:`section` — are :class:`DistView` objects: the same operators, checked over the
 global extent, which a launch turns into views of a rank's local storage
-(:mod:`hetflow.dist.plan`). Making a distributed array is collective: every rank makes
+(:mod:`hetflow.cluster.plan`). Making a distributed array is collective: every rank makes
 the same arrays in the same order.
 """
 from __future__ import annotations
@@ -28,9 +28,9 @@ import weakref
 
 import numpy as np
 
-from hetflow.dist import control, halo
-from hetflow.dist.launch import session as _session
-from hetflow.dist.ops import resolve_op
+from hetflow.cluster import control, halo
+from hetflow.cluster.launch import session as _session
+from hetflow.collectives.ops import resolve_op
 from hetflow.errors import CommArgumentError, CommMismatchError, IndexTypeError, ShapeError
 from hetflow.index import operators as _ops
 from hetflow.index.tiling import partition as _partition
@@ -52,7 +52,7 @@ class Distribution:
         self.n, self.dim, self.halo = n, dim, halo_rows
         self.sizes = self.checked(sizes)
         self.version = 0
-        self.plans: dict = {}  # launch plans over these blocks' arrays (hetflow.dist.plan)
+        self.plans: dict = {}  # launch plans over these blocks' arrays (hetflow.cluster.plan)
         self._arrays: list[weakref.ref] = []
 
     @property

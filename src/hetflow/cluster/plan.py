@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hetflow.dist import darray
+from hetflow.cluster import darray
 from hetflow.errors import KernelArgumentError, ShapeError, ViewError
 from hetflow.index import operators as _ops
 from hetflow.index.views import is_view
@@ -50,7 +50,7 @@ class LaunchPlan:
                 raise ShapeError(
                     f"distributed forall of {kernel.name!r}: argument {data[k]} is a "
                     f"{type(arg).__name__}, not a distributed array; every array of a distributed "
-                    f"launch must be distributed (hetflow.dist.asarray), scalars are passed as they are")
+                    f"launch must be distributed (hetflow.cluster.asarray), scalars are passed as they are")
         distributions = {id(v.base.distribution): v.base.distribution for v in views.values()}
         if len(distributions) != 1:
             raise ShapeError(f"distributed forall of {kernel.name!r}: its arrays are on "

@@ -5,8 +5,8 @@ Each process of a run owns one :class:`Channel` over a private duplicate of the 
 communicator, so its messages (halo rows, moved rows, control objects, abort notices)
 never match the collectives' or the user's. Every wait polls its requests *and* the
 abort notices: when a rank fails it posts a notice to every other rank
-(:meth:`Channel.abort`), and a rank waiting anywhere in hetflow.dist raises RemoteError
-carrying the failed rank's message instead of hanging. A wait that outlasts
+(:meth:`Channel.abort`), and a rank waiting anywhere in a distributed run raises
+RemoteError carrying the failed rank's message instead of hanging. A wait that outlasts
 ``timeout`` seconds raises CommTimeoutError. Either way the channel is then *broken*:
 requests still in flight are cancelled where MPI can, and every later use raises the
 same error at once.

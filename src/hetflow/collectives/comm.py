@@ -30,8 +30,8 @@ import time
 
 import numpy as np
 
-from hetflow.dist import collectives
-from hetflow.dist.transport import Link, Transport
+from hetflow.collectives import host
+from hetflow.collectives.transport import Link, Transport
 from hetflow.errors import CommArgumentError, CommError
 
 DEFAULT_TIMEOUT = 300.0
@@ -65,21 +65,21 @@ class Communicator(abc.ABC):
 
     ``native_bytes``: messages of built-in ops on dtypes MPI reduces, up to this size,
     go to MPI's own collective (default None: the measured crossover,
-    ``collectives.NATIVE_BYTES``, by collective and rank count; 0 turns it off).
+    ``host.NATIVE_BYTES``, by collective and rank count; 0 turns it off).
     ``small_bytes``: other messages up to this size (default 64 KiB, at most 256 KiB)
     take the small-message path, recursive doubling on whole vectors; larger ones the
     pipelined halving. ``min_segment_bytes``: no segment is cut smaller than this
     (default None: 1 MiB for host buffers, 32 MiB for GPU ones), so ``segments``
     applies to large messages only. All three must be the same on every rank (a
     difference is reported as CommMismatchError). ``last_path``: the path of this
-    process's last collective (``collectives.choose_path``). ``timeout``: seconds
+    process's last collective (``host.choose_path``). ``timeout``: seconds
     any one wait may last.
     """
 
     rank: int = 0
     size: int = 1
     native_bytes: int | None = None
-    small_bytes: int = collectives.SMALL_BYTES
+    small_bytes: int = host.SMALL_BYTES
     min_segment_bytes: int | None = None
     last_path: str | None = None
 
@@ -101,11 +101,11 @@ class Communicator(abc.ABC):
         Returns the result (``out`` when given); NumPy in, NumPy out; CuPy in, CuPy out.
         Every rank must make the same collective calls in the same order, as in MPI.
         """
-        return collectives.allreduce(self, x, op, out, segments, check)
+        return host.allreduce(self, x, op, out, segments, check)
 
     def reduce(self, x, op="sum", root=0, out=None, segments=2, check=True):
         """Like :meth:`allreduce`, but only ``root`` gets the result; others get None."""
-        return collectives.reduce(self, x, op, root, out, segments, check)
+        return host.reduce(self, x, op, root, out, segments, check)
 
     @abc.abstractmethod
     def bcast(self, obj, root=0):
@@ -130,7 +130,7 @@ class SelfCommunicator(Communicator):
     """The one-process communicator of a run not started by an MPI launcher."""
 
     def bcast(self, obj, root=0):
-        collectives._check_root(root, 1)
+        host._check_root(root, 1)
         return obj
 
     def barrier(self):
@@ -155,7 +155,7 @@ class MPICommunicator(Communicator):
         return self.link.comm
 
     def bcast(self, obj, root=0):
-        collectives._check_root(root, self.size)
+        host._check_root(root, self.size)
         self._ensure_usable()
         payload = pickle.dumps(obj) if self.rank == root else b""
         length = np.array([len(payload)], dtype=np.int64)

@@ -1,7 +1,7 @@
 """Transfers between neighbouring ranks: halo exchange and moving rows on a rebalance.
 
 A distributed array's local storage is its block of rows along the distributed
-dimension with ``halo`` extra rows on each side (see :mod:`hetflow.dist.darray`). The
+dimension with ``halo`` extra rows on each side (see :mod:`hetflow.cluster.darray`). The
 halo on top holds the last rows of the previous rank's block, the one below the first
 rows of the next rank's; the first and the last rank are neighbours (the array is
 periodic, as ``cshift`` is). Exchanges are Isend/Irecv on the control channel, waited
@@ -14,7 +14,7 @@ import contextlib
 
 import numpy as np
 
-from hetflow.dist import control
+from hetflow.cluster import control
 
 # Message kinds. With HALO_TAG: halo rows going to the previous rank, to the next one.
 _UP, _DOWN = 0, 1

@@ -1,6 +1,6 @@
 """Setting up a distributed run, and stopping every rank when one fails.
 
-``mpiexec -n K python script.py`` needs nothing more: the first use of hetflow.dist's
+``mpiexec -n K python script.py`` needs nothing more: the first use of hetflow.cluster's
 distributed layer (a distributed array, a program, :func:`run_distributed`) sets the
 run up — the world communicator, the control channel, which ranks share a host, and the
 cores and GPUs each rank uses. Run with plain ``python``, the same script is a run of
@@ -25,9 +25,9 @@ import itertools
 import os
 import threading
 
-from hetflow.dist.comm import MPICommunicator, SelfCommunicator, world
-from hetflow.dist.control import Channel, LocalChannel, describe_step
-from hetflow.dist.transport import Transport
+from hetflow.collectives.comm import MPICommunicator, SelfCommunicator, world
+from hetflow.cluster.control import Channel, LocalChannel, describe_step
+from hetflow.collectives.transport import Transport
 from hetflow.errors import CommArgumentError, RemoteError
 
 
@@ -111,7 +111,7 @@ def session(comm=None) -> Session:
     elif isinstance(comm, MPICommunicator):
         key = ("mpi", id(comm.link))
     else:
-        raise CommArgumentError(f"comm must be a hetflow communicator (hetflow.dist.world()), "
+        raise CommArgumentError(f"comm must be a hetflow communicator (hetflow.world()), "
                                 f"not {type(comm).__name__}")
     with _lock:
         found = _sessions.get(key)

@@ -1,9 +1,9 @@
 """The local interpreter of one rank: its part of the program, on its own devices.
 
 From the central interpreter's partially materialised DIR (launches cut into pieces
-with ``place`` and ``rows``, :mod:`hetflow.dist.central`) it takes the pieces placed on
+with ``place`` and ``rows``, :mod:`hetflow.cluster.central`) it takes the pieces placed on
 this rank and makes them runnable here (SPEC §4.4): each launch over views of the
-rank's local storage (:mod:`hetflow.dist.plan`), and a halo exchange before every
+rank's local storage (:mod:`hetflow.cluster.plan`), and a halo exchange before every
 launch that reads halo rows written since they were last exchanged. Its own rules,
 monitor and topology (this rank's CPU cores and GPUs) then fully materialise the DIR:
 they place launches on the devices (co-executed with work stealing when there are
@@ -18,9 +18,9 @@ from __future__ import annotations
 import itertools
 import time
 
-from hetflow.dist import halo
-from hetflow.dist.darray import as_view
-from hetflow.dist.plan import plan_for
+from hetflow.cluster import halo
+from hetflow.cluster.darray import as_view
+from hetflow.cluster.plan import plan_for
 from hetflow.ir import Compile, Interpreter, Monitor, NodePattern, Partition, Rule, RuleSet, Topology
 from hetflow.ir.actions import compile_guard
 from hetflow.ir.defaults import drop_idle_devices, drop_lost_devices, idle_devices

@@ -1,11 +1,11 @@
 """A captured program run over every rank: central interpreter on rank 0, a local one on
 each rank (SPEC §4.4), halos exchanged and partitions rebalanced between iterations.
 
-    u = dist.asarray(grid); v = dist.zeros_like(u)
+    u = cluster.asarray(grid); v = cluster.zeros_like(u)
     with hetflow.graph("heat") as g:
-        dist.forall(shape, step, *views(u, v))      # recorded, not run
-        dist.forall(shape, step, *views(v, u))
-    program = dist.DistributedProgram(g)
+        cluster.forall(shape, step, *views(u, v))      # recorded, not run
+        cluster.forall(shape, step, *views(v, u))
+    program = cluster.DistributedProgram(g)
     program.run(iterations=50)
 
 Every rank captures the same program. At the first safe point the ranks tell rank 0
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hetflow.dist import darray
-from hetflow.dist.central import DEFAULT_THRESHOLD, CentralInterpreter, partial_version
-from hetflow.dist.launch import session as _session
-from hetflow.dist.local import LocalInterpreter
-from hetflow.dist.plan import plan_for
+from hetflow.cluster import darray
+from hetflow.cluster.central import DEFAULT_THRESHOLD, CentralInterpreter, partial_version
+from hetflow.cluster.launch import session as _session
+from hetflow.cluster.local import LocalInterpreter
+from hetflow.cluster.plan import plan_for
 from hetflow.errors import GraphError
 from hetflow.ir.rulefile import loads
 
@@ -42,7 +42,7 @@ class DistributedProgram:
     ``graph``: a captured ``hetflow.graph()``; ``devices``: this rank's device ids
     (default: the session's — its CPU cores and its GPUs — or the GPU holding the
     arrays); ``central_rules``/``local_rules``: RuleSets for the two levels (defaults
-    in :mod:`hetflow.dist.central` and :mod:`hetflow.dist.local`); ``rule_file``: a TOML
+    in :mod:`hetflow.cluster.central` and :mod:`hetflow.cluster.local`); ``rule_file``: a TOML
     rule file that rank 0 reads and sends to every rank, whose rules join each local
     interpreter's; ``monitor``: this rank's local monitor; ``report_every``: iterations
     between reports; ``threshold``: the imbalance that triggers a rebalance.

@@ -109,7 +109,7 @@ def conflicts(kernel, extent: tuple, args: tuple, plan) -> tuple:
     ``plan.aliasing`` by the extent, which arguments share memory (numbered in order of
     appearance) and what each one's footprint depends on (a view's signature, an
     array's shape; where an array is a slice of another, its address)."""
-    if kernel.from_code:
+    if not kernel.has_source:  # no source to read its accesses from: not checked
         return ()
     groups, key, seen = [], [extent], {}
     for a in args:

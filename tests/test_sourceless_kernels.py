@@ -11,7 +11,7 @@ import pytest
 
 import hetflow
 from hetflow import interior
-from hetflow.errors import IndexOutOfBoundsError, KernelError
+from hetflow.errors import IndexOutOfBoundsError
 
 
 @hetflow.kernel

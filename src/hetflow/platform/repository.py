@@ -44,7 +44,6 @@ import warnings
 from pathlib import Path
 
 import numba
-import numpy as np
 
 from ..errors import KernelError, NoExecutableError
 from ..kernels import checks, viewtypes

@@ -41,6 +41,8 @@ linear in the number of rules.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import os
 import re
@@ -120,6 +122,24 @@ def load(path, kernels: dict | None = None) -> list[Rule]:
 
 def loads(text: str, filename: str = "<rules>", kernels: dict | None = None) -> list[Rule]:
     """The rules of TOML text (``filename`` is used in error messages)."""
+    with _collector_paused():
+        return _loads(text, filename, kernels)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Loading makes many objects that all stay alive: the cyclic garbage collector's
+    passes over them free nothing, and took 40% of loading 10,000 rules."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _loads(text: str, filename: str, kernels: dict | None) -> list[Rule]:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -30,6 +30,9 @@ HEADER_FIELDS = ("collective", "length", "dtype", "op", "root", "segments", "buf
 # The small-message path never carries more than this: receives are sized for it.
 MAX_SMALL_BYTES = 256 << 10
 
+# Heads remembered per communicator as agreed on (ensure_agreed).
+MAX_AGREED = 4096
+
 _HEAD = 16  # two int64: the largest and smallest digest seen
 _TAG = 1000  # apart from the schedule's tags (< 5 * 64)
 _digests = {}
@@ -54,6 +57,23 @@ def agree(comm, transport, head) -> None:
                    "checking that all ranks made the same call")
     if _seen[0] != -_seen[1]:
         _mismatch(comm, head)
+
+
+def ensure_agreed(comm, transport, head, always=False) -> None:
+    """:func:`agree` on ``head`` the first time this communicator sees it (every time
+    with ``always``); a head all ranks passed is remembered and not checked again.
+
+    Ranks making the same calls remember the same heads, so they all skip the same
+    checks. Forgetting (past MAX_AGREED heads) happens at the same call on every rank,
+    and drops the prepared native calls with it (they rest on heads agreed on).
+    """
+    agreed = comm._agreed
+    if head in agreed and not always:
+        return
+    agree(comm, transport, head)
+    if len(agreed) >= MAX_AGREED:
+        comm._forget()
+    agreed.add(head)
 
 
 def small_allreduce(comm, transport, head, reduce_op, source):

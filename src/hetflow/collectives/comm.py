@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from hetflow.collectives import host
+from hetflow.collectives import host, native
 from hetflow.collectives.transport import Link, Transport
 from hetflow.errors import CommArgumentError, CommError
 
@@ -60,6 +60,24 @@ def world(timeout: float | None = None) -> "Communicator":
     return SelfCommunicator(timeout)
 
 
+class _Threshold:
+    """A path threshold of a communicator: setting it drops the prepared native calls,
+    whose path it decided."""
+
+    def __init__(self, default):
+        self.default = default
+
+    def __set_name__(self, owner, name):
+        self.slot = "_" + name
+
+    def __get__(self, comm, owner=None):
+        return self.default if comm is None else comm.__dict__.get(self.slot, self.default)
+
+    def __set__(self, comm, value):
+        comm.__dict__[self.slot] = value
+        comm._prepared.clear()
+
+
 class Communicator(abc.ABC):
     """A group of ``size`` processes; this one is number ``rank``.
 
@@ -78,13 +96,15 @@ class Communicator(abc.ABC):
 
     rank: int = 0
     size: int = 1
-    native_bytes: int | None = None
-    small_bytes: int = host.SMALL_BYTES
-    min_segment_bytes: int | None = None
+    native_bytes = _Threshold(None)
+    small_bytes = _Threshold(host.SMALL_BYTES)
+    min_segment_bytes = _Threshold(None)
     last_path: str | None = None
 
     def __init__(self, timeout: float):
         self.timeout = timeout
+        self._agreed = set()  # argument heads all ranks agreed on (agreement.ensure_agreed)
+        self._prepared = {}  # native calls ready to repeat, by host.prepared_key
 
     def allreduce(self, x, op="sum", out=None, segments=2, check=True):
         """Reduce ``x`` element-wise over all processes; every process gets the result.
@@ -93,19 +113,34 @@ class Communicator(abc.ABC):
         'bxor', a callable ``op(a, b, out)`` or a binary hetflow kernel. ``out``: an
         array of x's shape and dtype to hold the result (may be ``x`` itself).
         ``segments``: pieces each half is cut into, to overlap transfer and reduction.
-        ``check``: first verify that all ranks agree on length, dtype, op, root and
-        segments (one tiny native MPI_Iallreduce; CommMismatchError on every rank
-        when they do not). Small messages of ops MPI cannot reduce natively are always
-        checked: the check rides with their data. Below a measured size, built-in ops
-        run MPI's own collective (``last_path`` says which path a call took).
-        Returns the result (``out`` when given); NumPy in, NumPy out; CuPy in, CuPy out.
-        Every rank must make the same collective calls in the same order, as in MPI.
+        ``check``: verify that all ranks agree on length, dtype, op, root and segments
+        before the data moves (one tiny native MPI_Iallreduce; CommMismatchError on
+        every rank when they do not). True (the default) checks the first call of each
+        such signature on this communicator and trusts its repetitions; 'always'
+        checks every call; False none. Small messages of ops MPI cannot reduce
+        natively are always checked: the check rides with their data. Below a
+        measured size, built-in ops run MPI's own collective (``last_path`` says which
+        path a call took). Returns the result (``out`` when given); NumPy in, NumPy
+        out; CuPy in, CuPy out. Every rank must make the same collective calls in the
+        same order, as in MPI.
         """
         return host.allreduce(self, x, op, out, segments, check)
 
     def reduce(self, x, op="sum", root=0, out=None, segments=2, check=True):
         """Like :meth:`allreduce`, but only ``root`` gets the result; others get None."""
         return host.reduce(self, x, op, root, out, segments, check)
+
+    def _prepare(self, key, make):
+        """Keep the native call ``make()`` for repetitions of ``key``."""
+        if key not in self._prepared:
+            if len(self._prepared) >= native.MAX_PREPARED:
+                self._prepared.clear()
+            self._prepared[key] = make()
+
+    def _forget(self):
+        """Forget every agreed head and the prepared calls resting on them."""
+        self._agreed.clear()
+        self._prepared.clear()
 
     @abc.abstractmethod
     def bcast(self, obj, root=0):
@@ -148,6 +183,27 @@ class MPICommunicator(Communicator):
         self.link = link
         self.rank = link.rank
         self.size = link.size
+
+    def allreduce(self, x, op="sum", out=None, segments=2, check=True):
+        # A repetition of an agreed native call skips the general path: latency counts.
+        if check is True and type(x) is np.ndarray:
+            call = self._prepared.get((op, x.dtype, x.shape, segments, None))
+            if call is not None:
+                result = call.run(x, out)
+                if result is not native.MISS:
+                    return result
+        return host.allreduce(self, x, op, out, segments, check)
+
+    def reduce(self, x, op="sum", root=0, out=None, segments=2, check=True):
+        if check is True and type(x) is np.ndarray:
+            call = self._prepared.get((op, x.dtype, x.shape, segments, root))
+            if call is not None:
+                result = call.run(x, out)
+                if result is not native.MISS:
+                    return result
+        return host.reduce(self, x, op, root, out, segments, check)
+
+    allreduce.__doc__, reduce.__doc__ = Communicator.allreduce.__doc__, Communicator.reduce.__doc__
 
     @property
     def mpi_comm(self):

@@ -28,8 +28,9 @@ import sys
 
 import numpy as np
 
-from hetflow.collectives import agreement, schedule
-from hetflow.collectives.ops import BuiltinOp, resolve_op
+from hetflow.collectives import agreement, native, schedule
+from hetflow.collectives.native import mpi_op_name, same_memory
+from hetflow.collectives.ops import resolve_op
 from hetflow.errors import CommArgumentError, CommError, ShapeError
 
 # Reduce a received segment in chunks of about this many bytes, polling MPI between
@@ -55,15 +56,8 @@ SMALL_BYTES = 64 << 10
 NATIVE_BYTES = {"allreduce": {2: 512 << 10, 3: 1 << 20},
                 "reduce": {2: 512 << 10, 3: 256 << 10}}
 
-# The MPI op of each built-in op, and the dtype kinds MPI's op takes (MPI-4.0 §6.9.2:
-# no MIN/MAX on complex or C_BOOL, bitwise ops on integers only, no half floats).
-_MPI_OPS = {"sum": ("SUM", "iufc"), "prod": ("PROD", "iufc"), "min": ("MIN", "iuf"),
-            "max": ("MAX", "iuf"), "and": ("BAND", "iu"), "or": ("BOR", "iu"),
-            "xor": ("BXOR", "iu"), "land": ("LAND", "iub"), "lor": ("LOR", "iub"),
-            "lxor": ("LXOR", "iub")}
-_MPI_CHARS = frozenset("?bBhHiIlLqQfdFD")  # C types with a predefined MPI datatype
-
-NATIVE, SMALL, PIPELINED, LOCAL = "native", "small", "pipelined", "local"
+NATIVE, SMALL, PIPELINED, LOCAL = native.NATIVE, "small", "pipelined", "local"
+ALWAYS = "always"  # check= value: check every call, not just a signature's first
 
 log = logging.getLogger("hetflow.collectives")
 
@@ -83,19 +77,30 @@ def _collective(comm, name, x, op, root, out, segments, check, to_all):
     reduce_op = resolve_op(op)
     _check_segments(segments)
     _check_root(root, comm.size)
+    _check_check(check)
     try:
         if _on_device(x) or _on_device(out):
             from hetflow.collectives import gpu
 
             comm.last_path = "gpu"  # staged through the host, it becomes the host path
             return gpu.collective(comm, name, x, reduce_op, root, out, segments, check, to_all)
-        return reduce_host(comm, name, np.asarray(x), reduce_op, root, out, segments, check,
-                           to_all)
+        x = np.asarray(x)
+        result = reduce_host(comm, name, x, reduce_op, root, out, segments, check, to_all)
     except _mpi_exception() as exc:  # MPI's own error: as hetflow's, naming what and where
         raise CommError(f"{name} on rank {comm.rank}: MPI failed ({exc})"
                         + ("; with check=False, arguments that differ between ranks are not "
                            "found before the data moves: call with check=True to find them"
                            if not check else "")) from exc
+    if check is True and comm.last_path == NATIVE:  # agreed on: prepare its repetitions
+        comm._prepare(prepared_key(op, x, segments, None if to_all else root),
+                      lambda: native.NativeCall(comm, name, x, reduce_op, root, to_all))
+    return result
+
+
+def prepared_key(op, x, segments, root):
+    """The key of a prepared native call (``Communicator._prepared``); ``root`` None
+    for allreduce. Built the same way by ``MPICommunicator``'s lookups."""
+    return (op, x.dtype, x.shape, segments, root)
 
 
 def _mpi_exception():
@@ -128,10 +133,9 @@ def reduce_host(comm, name, x, reduce_op, root, out, segments, check, to_all):
         head = agreement.header(name, x.size, x.dtype, reduce_op, 0 if to_all else root,
                                 (segments, comm.min_segment_bytes), "host", path)
     if check:  # the same native call on every path: ranks on different paths meet
-        agreement.agree(comm, transport, head)
+        agreement.ensure_agreed(comm, transport, head, always=check == ALWAYS)
     if path == NATIVE:
-        return run_native(transport, x, reduce_op, root, out, to_all, is_root,
-                          blocking=check)
+        return native.run(comm, name, x, reduce_op, root, out, to_all, is_root)
     if path == SMALL:  # checks again, in its own messages: free, and kept with check off
         value = agreement.small_allreduce(comm, transport, head, reduce_op,
                                           np.ascontiguousarray(x).reshape(-1))
@@ -162,52 +166,9 @@ def native_crossover(name, size) -> int:
     return classes[max(c for c in classes if c <= max(size, 2))]
 
 
-@functools.lru_cache(maxsize=256)
-def mpi_op_name(reduce_op, dtype) -> str | None:
-    """The name of MPI's predefined op computing ``reduce_op`` on ``dtype``, if any."""
-    if not isinstance(reduce_op, BuiltinOp) or not dtype.isnative \
-            or dtype.char not in _MPI_CHARS:
-        return None
-    mpi_name, kinds = _MPI_OPS[reduce_op.name]
-    return mpi_name if dtype.kind in kinds else None
-
-
 def is_small(comm, nbytes) -> bool:
     """Whether a message of ``nbytes`` takes the small-message path on ``comm``."""
     return nbytes <= min(comm.small_bytes, agreement.MAX_SMALL_BYTES)
-
-
-def run_native(transport, x, reduce_op, root, out, to_all, is_root, blocking):
-    """MPI's own collective: blocking after a passed argument check, else non-blocking
-    and waited on with the deadline.
-
-    The check proves every rank is in this very call with matching arguments, so the
-    blocking call (no polling from Python: 2.9 against 4.0 µs for 8 bytes, MPICH on
-    the dev box) cannot wait on an absent peer; only on one that dies in between,
-    and the launcher then ends the job.
-    """
-    mpi = transport.link.MPI
-    op = getattr(mpi, mpi_op_name(reduce_op, x.dtype))
-    result = out if out is not None else (np.empty(x.shape, x.dtype) if is_root else None)
-    recv = result
-    if result is not None and not result.flags.c_contiguous:
-        recv = np.empty(x.shape, x.dtype)  # MPI writes contiguous buffers only
-    send = x if x.flags.c_contiguous else np.ascontiguousarray(x)
-    if out is not None and _may_overlap(send, recv):
-        send = mpi.IN_PLACE if _same_memory(send, recv) else send.copy()
-    mpi_comm = transport.link.comm
-    if blocking and to_all:
-        mpi_comm.Allreduce(send, recv, op=op)
-    elif blocking:
-        mpi_comm.Reduce(send, recv, op=op, root=root)
-    elif to_all:
-        transport.wait([mpi_comm.Iallreduce(send, recv, op=op)], "native MPI_Iallreduce")
-    else:
-        transport.wait([mpi_comm.Ireduce(send, recv, op=op, root=root)],
-                       "native MPI_Ireduce")
-    if recv is not result:
-        result[...] = recv
-    return result
 
 
 def _deliver(value, x, out):
@@ -231,7 +192,7 @@ def run_host(comm, x, reduce_op, root, out, segments, to_all, is_root, transport
     if steps:
         HostPipeline(transport, reduce_op, source, work, _scratch(comm, steps, x.dtype),
                      segments, min_segment_bytes=comm.min_segment_bytes).run(steps)
-    elif not _same_memory(source, work):
+    elif not same_memory(source, work):
         work[...] = source
     if result is not None and not result.flags.c_contiguous:
         result[...] = work.reshape(result.shape)
@@ -332,21 +293,9 @@ def _packed_source(x, work):
     if not x.flags.c_contiguous:
         return np.ascontiguousarray(x).reshape(-1)  # packs into a fresh vector
     flat = x.reshape(-1)
-    if np.may_share_memory(flat, work) and not _same_memory(flat, work):
+    if np.may_share_memory(flat, work) and not same_memory(flat, work):
         return flat.copy()  # out overlaps x, but not exactly: read from a copy
     return flat
-
-
-def _may_overlap(a, b):
-    """Whether ``a`` and ``b`` may share bytes; two arrays that each own their memory
-    cannot, and telling that first saves ``may_share_memory``'s cost on small calls."""
-    return a is b or not (a.base is None and b.base is None) and np.may_share_memory(a, b)
-
-
-def _same_memory(a, b):
-    """True when contiguous ``a`` and ``b`` are the very same bytes."""
-    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-            and a.nbytes == b.nbytes)
 
 
 def _overlap(a, b):
@@ -359,6 +308,12 @@ def _check_segments(segments):
     if isinstance(segments, bool) or not isinstance(segments, (int, np.integer)) \
             or segments < 1:
         raise CommArgumentError(f"segments must be an integer >= 1, not {segments!r}")
+
+
+def _check_check(check):
+    if check == ALWAYS or check in (True, False):
+        return
+    raise CommArgumentError(f"check must be True, False or {ALWAYS!r}, not {check!r}")
 
 
 def _check_root(root, size):

@@ -1,0 +1,231 @@
+"""Run under mpiexec by tests/test_collectives_repeat.py: repeated calls.
+
+A call whose arguments all ranks agreed on is checked once: its repetitions skip the
+argument check, and native ones run through the prepared call
+(hetflow.collectives.native.NativeCall). Checked here, each against NumPy's reduction
+of all ranks' inputs (gathered with MPI's Allgather):
+
+* every built-in op on float64 and int64, sizes 0, 1, 7 and one element below, at and
+  above each crossover, allreduce and reduce to every root, each called three times
+  (the first checked, the others prepared), with out None, out = x and a separate out;
+* repetitions the prepared call declines (a non-contiguous x or out, an out that
+  overlaps x, an out of the wrong shape): the general path takes them, right results
+  and right errors;
+* how many argument checks ran (agreement.agree is counted): one per signature with
+  check=True, one per call with check='always', none with check=False;
+* a threshold changed after a call was prepared: the new path is taken;
+* ranks that agreed on two signatures, then disagree (one rank calls the other
+  signature) with check='always': CommMismatchError on every rank.
+
+Rank 0 prints "repeat ok: N calls, C checks, P prepared" at the end.
+
+``repeat_check.py absent`` instead: the last rank never makes the third call of a
+prepared allreduce; the others must raise
+CommTimeoutError after the 2 s timeout, naming the unchecked repetition, and the
+communicator must refuse further use. Each rank prints "rank R: absent ok".
+"""
+import functools
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+from hetflow import collectives
+from hetflow.collectives import agreement, host
+from hetflow.errors import CommError, CommMismatchError, CommTimeoutError, ShapeError
+
+UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
+          "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+          "land": np.logical_and, "lor": np.logical_or, "lxor": np.logical_xor}
+FLOAT_OPS = ("sum", "prod", "min", "max")
+
+comm = collectives.world(timeout=30)
+rank, size = comm.rank, comm.size
+checks = 0
+calls = 0
+prepared = 0
+_agree = agreement.agree
+
+
+def counted_agree(*args):
+    global checks
+    checks += 1
+    return _agree(*args)
+
+
+agreement.agree = counted_agree
+
+
+def gather(x):
+    send = np.ascontiguousarray(x).reshape(-1)
+    everyone = np.empty((size, send.size), send.dtype)
+    MPI.COMM_WORLD.Allgather([send.view(np.uint8), MPI.BYTE],
+                             [everyone.view(np.uint8), MPI.BYTE])
+    return list(everyone)
+
+
+def oracle(x, op):
+    ufunc = UFUNCS[op]
+    return functools.reduce(lambda a, b: ufunc(a, b).astype(a.dtype), gather(x)
+                            ).reshape(x.shape)
+
+
+def data(n, dtype, op, seed):
+    rng = np.random.default_rng(97 * seed + 31 * rank + n)
+    if np.dtype(dtype).kind == "f":
+        return rng.uniform(0.5, 1.5, n) if op == "prod" else rng.normal(0, 10, n)
+    return rng.integers(0, 1 << 20, n).astype(dtype)
+
+
+def verify(got, want, what):
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11, err_msg=what)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+def call(c, name, x, op, root, **kwargs):
+    global calls
+    calls += 1
+    if name == "allreduce":
+        return c.allreduce(x, op=op, **kwargs)
+    return c.reduce(x, op=op, root=root, **kwargs)
+
+
+def repeated(name, n, dtype, op, root):
+    """Three calls of one signature: checked once, then prepared (native path)."""
+    global prepared
+    for seed in range(3):
+        x = data(n, dtype, op, seed)
+        want = oracle(x, op)
+        is_root = name == "allreduce" or rank == root
+        out = (None, x, np.empty_like(x))[seed]
+        before = checks
+        got = call(comm, name, x, op, root, out=out)
+        what = f"{name} {op} {x.dtype} n={n} root {root} call {seed} on {size} ranks"
+        assert checks - before == (seed == 0 and size > 1), (what, checks - before)
+        if is_root:
+            assert out is None or got is out, what
+            verify(got, want, what)
+        else:
+            assert got is None, what
+        key = host.prepared_key(op, x, 2, None if name == "allreduce" else root)
+        if comm.last_path == "native":
+            assert key in comm._prepared, what
+            prepared += seed > 0
+        else:
+            assert key not in comm._prepared, what
+
+
+def declined():
+    """Repetitions the prepared call hands to the general path."""
+    x = data(64, np.float64, "sum", 5)
+    comm.allreduce(x)  # prepared from here on
+    strided = data(128, np.float64, "sum", 6)[::2]
+    verify(comm.allreduce(strided), oracle(strided, "sum"), "strided x")
+    out = np.empty((64, 2))[:, 0]
+    got = comm.allreduce(x, out=out)
+    assert got is out and comm.last_path == ("native" if size > 1 else "local")
+    verify(out, oracle(x, "sum"), "strided out")
+    y = np.concatenate([np.zeros(2), data(64, np.float64, "sum", 7)])
+    want = oracle(y[2:66], "sum")
+    comm.allreduce(y[2:66], out=y[:64])
+    verify(y[:64], want, "out overlapping x")
+    try:
+        comm.allreduce(x, out=np.empty(65))
+    except ShapeError as exc:
+        assert "shape" in str(exc), exc
+    else:
+        raise AssertionError("an out of the wrong shape was taken")
+    comm.allreduce(x)  # every rank made the same calls: still in step
+
+
+def check_modes():
+    """check=True checks a signature once, 'always' every call, False never."""
+    x = data(33, np.float64, "max", 8)
+    want = oracle(x, "max")
+    for mode, expected in ((True, 1), (True, 0), ("always", 1), ("always", 1), (False, 0)):
+        before = checks
+        verify(comm.allreduce(x, op="max", check=mode), want, f"check={mode!r}")
+        assert checks - before == expected * (size > 1), (mode, checks - before)
+
+
+def threshold_change():
+    """Changing native_bytes drops the prepared calls: the new path is taken."""
+    c = collectives.world(timeout=30)
+    x = data(100, np.float64, "sum", 9)
+    want = oracle(x, "sum")
+    verify(c.allreduce(x), want, "before")
+    verify(c.allreduce(x), want, "prepared")
+    assert c.last_path == "local" if size == 1 else c.last_path == "native" and c._prepared
+    c.native_bytes = 0
+    verify(c.allreduce(x), want, "native path off")
+    assert c.last_path == ("small" if size > 1 else "local"), c.last_path
+
+
+def disagree_after_agreeing():
+    """With check='always', ranks that call two agreed signatures out of step fail
+    cleanly on every rank."""
+    last = size - 1
+    a, b = data(10, np.float64, "sum", 10), data(1000, np.float64, "sum", 11)
+    comm.allreduce(a)
+    comm.allreduce(b)
+    try:
+        comm.allreduce(b if rank == last else a, check="always")
+    except CommMismatchError as exc:
+        assert "length" in str(exc), exc
+    else:
+        raise AssertionError("no CommMismatchError")
+    comm.allreduce(a)  # nothing left in flight: still usable
+
+
+def absent():
+    """The last rank leaves out a repetition: the others time out, and say why."""
+    c = collectives.world(timeout=2)
+    x = np.ones(10)
+    c.allreduce(x)
+    c.allreduce(x)
+    if rank != size - 1:
+        try:
+            c.allreduce(x)
+        except CommTimeoutError as exc:
+            assert "no answer within 2 s" in str(exc) and "check='always'" in str(exc), exc
+        else:
+            raise AssertionError("a repetition nobody answered returned")
+        try:
+            c.allreduce(x)
+        except CommError as exc:
+            assert "unusable" in str(exc), exc
+        else:
+            raise AssertionError("a communicator that timed out was used")
+    MPI.COMM_WORLD.Barrier()  # the last rank makes no other call meanwhile
+    print(f"rank {rank}: absent ok", flush=True)
+
+
+def main():
+    for name in ("allreduce", "reduce"):
+        crossover = host.NATIVE_BYTES[name][2 if size == 2 else 3] // 8
+        roots = range(size) if name == "reduce" else [0]
+        for n in (0, 1, 7, crossover - 1, crossover, crossover + 1):
+            for root in roots:
+                for op in FLOAT_OPS:
+                    repeated(name, n, np.float64, op, root)
+                for op in UFUNCS:
+                    if op not in FLOAT_OPS or n < 8:
+                        repeated(name, n, np.int64, op, root)
+    declined()
+    check_modes()
+    threshold_change()
+    if size > 1:
+        disagree_after_agreeing()
+    if rank == 0:
+        print(f"repeat ok: {calls} calls, {checks} checks, {prepared} prepared on "
+              f"{size} ranks", flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["absent"]:
+        absent()
+    else:
+        main()
+    sys.exit(0)

@@ -66,6 +66,9 @@ def _parse(argv):
     p.add_argument("--segments", type=int, default=2, help="hetflow's segments per half")
     p.add_argument("--no-check", action="store_true",
                    help="skip hetflow's argument agreement check (check=False)")
+    p.add_argument("--check-always", action="store_true",
+                   help="check every call's arguments (check='always'; the default "
+                        "checks each signature's first call)")
     p.add_argument("--seconds", type=float, default=0.05,
                    help="target time of one timed round per size and contender")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds; the best counts")
@@ -82,6 +85,10 @@ def _parse(argv):
         args.max_bytes = min(args.max_bytes, 64 << 10)
         args.seconds, args.rounds = 0.005, 1
     return args
+
+
+def _check_mode(args):
+    return "always" if args.check_always else not args.no_check
 
 
 def _relaunch(args, argv) -> int:
@@ -149,7 +156,7 @@ def host_sweep(comm, args):
     mpi_comm = comm.mpi_comm
     seed = world()  # the same processes, native path off
     seed.native_bytes = 0
-    check = not args.no_check
+    check = _check_mode(args)
     bound = _pair_bandwidth(comm, min(args.max_bytes, 16 << 20)) if comm.size > 1 else None
     rows = []
     for nbytes in _sizes(args):
@@ -208,7 +215,7 @@ def gpu_sweep(comm, args):
     uid = comm.bcast(nccl.get_unique_id() if comm.rank == 0 else None)
     native = nccl.NcclCommunicator(comm.size, uid, comm.rank)
     stream = cp.cuda.get_current_stream()
-    check = not args.no_check
+    check = _check_mode(args)
     rows = []
     for nbytes in _sizes(args):
         x = cp.random.default_rng(comm.rank).random(max(1, nbytes // 4), dtype=cp.float32)
@@ -352,7 +359,7 @@ def _table(rows, size, args):
         return "\n".join(lines)
     where = "GPUs" if args.gpu else "processes"
     lines = [f"{size} {where}, float{'32' if args.gpu else '64'} sum, segments="
-             f"{args.segments}, check={'off' if args.no_check else 'on'}"]
+             f"{args.segments}, check={_check_mode(args)}"]
     if not args.gpu:
         lines.append("native path up to: " + ", ".join(
             f"{what} {host.native_crossover(what, size)} bytes"
@@ -372,7 +379,26 @@ def _table(rows, size, args):
     if rows and "pair_bw_GBs" in rows[0]:
         lines.append(f"bound: one pair's exchange bandwidth, {rows[0]['pair_bw_GBs']:.2f} "
                      "GB/s per direction")
+    lines += [_summary(rows, what) for what in ("allreduce", "reduce")
+              if any(r["collective"] == what for r in rows)]
     return "\n".join(lines)
+
+
+def _summary(rows, what):
+    """One line on the issue's targets: the median speed over sizes, the slowest size,
+    the slowest from 1 MiB, and busbw against the bound from 8 MiB."""
+    mine = [r for r in rows if r["collective"] == what]
+    speeds = [r["speed_ratio"] for r in mine]
+    worst = min(mine, key=lambda r: r["speed_ratio"])
+    text = (f"summary {what}: median speed {np.median(speeds):.2f}x over {len(mine)} sizes, "
+            f"lowest {worst['speed_ratio']:.2f}x at {worst['bytes']} bytes")
+    large = [r["speed_ratio"] for r in mine if r["bytes"] >= 1 << 20]
+    if large:
+        text += f"; from 1 MiB lowest {min(large):.2f}x"
+    bound = [r["bound_fraction"] for r in mine if r["bytes"] >= 8 << 20 and "bound_fraction" in r]
+    if bound:
+        text += f"; from 8 MiB busbw {min(bound):.2f}-{max(bound):.2f} of the bound"
+    return text
 
 
 if __name__ == "__main__":

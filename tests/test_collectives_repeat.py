@@ -12,8 +12,8 @@ from hetflow import collectives
 from hetflow.errors import CommArgumentError
 
 # calls, argument checks, prepared native calls, by rank count
-COUNTS = {1: (432, 0, 0), 2: (648, 225, 372), 3: (864, 297, 496), 4: (1080, 369, 620),
-          5: (1296, 441, 744)}
+COUNTS = {1: (432, 0, 0), 2: (648, 315, 372), 3: (864, 417, 496), 4: (1080, 519, 620),
+          5: (1296, 621, 744)}
 
 
 @pytest.mark.mpi

@@ -14,6 +14,8 @@ of all ranks' inputs (gathered with MPI's Allgather):
 * how many argument checks ran (agreement.agree is counted): one per signature with
   check=True, one per call with check='always', none with check=False;
 * a threshold changed after a call was prepared: the new path is taken;
+* the pipelined path with its reductions in a helper thread (reduce_thread), small
+  segments, every root;
 * ranks that agreed on two signatures, then disagree (one rank calls the other
   signature) with check='always': CommMismatchError on every rank.
 
@@ -163,6 +165,27 @@ def threshold_change():
     assert c.last_path == ("small" if size > 1 else "local"), c.last_path
 
 
+def reduce_thread():
+    """The pipelined path, reducing in a helper thread, against NumPy."""
+    c = collectives.world(timeout=30)
+    c.reduce_thread = True
+    c.native_bytes = c.small_bytes = 0
+    c.min_segment_bytes = 64  # many segments: the helper overlaps most of them
+    for n in (0, 1, 7, 1000, 4099):
+        for op, dtype in (("sum", np.float64), ("max", np.int64)):
+            x = data(n, dtype, op, 12)
+            want = oracle(x, op)
+            for segments in (1, 3, 8):
+                verify(c.allreduce(x, op=op, segments=segments), want,
+                       f"threaded allreduce {op} n={n} segments={segments}")
+                for root in range(size):
+                    got = c.reduce(x, op=op, root=root, segments=segments)
+                    if rank == root:
+                        verify(got, want, f"threaded reduce {op} n={n} root {root}")
+    assert c.last_path == ("pipelined" if size > 1 else "local"), c.last_path
+    assert host.reduce_helper.cache_info().currsize == (size > 1)  # the helper was used
+
+
 def disagree_after_agreeing():
     """With check='always', ranks that call two agreed signatures out of step fail
     cleanly on every rank."""
@@ -216,6 +239,7 @@ def main():
     declined()
     check_modes()
     threshold_change()
+    reduce_thread()
     if size > 1:
         disagree_after_agreeing()
     if rank == 0:

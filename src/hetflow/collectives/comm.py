@@ -89,7 +89,9 @@ class Communicator(abc.ABC):
     pipelined halving. ``min_segment_bytes``: no segment is cut smaller than this
     (default None: 1 MiB for host buffers, 32 MiB for GPU ones), so ``segments``
     applies to large messages only. All three must be the same on every rank (a
-    difference is reported as CommMismatchError). ``last_path``: the path of this
+    difference is reported as CommMismatchError). ``reduce_thread``: on the pipelined
+    path, built-in ops reduce in a helper thread while the calling thread moves data
+    (default False; it pays where each rank has a spare core). ``last_path``: the path of this
     process's last collective (``host.choose_path``). ``timeout``: seconds
     any one wait may last.
     """
@@ -99,6 +101,7 @@ class Communicator(abc.ABC):
     native_bytes = _Threshold(None)
     small_bytes = _Threshold(host.SMALL_BYTES)
     min_segment_bytes = _Threshold(None)
+    reduce_thread: bool = False
     last_path: str | None = None
 
     def __init__(self, timeout: float):

@@ -22,6 +22,7 @@ GPU arrays go to :mod:`hetflow.collectives.gpu`.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
 import sys
@@ -30,7 +31,7 @@ import numpy as np
 
 from hetflow.collectives import agreement, native, schedule
 from hetflow.collectives.native import mpi_op_name, same_memory
-from hetflow.collectives.ops import resolve_op
+from hetflow.collectives.ops import BuiltinOp, resolve_op
 from hetflow.errors import CommArgumentError, CommError, ShapeError
 
 # Reduce a received segment in chunks of about this many bytes, polling MPI between
@@ -190,8 +191,11 @@ def run_host(comm, x, reduce_op, root, out, segments, to_all, is_root, transport
         work = comm._buffer("work", n * x.itemsize).view(x.dtype)
     source = _packed_source(x, work)
     if steps:
+        helper = reduce_helper() if comm.reduce_thread and isinstance(reduce_op, BuiltinOp) \
+            else None
         HostPipeline(transport, reduce_op, source, work, _scratch(comm, steps, x.dtype),
-                     segments, min_segment_bytes=comm.min_segment_bytes).run(steps)
+                     segments, min_segment_bytes=comm.min_segment_bytes,
+                     helper=helper).run(steps)
     elif not same_memory(source, work):
         work[...] = source
     if result is not None and not result.flags.c_contiguous:
@@ -203,7 +207,7 @@ class HostPipeline:
     """Runs one process's steps over MPI, overlapping transfers and reductions."""
 
     def __init__(self, transport, reduce_op, source, work, scratch, segments,
-                 chunk_bytes=None, min_segment_bytes=None):
+                 chunk_bytes=None, min_segment_bytes=None, helper=None):
         self.transport = transport
         self.op = reduce_op
         self.source = source  # where sends and the first reduction read from
@@ -211,6 +215,7 @@ class HostPipeline:
         self.scratch = scratch  # where segments to be reduced are received
         self.segments = segments
         self.min_segment_bytes = min_segment_bytes or MIN_SEGMENT_BYTES
+        self.helper = helper  # an executor reducing while this thread moves data, or None
         chunk_bytes = chunk_bytes or PROGRESS_CHUNK_BYTES
         self.chunk = max(1, chunk_bytes // max(1, work.itemsize))  # elements
 
@@ -243,9 +248,14 @@ class HostPipeline:
                 lo, hi = sends[j]
                 requests.append(self.transport.isend(self.source[lo:hi],
                                                      step.partner, step.tag))
-            if received is not None:
+            reducing = None
+            if received is not None and self.helper is not None:
+                reducing = self.helper.submit(self.combine, received, base, [])
+            elif received is not None:
                 self.combine(received, base, requests)
             self.transport.wait(requests, step)
+            if reducing is not None:
+                reducing.result()
             received = recvs[j] if j < len(recvs) else None
         if received is not None:
             self.combine(received, base, [])
@@ -280,6 +290,15 @@ class HostPipeline:
                             self.work[start:stop])
             if pending:
                 pending = not self.transport.test(requests)
+
+
+@functools.lru_cache(maxsize=1)
+def reduce_helper() -> concurrent.futures.ThreadPoolExecutor:
+    """The thread that reduces segments while the calling thread drives MPI
+    (``Communicator.reduce_thread``): NumPy's ufuncs release the GIL, and MPICH's
+    single-copy transfers run in whichever thread polls, so the two overlap on two
+    cores instead of taking turns on one (docs/collectives.md)."""
+    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="hetflow-reduce")
 
 
 def _scratch(comm, steps, dtype):

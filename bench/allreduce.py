@@ -18,6 +18,7 @@ where they belong.
 
 ``--gpu``: CuPy arrays, one GPU per rank, against NCCL's allReduce (float32 sums).
 ``--overlap``: the transfer/reduction overlap experiment of docs/collectives.md.
+``--reduce-thread``: the pipelined path reduces in a helper thread (``reduce_thread``).
 ``--breakdown``: where a large 2-rank allreduce's time goes (docs/collectives.md).
 """
 from __future__ import annotations
@@ -73,6 +74,8 @@ def _parse(argv):
                    help="target time of one timed round per size and contender")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds; the best counts")
     p.add_argument("--no-reduce", action="store_true", help="time allreduce only")
+    p.add_argument("--reduce-thread", action="store_true",
+                   help="reduce in a helper thread on the pipelined path (reduce_thread)")
     p.add_argument("--gpu", action="store_true", help="CuPy arrays, against NCCL")
     p.add_argument("--overlap", action="store_true",
                    help="measure how far transfers overlap reductions (2 ranks)")
@@ -156,6 +159,7 @@ def host_sweep(comm, args):
     mpi_comm = comm.mpi_comm
     seed = world()  # the same processes, native path off
     seed.native_bytes = 0
+    comm.reduce_thread = seed.reduce_thread = args.reduce_thread
     check = _check_mode(args)
     bound = _pair_bandwidth(comm, min(args.max_bytes, 16 << 20)) if comm.size > 1 else None
     rows = []
@@ -263,10 +267,10 @@ def overlap_experiment(comm, args):
     def reduction():
         np.add(x[half], scratch[:step.recv[1] - step.recv[0]], out=work[half])
 
-    def pipelined(segments, chunk_bytes):
+    def pipelined(segments, chunk_bytes, helper=None):
         def run():
             host.HostPipeline(transport, comm_op, x, work, scratch, segments,
-                                     chunk_bytes).run([step])
+                              chunk_bytes, helper=helper).run([step])
         return run
 
     from hetflow.collectives.ops import resolve_op
@@ -277,6 +281,8 @@ def overlap_experiment(comm, args):
         contenders[f"q={segments} polled"] = pipelined(segments,
                                                        host.PROGRESS_CHUNK_BYTES)
         contenders[f"q={segments} unpolled"] = pipelined(segments, 8 * n)
+        contenders[f"q={segments} thread"] = pipelined(segments, host.PROGRESS_CHUNK_BYTES,
+                                                       host.reduce_helper())
     best = _time_rounds(comm, contenders, args.seconds, args.rounds)
     t_x, t_r = best["transfer"], best["reduction"]
     rows = []
@@ -326,6 +332,11 @@ def breakdown(comm, args):
             seed.allreduce, x, out=y, segments=q)
     contenders["hetflow allreduce, check=False"] = functools.partial(
         seed.allreduce, x, out=y, check=False)
+    threaded = world()
+    threaded.native_bytes, threaded.reduce_thread = 0, True
+    for q in (2, 4, 8):
+        contenders[f"hetflow allreduce, reduce_thread, segments={q}"] = functools.partial(
+            threaded.allreduce, x, out=y, segments=q)
     contenders["MPI_Allreduce"] = lambda: comm.mpi_comm.Allreduce(x, y, op=MPI.SUM)
     best = _time_rounds(comm, contenders, args.seconds, args.rounds)
     model = 2 * best["exchange L/2 (one step's transfer)"] \
@@ -343,10 +354,10 @@ def _table(rows, size, args):
     if args.breakdown:
         lines = [f"breakdown of a 2-rank allreduce of {rows[0]['bytes']} bytes "
                  "(busbw = L / time for 2 ranks)",
-                 f"{'part':<36} {'ms':>9} {'of allreduce':>12} {'busbw GB/s':>10}"]
+                 f"{'part':<46} {'ms':>9} {'of allreduce':>12} {'busbw GB/s':>10}"]
         for r in rows:
             bw = "" if r["busbw_GBs"] is None else f"{r['busbw_GBs']:.2f}"
-            lines.append(f"{r['variant']:<36} {r['ms']:9.3f} {r['of_allreduce']:12.2f} "
+            lines.append(f"{r['variant']:<46} {r['ms']:9.3f} {r['of_allreduce']:12.2f} "
                          f"{bw:>10}")
         return "\n".join(lines)
     if args.overlap:

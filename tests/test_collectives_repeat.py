@@ -4,11 +4,18 @@ The scripts run under mpiexec (tests/mpi/repeat_check.py, marked ``mpi``); the
 counts they print are of calls made, argument checks run and calls served by the
 prepared native path, so a path that is never taken fails here.
 """
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
+from launcher import mpiexec
 from test_collectives import LAUNCHER_VARIABLES, run_mpi
 
 from hetflow import collectives
+from hetflow.collectives import host
 from hetflow.errors import CommArgumentError
 
 # calls, argument checks, prepared native calls, by rank count
@@ -42,3 +49,36 @@ def test_check_takes_true_false_or_always(monkeypatch, check):
         assert comm.allreduce(np.arange(3.0), check=mode).tolist() == [0.0, 1.0, 2.0]
     with pytest.raises(CommArgumentError, match="check must be True, False or 'always'"):
         comm.allreduce(np.arange(3.0), check=check)
+
+
+@pytest.fixture
+def fresh_crossovers():
+    host.native_crossover.cache_clear()
+    yield
+    host.native_crossover.cache_clear()
+
+
+def test_native_crossover_from_the_environment(monkeypatch, fresh_crossovers):
+    monkeypatch.setenv("HETFLOW_COMM_NATIVE_BYTES", "12345")
+    assert host.native_crossover("allreduce", 4) == host.native_crossover("reduce", 2) == 12345
+    host.native_crossover.cache_clear()
+    monkeypatch.setenv("HETFLOW_COMM_NATIVE_BYTES", "1 MiB")
+    with pytest.raises(CommArgumentError, match="HETFLOW_COMM_NATIVE_BYTES"):
+        host.native_crossover("allreduce", 2)
+    host.native_crossover.cache_clear()
+    monkeypatch.delenv("HETFLOW_COMM_NATIVE_BYTES")
+    assert host.native_crossover("allreduce", 2) == host.NATIVE_BYTES["allreduce"][2]
+    assert host.native_crossover("reduce", 5) == host.NATIVE_BYTES["reduce"][3]
+
+
+@pytest.mark.mpi
+def test_bench_prints_paths_and_the_summary():
+    bench = Path(__file__).resolve().parent.parent / "bench" / "allreduce.py"
+    env = dict(os.environ, PYTHONPATH=str(Path(host.__file__).resolve().parents[2]))
+    cmd = mpiexec() + ["-n", "2", sys.executable, str(bench), "--quick", "--max-bytes",
+                       "4096"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " native " in proc.stdout, proc.stdout
+    for what in ("allreduce", "reduce"):
+        assert f"summary {what}: median speed" in proc.stdout, proc.stdout

@@ -25,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
+import os
 import sys
 
 import numpy as np
@@ -162,7 +163,15 @@ def choose_path(comm, name, x, reduce_op) -> str:
 
 @functools.lru_cache(maxsize=64)  # on every call's critical path: latency counts
 def native_crossover(name, size) -> int:
-    """The measured crossover of ``name`` at ``size`` ranks (:data:`NATIVE_BYTES`)."""
+    """The crossover of ``name`` at ``size`` ranks: HETFLOW_COMM_NATIVE_BYTES when set
+    (one size for both collectives, read once; to try crossovers on a new machine),
+    else the measured one (:data:`NATIVE_BYTES`)."""
+    value = os.environ.get("HETFLOW_COMM_NATIVE_BYTES")
+    if value is not None:
+        if not value.isdigit():
+            raise CommArgumentError("HETFLOW_COMM_NATIVE_BYTES must be a number of bytes, "
+                                    f"not {value!r}")
+        return int(value)
     classes = NATIVE_BYTES[name]
     return classes[max(c for c in classes if c <= max(size, 2))]
 

@@ -18,26 +18,27 @@ from hetflow import collectives
 from hetflow.collectives import host
 from hetflow.errors import CommArgumentError
 
-# calls, argument checks, prepared native calls, by rank count
-COUNTS = {1: (432, 0, 0), 2: (648, 315, 372), 3: (864, 417, 496), 4: (1080, 519, 620),
-          5: (1296, 621, 744)}
+# calls, argument checks, repetitions served by NativeCall and by TreeReduce, by ranks
+COUNTS = {1: (432, 0, 0, 0), 2: (648, 315, 204, 168), 3: (864, 417, 244, 252),
+          4: (1080, 519, 284, 336), 5: (1296, 621, 324, 420)}
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4, 5])
 def test_repetitions_are_checked_once_and_match_numpy(ranks):
     output = run_mpi(ranks, "repeat_check.py")
-    calls, checks, prepared = COUNTS[ranks]
-    assert (f"repeat ok: {calls} calls, {checks} checks, {prepared} prepared on {ranks} "
-            "ranks") in output, output
+    calls, checks, natives, trees = COUNTS[ranks]
+    assert (f"repeat ok: {calls} calls, {checks} checks, {natives} native and {trees} tree "
+            f"repetitions on {ranks} ranks") in output, output
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("name", ["allreduce", "reduce"])
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_an_absent_peer_of_a_prepared_call_times_out(ranks):
-    output = run_mpi(ranks, "repeat_check.py", "absent")
+def test_an_absent_peer_of_a_prepared_call_times_out(name, ranks):
+    output = run_mpi(ranks, "repeat_check.py", "absent", name)
     for rank in range(ranks):
-        assert f"rank {rank}: absent ok" in output, output
+        assert f"rank {rank}: absent {name} ok" in output, output
 
 
 @pytest.mark.parametrize("check", [None, "yes", 2])

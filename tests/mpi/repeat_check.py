@@ -2,7 +2,7 @@
 
 A call whose arguments all ranks agreed on is checked once: its repetitions skip the
 argument check, and native ones run through the prepared call
-(hetflow.collectives.native.NativeCall). Checked here, each against NumPy's reduction
+(hetflow.collectives.native.NativeCall, TreeReduce). Checked here, each against NumPy's reduction
 of all ranks' inputs (gathered with MPI's Allgather):
 
 * every built-in op on float64 and int64, sizes 0, 1, 7 and one element below, at and
@@ -19,13 +19,16 @@ of all ranks' inputs (gathered with MPI's Allgather):
 * ranks that agreed on two signatures, then disagree (one rank calls the other
   signature) with check='always': CommMismatchError on every rank.
 
-Rank 0 prints "repeat ok: N calls, C checks, P prepared" at the end.
+Rank 0 prints "repeat ok: N calls, C checks, P native and T tree repetitions" at the
+end: repetitions of reduces up to native.TREE_BYTES take the tree path (TreeReduce),
+the others the native one.
 
-``repeat_check.py absent`` instead: the last rank never makes the third call of a
-prepared allreduce; the others must raise
+``repeat_check.py absent allreduce|reduce`` instead: the last rank never makes the
+third call of a prepared allreduce (reduce to rank 0); the others must raise
 CommTimeoutError after the 2 s timeout, naming the unchecked repetition, and the
-communicator must refuse further use. Each rank prints "rank R: absent ok".
+communicator must refuse further use. Each rank prints "rank R: absent NAME ok".
 """
+import collections
 import functools
 import sys
 
@@ -33,7 +36,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hetflow import collectives
-from hetflow.collectives import agreement, host
+from hetflow.collectives import agreement, host, native
 from hetflow.errors import CommError, CommMismatchError, CommTimeoutError, ShapeError
 
 UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
@@ -45,7 +48,7 @@ comm = collectives.world(timeout=30)
 rank, size = comm.rank, comm.size
 checks = 0
 calls = 0
-prepared = 0
+prepared = collections.Counter()  # repetitions served by prepared calls, by path
 _agree = agreement.agree
 
 
@@ -96,7 +99,6 @@ def call(c, name, x, op, root, **kwargs):
 
 def repeated(name, n, dtype, op, root):
     """Three calls of one signature: checked once, then prepared (native path)."""
-    global prepared
     for seed in range(3):
         x = data(n, dtype, op, seed)
         want = oracle(x, op)
@@ -112,11 +114,13 @@ def repeated(name, n, dtype, op, root):
         else:
             assert got is None, what
         key = host.prepared_key(op, x, 2, None if name == "allreduce" else root)
-        if comm.last_path == "native":
-            assert key in comm._prepared, what
-            prepared += seed > 0
-        else:
+        if size == 1 or x.nbytes > host.native_crossover(name, size):
             assert key not in comm._prepared, what
+            continue
+        tree = name == "reduce" and x.nbytes <= native.TREE_BYTES
+        assert key in comm._prepared, what
+        assert comm.last_path == ("tree" if tree and seed else "native"), what
+        prepared[comm.last_path] += seed > 0
 
 
 def declined():
@@ -202,27 +206,28 @@ def disagree_after_agreeing():
     comm.allreduce(a)  # nothing left in flight: still usable
 
 
-def absent():
-    """The last rank leaves out a repetition: the others time out, and say why."""
+def absent(name):
+    """The last rank leaves out a repetition: the others time out, and say why (a
+    reduce's rank whose subtree lacks the last rank may return: it only sends)."""
     c = collectives.world(timeout=2)
     x = np.ones(10)
-    c.allreduce(x)
-    c.allreduce(x)
+    call(c, name, x, "sum", 0)
+    call(c, name, x, "sum", 0)
     if rank != size - 1:
         try:
-            c.allreduce(x)
+            call(c, name, x, "sum", 0)
         except CommTimeoutError as exc:
             assert "no answer within 2 s" in str(exc) and "check='always'" in str(exc), exc
+            try:
+                call(c, name, x, "sum", 0)
+            except CommError as exc:
+                assert "unusable" in str(exc), exc
+            else:
+                raise AssertionError("a communicator that timed out was used")
         else:
-            raise AssertionError("a repetition nobody answered returned")
-        try:
-            c.allreduce(x)
-        except CommError as exc:
-            assert "unusable" in str(exc), exc
-        else:
-            raise AssertionError("a communicator that timed out was used")
+            assert name == "reduce" and rank != 0, "a repetition nobody answered returned"
     MPI.COMM_WORLD.Barrier()  # the last rank makes no other call meanwhile
-    print(f"rank {rank}: absent ok", flush=True)
+    print(f"rank {rank}: absent {name} ok", flush=True)
 
 
 def main():
@@ -243,13 +248,14 @@ def main():
     if size > 1:
         disagree_after_agreeing()
     if rank == 0:
-        print(f"repeat ok: {calls} calls, {checks} checks, {prepared} prepared on "
+        print(f"repeat ok: {calls} calls, {checks} checks, {prepared['native']} native and "
+              f"{prepared['tree']} tree repetitions on "
               f"{size} ranks", flush=True)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["absent"]:
-        absent()
+    if sys.argv[1:2] == ["absent"]:
+        absent(sys.argv[2])
     else:
         main()
     sys.exit(0)

@@ -95,7 +95,7 @@ def _collective(comm, name, x, op, root, out, segments, check, to_all):
                            if not check else "")) from exc
     if check is True and comm.last_path == NATIVE:  # agreed on: prepare its repetitions
         comm._prepare(prepared_key(op, x, segments, None if to_all else root),
-                      lambda: native.NativeCall(comm, name, x, reduce_op, root, to_all))
+                      lambda: native.prepare(comm, name, x, reduce_op, root, to_all))
     return result
 
 

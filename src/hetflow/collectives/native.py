@@ -44,7 +44,11 @@ MAX_PREPARED = 256
 _UNCHECKED = ("; its arguments had been agreed on in an earlier call and were not "
               "checked again: check='always' checks every call")
 
-NATIVE = "native"
+NATIVE, TREE = "native", "tree"
+TREE_TAG = 1001  # apart from the schedule's tags (< 5 * 64) and agreement's (1000)
+
+# Repeated reduces up to this size take TreeReduce rather than MPI_Ireduce.
+TREE_BYTES = 16 << 10
 MISS = object()  # NativeCall.run's answer when the call needs the general path
 
 log = logging.getLogger("hetflow.collectives")
@@ -93,6 +97,12 @@ def finish(comm, name, request):
             return
 
 
+def prepare(comm, name, x, reduce_op, root, to_all):
+    """The prepared call that repeats an agreed native collective."""
+    kind = TreeReduce if not to_all and x.nbytes <= TREE_BYTES else NativeCall
+    return kind(comm, name, x, reduce_op, root, to_all)
+
+
 class NativeCall:
     """One native collective whose arguments every rank agreed on, ready to repeat.
 
@@ -105,6 +115,7 @@ class NativeCall:
 
     __slots__ = ("comm", "name", "post", "op", "in_place", "root", "to_all",
                  "is_root", "shape", "dtype", "what")
+    path = NATIVE
 
     def __init__(self, comm, name, x, reduce_op, root, to_all):
         link = comm.link
@@ -116,7 +127,7 @@ class NativeCall:
         self.is_root = to_all or comm.rank == root
         self.shape, self.dtype = x.shape, x.dtype
         self.what = (f"{name} of {x.nbytes} bytes ({x.dtype}, op {reduce_op.name}) "
-                     f"on rank {comm.rank} of {comm.size}: native path")
+                     f"on rank {comm.rank} of {comm.size}: {self.path} path")
 
     def run(self, x, out):
         comm = self.comm
@@ -135,24 +146,70 @@ class NativeCall:
             result = out
         else:
             return MISS
-        comm.last_path = NATIVE
+        comm.last_path = self.path
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s", self.what)
         try:
-            if self.to_all:
-                request = self.post(send, result, self.op)
-            else:
-                request = self.post(send, result, self.op, self.root)
-            spins = _SPINS
-            while not request.Test():
-                spins -= 1
-                if not spins:
-                    comm._transport(self.name).wait(
-                        [request], f"native MPI_I{self.name}{_UNCHECKED}")
-                    break
+            return self.call(send, result)
         except comm.link.MPI.Exception as exc:
             raise CommError(f"{self.name} on rank {comm.rank}: MPI failed ({exc})"
                             f"{_UNCHECKED}") from exc
+
+    def call(self, send, result):
+        if self.to_all:
+            self.wait(self.post(send, result, self.op))
+        else:
+            self.wait(self.post(send, result, self.op, self.root))
+        return result
+
+    def wait(self, request):
+        spins = _SPINS
+        while not request.Test():
+            spins -= 1
+            if not spins:
+                self.comm._transport(self.name).wait(
+                    [request], f"{self.path} {self.name}{_UNCHECKED}")
+                return
+
+
+class TreeReduce(NativeCall):
+    """A small reduce whose arguments every rank agreed on, as a binomial tree of
+    point-to-point messages (MPICH's own algorithm for short reduces): each rank
+    receives from its children, in turn, combining with NumPy, and sends to its parent.
+
+    MPICH's ``MPI_Ireduce`` builds a schedule per call and costs more than its
+    blocking ``MPI_Reduce``, whose leaves return once they have sent; these messages
+    let a leaf do the same, and every wait keeps its deadline.
+    """
+
+    __slots__ = ("reduce_op", "parent", "children", "inbox", "partial", "send_to", "recv_from")
+    path = TREE
+
+    def __init__(self, comm, name, x, reduce_op, root, to_all):
+        super().__init__(comm, name, x, reduce_op, root, to_all)
+        self.reduce_op = reduce_op
+        v, size = (comm.rank - root) % comm.size, comm.size
+        self.parent, self.children, k = None, [], 1
+        while k < size:  # children v + 1, v + 2, v + 4 ... below v's lowest set bit
+            if v & k:
+                self.parent = (v - k + root) % size
+                break
+            if v + k < size:
+                self.children.append((v + k + root) % size)
+            k <<= 1
+        self.inbox = np.empty(x.shape, x.dtype)
+        self.partial = np.empty(x.shape, x.dtype) if self.parent is not None else None
+        self.send_to, self.recv_from = comm.link.comm.Isend, comm.link.comm.Irecv
+
+    def call(self, send, result):
+        mine = result if send is self.in_place else send
+        target = result if self.parent is None else self.partial
+        for child in self.children:
+            self.wait(self.recv_from(self.inbox, child, TREE_TAG))
+            self.reduce_op.combine(mine, self.inbox, target)
+            mine = target
+        if self.parent is not None:
+            self.wait(self.send_to(mine, self.parent, TREE_TAG))
         return result
 
 

@@ -20,8 +20,8 @@ of all ranks' inputs (gathered with MPI's Allgather):
   signature) with check='always': CommMismatchError on every rank.
 
 Rank 0 prints "repeat ok: N calls, C checks, P native and T tree repetitions" at the
-end: repetitions of reduces up to native.TREE_BYTES take the tree path (TreeReduce),
-the others the native one.
+end: repetitions of reduces up to native.TREE_BYTES (all of them at 2 ranks) take the
+tree path (TreeReduce), the others the native one.
 
 ``repeat_check.py absent allreduce|reduce`` instead: the last rank never makes the
 third call of a prepared allreduce (reduce to rank 0); the others must raise
@@ -117,7 +117,7 @@ def repeated(name, n, dtype, op, root):
         if size == 1 or x.nbytes > host.native_crossover(name, size):
             assert key not in comm._prepared, what
             continue
-        tree = name == "reduce" and x.nbytes <= native.TREE_BYTES
+        tree = name == "reduce" and (x.nbytes <= native.TREE_BYTES or size == 2)
         assert key in comm._prepared, what
         assert comm.last_path == ("tree" if tree and seed else "native"), what
         prepared[comm.last_path] += seed > 0

@@ -47,7 +47,12 @@ _UNCHECKED = ("; its arguments had been agreed on in an earlier call and were no
 NATIVE, TREE = "native", "tree"
 TREE_TAG = 1001  # apart from the schedule's tags (< 5 * 64) and agreement's (1000)
 
-# Repeated reduces up to this size take TreeReduce rather than MPI_Ireduce.
+# Repeated reduces up to this size take TreeReduce rather than MPI_Ireduce; at 2 ranks
+# all of them do (a tree of 2 is one message, the least any reduce can move). Dev box,
+# 2 ranks, against MPI_Reduce: the tree 0.75-1.0x up to 2 KiB, 1.3-4x from 4 to 512
+# KiB (MPICH's reduce faults a fresh temporary buffer per call); MPI_Ireduce 0.6-0.9x
+# throughout. 3 or more ranks: MPICH's own choice for short reduces, up to 2 KiB; the
+# bound is a guess until measured there (docs/collectives.md).
 TREE_BYTES = 16 << 10
 MISS = object()  # NativeCall.run's answer when the call needs the general path
 
@@ -99,7 +104,8 @@ def finish(comm, name, request):
 
 def prepare(comm, name, x, reduce_op, root, to_all):
     """The prepared call that repeats an agreed native collective."""
-    kind = TreeReduce if not to_all and x.nbytes <= TREE_BYTES else NativeCall
+    tree = not to_all and (x.nbytes <= TREE_BYTES or comm.size == 2)
+    kind = TreeReduce if tree else NativeCall
     return kind(comm, name, x, reduce_op, root, to_all)
 
 
@@ -182,12 +188,12 @@ class TreeReduce(NativeCall):
     let a leaf do the same, and every wait keeps its deadline.
     """
 
-    __slots__ = ("reduce_op", "parent", "children", "inbox", "partial", "send_to", "recv_from")
+    __slots__ = ("ufunc", "parent", "children", "inbox", "partial", "send_to", "recv_from")
     path = TREE
 
     def __init__(self, comm, name, x, reduce_op, root, to_all):
         super().__init__(comm, name, x, reduce_op, root, to_all)
-        self.reduce_op = reduce_op
+        self.ufunc = getattr(np, reduce_op.ufunc_name)  # MPI's dtypes: never structured
         v, size = (comm.rank - root) % comm.size, comm.size
         self.parent, self.children, k = None, [], 1
         while k < size:  # children v + 1, v + 2, v + 4 ... below v's lowest set bit
@@ -206,7 +212,7 @@ class TreeReduce(NativeCall):
         target = result if self.parent is None else self.partial
         for child in self.children:
             self.wait(self.recv_from(self.inbox, child, TREE_TAG))
-            self.reduce_op.combine(mine, self.inbox, target)
+            self.ufunc(mine, self.inbox, out=target)
             mine = target
         if self.parent is not None:
             self.wait(self.send_to(mine, self.parent, TREE_TAG))

@@ -7,6 +7,9 @@ tiny call whatever path the data then takes, so ranks that chose different paths
 still meet in it. The two differ exactly when some ranks disagree, and then every rank
 raises CommMismatchError, after gathering the headers to say who disagrees on what.
 
+``ensure_agreed`` runs ``agree`` on the first call of each header per communicator
+and remembers the headers all ranks passed: their repetitions are not checked again.
+
 ``small_allreduce`` is the small-message path of the ops and dtypes MPI cannot reduce
 natively: recursive doubling over the ranks (folding the ranks beyond a power of two,
 as the reduction does) whose messages carry [max, min] digest and data together, so

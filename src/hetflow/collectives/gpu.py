@@ -45,7 +45,8 @@ def collective(comm, name, x, reduce_op, root, out, segments, check, to_all):
                                     0 if to_all else root,
                                     (segments, comm.min_segment_bytes), "cuda",
                                     "small" if small else "pipelined")
-            agreement.agree(comm, comm._transport(name), head)
+            agreement.ensure_agreed(comm, comm._transport(name), head,
+                                    always=check == host.ALWAYS)
         return _on_device(comm, name, cp, x, reduce_op, root, out, segments, to_all,
                           small, is_root)
 

@@ -1,15 +1,19 @@
 """Global ``reduce`` and ``allreduce`` across processes (SPEC §5), on host buffers.
 
-Each call takes one of three paths, chosen from the size, the rank count, the op and
+Each call takes one of these paths, chosen from the size, the rank count, the op and
 the dtype (:func:`choose_path`; the choice is ``comm.last_path`` and a debug log line):
 
-* ``native``: MPI's own ``MPI_Allreduce``/``MPI_Reduce``, for built-in ops on
+* ``native``: MPI's own ``MPI_Iallreduce``/``MPI_Ireduce``, for built-in ops on
   dtypes MPI reduces itself, up to the crossover :data:`NATIVE_BYTES` measured by
   ``hetflow bench allreduce`` (below it MPI's C code beats any Python schedule);
+  repetitions of an agreed call run prepared (:mod:`hetflow.collectives.native`), a
+  reduce's as a ``tree`` of point-to-point messages;
 * ``small``: recursive doubling on whole vectors fused with the argument check
   (:mod:`hetflow.collectives.agreement`), for small messages of user ops and other dtypes;
 * ``pipelined``: SPEC §5's pipelined halving, everything else.
 
+The argument check runs on the first call of each signature per communicator
+(:func:`agreement.ensure_agreed`), on every call with ``check='always'``.
 The schedule comes from :mod:`hetflow.collectives.schedule`; this module runs it over MPI.
 In a step of the distribution phase the sent half is cut into ``segments`` pieces:
 segment j goes to the partner while the partner's segment j arrives (Isend/Irecv),

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 from mpi4py import MPI
+from oracle import gather
 
 from hetflow import collectives
 from hetflow.errors import CommMismatchError
@@ -53,14 +54,6 @@ def data(n, dtype, seed, op="sum"):
         return (rng.uniform(0.5, 1.5, n) if op == "prod" else rng.normal(0, 10, n)
                 ).astype(dtype)
     return rng.integers(-2 ** 20, 2 ** 20, n).astype(dtype)
-
-
-def gather(x):
-    """Every rank's x (MPI's Allgather of the raw bytes), as a list in rank order."""
-    send = np.ascontiguousarray(x).reshape(-1)
-    everyone = np.empty((size, send.size), send.dtype)
-    world.Allgather([send.view(np.uint8), MPI.BYTE], [everyone.view(np.uint8), MPI.BYTE])
-    return list(everyone)
 
 
 def numpy_oracle(x, op):

@@ -8,19 +8,16 @@ dtype call for (``comm.last_path``), and the debug log line naming it.
 Rank 0 prints "paths ok: ..." with the count of calls per path.
 """
 import collections
-import functools
 import logging
 import sys
 
 import numpy as np
-from mpi4py import MPI
+
+from oracle import UFUNCS, oracle
 
 from hetflow import collectives
 from hetflow.collectives import host
 
-UFUNCS = {"sum": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum,
-          "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
-          "land": np.logical_and, "lor": np.logical_or, "lxor": np.logical_xor}
 STRUCT = np.dtype([("x", np.float64), ("n", np.int32)])
 
 comm = collectives.world(timeout=60)
@@ -39,25 +36,6 @@ class PathLog(logging.Handler):
 
 logging.getLogger("hetflow.collectives").addHandler(PathLog())
 logging.getLogger("hetflow.collectives").setLevel(logging.DEBUG)
-
-
-def gather(x):
-    send = np.ascontiguousarray(x).reshape(-1)
-    everyone = np.empty((size, send.size), send.dtype)
-    MPI.COMM_WORLD.Allgather([send.view(np.uint8), MPI.BYTE],
-                             [everyone.view(np.uint8), MPI.BYTE])
-    return list(everyone)
-
-
-def oracle(x, ufunc):
-    everyone = gather(x)
-    if x.dtype.names:
-        result = np.empty_like(everyone[0])
-        for name in x.dtype.names:
-            result[name] = functools.reduce(ufunc, [a[name] for a in everyone])
-        return result.reshape(x.shape)
-    return functools.reduce(lambda a, b: ufunc(a, b).astype(a.dtype), everyone
-                            ).reshape(x.shape)
 
 
 def expected_path(name, nbytes, native_op):

@@ -192,18 +192,14 @@ class MPICommunicator(Communicator):
         if check is True and type(x) is np.ndarray:
             call = self._prepared.get((op, x.dtype, x.shape, segments, None))
             if call is not None:
-                result = call.run(x, out)
-                if result is not native.MISS:
-                    return result
+                return call.run(x, out)
         return host.allreduce(self, x, op, out, segments, check)
 
     def reduce(self, x, op="sum", root=0, out=None, segments=2, check=True):
         if check is True and type(x) is np.ndarray:
             call = self._prepared.get((op, x.dtype, x.shape, segments, root))
             if call is not None:
-                result = call.run(x, out)
-                if result is not native.MISS:
-                    return result
+                return call.run(x, out)
         return host.reduce(self, x, op, root, out, segments, check)
 
     allreduce.__doc__, reduce.__doc__ = Communicator.allreduce.__doc__, Communicator.reduce.__doc__

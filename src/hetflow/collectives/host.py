@@ -101,8 +101,15 @@ def _collective(comm, name, x, op, root, out, segments, check, to_all):
                            if not check else "")) from exc
     if check is True and comm.last_path == NATIVE:  # agreed on: prepare its repetitions
         comm._prepare(prepared_key(op, x, segments, None if to_all else root),
-                      lambda: native.prepare(comm, name, x, reduce_op, root, to_all))
+                      lambda: native.prepare(comm, name, x, reduce_op, root, to_all,
+                                             functools.partial(_general, comm, name, op,
+                                                               root, segments, to_all)))
     return result
+
+
+def _general(comm, name, op, root, segments, to_all, x, out):
+    """A checked call on the general path: what a prepared call hands back."""
+    return _collective(comm, name, x, op, root, out, segments, True, to_all)
 
 
 def prepared_key(op, x, segments, root):

@@ -54,7 +54,6 @@ TREE_TAG = 1001  # apart from the schedule's tags (< 5 * 64) and agreement's (10
 # throughout. 3 or more ranks: MPICH's own choice for short reduces, up to 2 KiB; the
 # bound is a guess until measured there (docs/collectives.md).
 TREE_BYTES = 16 << 10
-MISS = object()  # NativeCall.run's answer when the call needs the general path
 
 log = logging.getLogger("hetflow.collectives")
 
@@ -102,11 +101,12 @@ def finish(comm, name, request):
             return
 
 
-def prepare(comm, name, x, reduce_op, root, to_all):
-    """The prepared call that repeats an agreed native collective."""
+def prepare(comm, name, x, reduce_op, root, to_all, general):
+    """The prepared call that repeats an agreed native collective; ``general(x, out)``
+    makes the call on the general path."""
     tree = not to_all and (x.nbytes <= TREE_BYTES or comm.size == 2)
     kind = TreeReduce if tree else NativeCall
-    return kind(comm, name, x, reduce_op, root, to_all)
+    return kind(comm, name, x, reduce_op, root, to_all, general)
 
 
 class NativeCall:
@@ -114,18 +114,18 @@ class NativeCall:
 
     ``run(x, out)`` makes the call for a C-contiguous ``x`` of the prepared shape and
     dtype, and ``out`` None, ``x`` itself or a separate writable C-contiguous array of
-    the same shape and dtype; anything else answers :data:`MISS` (the general path
-    takes it, as it takes every call on a communicator left unusable). Written flat:
+    the same shape and dtype; anything else goes to ``general(x, out)``, the general
+    path, as does every call on a communicator left unusable. Written flat:
     each Python call or attribute saved is ~2% of an 8-byte allreduce.
     """
 
     __slots__ = ("comm", "name", "post", "op", "in_place", "root", "to_all",
-                 "is_root", "shape", "dtype", "what")
+                 "is_root", "shape", "dtype", "what", "general")
     path = NATIVE
 
-    def __init__(self, comm, name, x, reduce_op, root, to_all):
+    def __init__(self, comm, name, x, reduce_op, root, to_all, general):
         link = comm.link
-        self.comm, self.name = comm, name
+        self.comm, self.name, self.general = comm, name, general
         self.post = link.comm.Iallreduce if to_all else link.comm.Ireduce
         self.op = getattr(link.MPI, mpi_op_name(reduce_op, x.dtype))
         self.in_place = link.MPI.IN_PLACE
@@ -138,7 +138,7 @@ class NativeCall:
     def run(self, x, out):
         comm = self.comm
         if comm.link.broken or not x.flags.c_contiguous:
-            return MISS
+            return self.general(x, out)
         send = x
         if not self.is_root:
             result = None  # out is significant at the root only, as in MPI
@@ -151,7 +151,7 @@ class NativeCall:
                 and not may_overlap(x, out):
             result = out
         else:
-            return MISS
+            return self.general(x, out)
         comm.last_path = self.path
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s", self.what)
@@ -191,8 +191,8 @@ class TreeReduce(NativeCall):
     __slots__ = ("ufunc", "parent", "children", "inbox", "partial", "send_to", "recv_from")
     path = TREE
 
-    def __init__(self, comm, name, x, reduce_op, root, to_all):
-        super().__init__(comm, name, x, reduce_op, root, to_all)
+    def __init__(self, comm, name, x, reduce_op, root, to_all, general):
+        super().__init__(comm, name, x, reduce_op, root, to_all, general)
         self.ufunc = getattr(np, reduce_op.ufunc_name)  # MPI's dtypes: never structured
         v, size = (comm.rank - root) % comm.size, comm.size
         self.parent, self.children, k = None, [], 1

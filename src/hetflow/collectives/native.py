@@ -56,6 +56,7 @@ TREE_TAG = 1001  # apart from the schedule's tags (< 5 * 64) and agreement's (10
 TREE_BYTES = 16 << 10
 
 log = logging.getLogger("hetflow.collectives")
+_DEBUG = logging.DEBUG
 
 
 @functools.lru_cache(maxsize=256)
@@ -147,13 +148,14 @@ class NativeCall:
         elif out is x:
             result, send = out, self.in_place
         elif type(out) is np.ndarray and out.shape == self.shape \
-                and out.dtype == self.dtype and _writable_contiguous(out) \
-                and not may_overlap(x, out):
-            result = out
+                and out.dtype == self.dtype and (flags := out.flags).c_contiguous \
+                and flags.writeable and (x.base is None and out.base is None
+                                         or not np.may_share_memory(x, out)):
+            result = out  # may_overlap's test, inline
         else:
             return self.general(x, out)
         comm.last_path = self.path
-        if log.isEnabledFor(logging.DEBUG):
+        if log.isEnabledFor(_DEBUG):
             log.debug("%s", self.what)
         try:
             return self.call(send, result)
@@ -163,9 +165,15 @@ class NativeCall:
 
     def call(self, send, result):
         if self.to_all:
-            self.wait(self.post(send, result, self.op))
+            request = self.post(send, result, self.op)
         else:
-            self.wait(self.post(send, result, self.op, self.root))
+            request = self.post(send, result, self.op, self.root)
+        spins = _SPINS  # self.wait, inline
+        while not request.Test():
+            spins -= 1
+            if not spins:
+                self.wait(request)
+                break
         return result
 
     def wait(self, request):
@@ -217,11 +225,6 @@ class TreeReduce(NativeCall):
         if self.parent is not None:
             self.wait(self.send_to(mine, self.parent, TREE_TAG))
         return result
-
-
-def _writable_contiguous(arr) -> bool:
-    flags = arr.flags
-    return flags.c_contiguous and flags.writeable
 
 
 def may_overlap(a, b):

@@ -14,6 +14,7 @@ of all ranks' inputs (gathered with MPI's Allgather):
 * how many argument checks ran (agreement.agree is counted): one per signature with
   check=True, one per call with check='always', none with check=False;
 * a threshold changed after a call was prepared: the new path is taken;
+* prepared calls past MAX_PREPARED_BYTES of buffers are dropped;
 * the pipelined path with its reductions in a helper thread (reduce_thread), small
   segments, every root;
 * ranks that agreed on two signatures, then disagree (one rank calls the other
@@ -152,6 +153,26 @@ def threshold_change():
     assert c.last_path == ("small" if size > 1 else "local"), c.last_path
 
 
+def prepared_bytes_bounded():
+    """Prepared calls whose buffers would pass MAX_PREPARED_BYTES are dropped first."""
+    c = collectives.world(timeout=30)
+    bound, native.MAX_PREPARED_BYTES = native.MAX_PREPARED_BYTES, 20_000
+    try:
+        for n in (1000, 1001, 1002):
+            x = data(n, np.float64, "sum", 13)
+            want = oracle(x, np.add)
+            for _ in range(2):
+                got = c.reduce(x, root=0)
+                if rank == 0:
+                    verify(got, want, f"reduce n={n} under a byte bound")
+        held = sum(call.nbytes for call in c._prepared.values())
+        assert held == c._prepared_bytes <= 20_000, (held, c._prepared_bytes)
+        if rank == 0 and size > 1:  # the root keeps an inbox per call: one was dropped
+            assert len(c._prepared) <= 2, len(c._prepared)
+    finally:
+        native.MAX_PREPARED_BYTES = bound
+
+
 def reduce_thread():
     """The pipelined path, reducing in a helper thread, against NumPy."""
     c = collectives.world(timeout=30)
@@ -227,6 +248,7 @@ def main():
     declined()
     check_modes()
     threshold_change()
+    prepared_bytes_bounded()
     reduce_thread()
     if size > 1:
         disagree_after_agreeing()

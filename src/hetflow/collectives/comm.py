@@ -75,7 +75,7 @@ class _Threshold:
 
     def __set__(self, comm, value):
         comm.__dict__[self.slot] = value
-        comm._prepared.clear()
+        comm._drop_prepared()
 
 
 class Communicator(abc.ABC):
@@ -108,6 +108,7 @@ class Communicator(abc.ABC):
         self.timeout = timeout
         self._agreed = set()  # argument heads all ranks agreed on (agreement.ensure_agreed)
         self._prepared = {}  # native calls ready to repeat, by host.prepared_key
+        self._prepared_bytes = 0  # the buffers they keep
 
     def allreduce(self, x, op="sum", out=None, segments=2, check=True):
         """Reduce ``x`` element-wise over all processes; every process gets the result.
@@ -136,14 +137,21 @@ class Communicator(abc.ABC):
     def _prepare(self, key, make):
         """Keep the native call ``make()`` for repetitions of ``key``."""
         if key not in self._prepared:
-            if len(self._prepared) >= native.MAX_PREPARED:
-                self._prepared.clear()
-            self._prepared[key] = make()
+            call = make()
+            if len(self._prepared) >= native.MAX_PREPARED \
+                    or self._prepared_bytes + call.nbytes > native.MAX_PREPARED_BYTES:
+                self._drop_prepared()
+            self._prepared[key] = call
+            self._prepared_bytes += call.nbytes
+
+    def _drop_prepared(self):
+        self._prepared.clear()
+        self._prepared_bytes = 0
 
     def _forget(self):
         """Forget every agreed head and the prepared calls resting on them."""
         self._agreed.clear()
-        self._prepared.clear()
+        self._drop_prepared()
 
     @abc.abstractmethod
     def bcast(self, obj, root=0):

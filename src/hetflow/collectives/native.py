@@ -37,8 +37,10 @@ _MPI_CHARS = frozenset("?bBhHiIlLqQfdFD")  # C types with a predefined MPI datat
 # 80 us instead of 10 on the loaded 2-core dev box).
 _SPINS = 16
 
-# Prepared calls kept per communicator: a program calls few distinct small collectives.
+# Prepared calls kept per communicator (a program calls few distinct small
+# collectives), and the most their buffers may hold: past either, all are dropped.
 MAX_PREPARED = 256
+MAX_PREPARED_BYTES = 64 << 20
 
 # Where a call skipped the check: the words its errors end with.
 _UNCHECKED = ("; its arguments had been agreed on in an earlier call and were not "
@@ -123,6 +125,7 @@ class NativeCall:
     __slots__ = ("comm", "name", "post", "op", "in_place", "root", "to_all",
                  "is_root", "shape", "dtype", "what", "general")
     path = NATIVE
+    nbytes = 0  # the buffers it keeps
 
     def __init__(self, comm, name, x, reduce_op, root, to_all, general):
         link = comm.link
@@ -196,7 +199,8 @@ class TreeReduce(NativeCall):
     let a leaf do the same, and every wait keeps its deadline.
     """
 
-    __slots__ = ("ufunc", "parent", "children", "inbox", "partial", "send_to", "recv_from")
+    __slots__ = ("ufunc", "parent", "children", "inbox", "partial", "send_to", "recv_from",
+                 "nbytes")
     path = TREE
 
     def __init__(self, comm, name, x, reduce_op, root, to_all, general):
@@ -211,8 +215,10 @@ class TreeReduce(NativeCall):
             if v + k < size:
                 self.children.append((v + k + root) % size)
             k <<= 1
-        self.inbox = np.empty(x.shape, x.dtype)
-        self.partial = np.empty(x.shape, x.dtype) if self.parent is not None else None
+        inner = self.children and self.parent is not None  # combines, then sends on
+        self.inbox = np.empty(x.shape, x.dtype) if self.children else None
+        self.partial = np.empty(x.shape, x.dtype) if inner else None
+        self.nbytes = x.nbytes * (bool(self.children) + bool(inner))
         self.send_to, self.recv_from = comm.link.comm.Isend, comm.link.comm.Irecv
 
     def call(self, send, result):

@@ -11,7 +11,7 @@ import pytest
 
 import hetflow
 from hetflow import interior
-from hetflow.errors import IndexOutOfBoundsError, KernelError
+from hetflow.errors import HetflowError, IndexOutOfBoundsError
 
 
 @hetflow.kernel(boundscheck=True)
@@ -66,7 +66,7 @@ def test_read_past_the_end_names_kernel_array_and_index():
     err = _error(10, shift_read, x, out)
     assert (err.kernel, err.array, err.axis, err.index) == ("shift_read", "x", 0, 10)
     assert "kernel 'shift_read'" in str(err) and "'x'" in str(err) and "index 10" in str(err)
-    assert isinstance(err, KernelError) and isinstance(err, IndexError)
+    assert isinstance(err, HetflowError) and isinstance(err, IndexError)
     hetflow.forall(9, shift_read, x, out)  # in bounds: the NumPy result
     np.testing.assert_array_equal(out[:9], x[1:])
 

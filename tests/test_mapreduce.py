@@ -4,7 +4,7 @@ import pytest
 
 import hetflow
 from hetflow import cshift, interior
-from hetflow.errors import DTypeError, KernelArgumentError, KernelCompileError, ShapeError
+from hetflow.errors import ArgumentTypeError, KernelCompileError, ShapeError
 from hetflow.library import maxloc, minloc
 from hetflow.runtime import reductions
 from hetflow.runtime.reductions import Blocking, reduce
@@ -131,13 +131,13 @@ def test_array_form_still_works_with_op_positional_or_keyword():
 
 def test_errors_name_the_problem():
     x = RNG.random(4)
-    with pytest.raises(KernelArgumentError, match="takes 1 index parameter"):
+    with pytest.raises(ArgumentTypeError, match="takes 1 index parameter"):
         reduce(4, product, x)
-    with pytest.raises(DTypeError, match="returns none"):
+    with pytest.raises(ArgumentTypeError, match="returns none"):
         reduce(4, nothing, x)
-    with pytest.raises(DTypeError, match="structured"):
+    with pytest.raises(ArgumentTypeError, match="structured"):
         reduce(4, value_at, x, op="min")
-    with pytest.raises(KernelArgumentError, match="axis"):
+    with pytest.raises(ArgumentTypeError, match="axis"):
         reduce(4, digit, x, axis=0)
     with pytest.raises(KernelCompileError, match="product"):
         reduce(4, product, x, "text")

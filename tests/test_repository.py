@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.errors import NoExecutableError
+from hetflow.errors import KernelError
 from hetflow.platform.repository import CodeRepository, repository
 
 PROGRAM = textwrap.dedent("""
@@ -99,7 +99,7 @@ def negate(i, x, out):
 def test_no_source_and_no_executable_fails_clearly(tmp_path):
     repo = CodeRepository(tmp_path)
     bare = negate.without_source()
-    with pytest.raises(NoExecutableError, match=r"kernel 'negate' has no source and no executable compatible with cpu0"):
+    with pytest.raises(KernelError, match=r"kernel 'negate' has no source and no executable compatible with cpu0"):
         repo.executable(bare, hetflow.get_device("cpu0"), 1, {})
 
 

@@ -66,12 +66,12 @@ KERNELS = {k.name: k for k in (axpy, scale, add, sub, mul, div, fill, copy, dot_
 
 def get(name: str):
     """A library kernel by name."""
-    from .errors import NoExecutableError
+    from .errors import ArgumentError
 
     try:
         return KERNELS[name]
     except KeyError:
-        raise NoExecutableError(f"no library kernel {name!r}; the library has {sorted(KERNELS)}") from None
+        raise ArgumentError(f"no library kernel {name!r}; the library has {sorted(KERNELS)}") from None
 
 
 def dot(x, y, *, blocks: int = 256, device=None):

@@ -31,7 +31,7 @@ import numpy as np
 from hetflow.cluster import control, halo
 from hetflow.cluster.launch import session as _session
 from hetflow.collectives.ops import resolve_op
-from hetflow.errors import CommArgumentError, CommMismatchError, IndexTypeError, ShapeError
+from hetflow.errors import ArgumentError, ArgumentTypeError, CommError, ShapeError
 from hetflow.index import operators as _ops
 from hetflow.index.tiling import partition as _partition
 from hetflow.index.views import View, checked_dim, extent_of
@@ -425,7 +425,7 @@ def empty_like(a: DistArray, dtype=None, shape=None) -> DistArray:
     ``a`` on a rebalance). ``shape`` may differ from ``a``'s except along the
     distributed dimension."""
     if not isinstance(a, DistArray):
-        raise IndexTypeError(f"empty_like needs a DistArray, not {type(a).__name__}")
+        raise ArgumentTypeError(f"empty_like needs a DistArray, not {type(a).__name__}")
     shape = a.shape if shape is None else _shape(shape)
     if len(shape) <= a.dim or shape[a.dim] != a.shape[a.dim]:
         raise ShapeError(f"an array on {a.name}'s distribution needs extent {a.shape[a.dim]} "
@@ -489,7 +489,7 @@ def _shape(shape) -> tuple:
         shape = (operator.index(shape),) if not hasattr(shape, "__iter__") else \
             tuple(operator.index(s) for s in shape)
     except TypeError:
-        raise IndexTypeError(f"a shape must be an int or a tuple of ints; got {shape!r}") from None
+        raise ArgumentTypeError(f"a shape must be an int or a tuple of ints; got {shape!r}") from None
     if any(s < 0 for s in shape):
         raise ShapeError(f"a shape must hold non-negative ints; got {shape!r}")
     return shape
@@ -503,15 +503,15 @@ def _count(what, value) -> int:
 
 def _check_root(root, size) -> None:
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
-        raise CommArgumentError(f"root must be a rank in 0..{size - 1}, not {root!r}")
+        raise ArgumentError(f"root must be a rank in 0..{size - 1}, not {root!r}")
 
 
 def _agree(current, name, description) -> None:
-    """CommMismatchError on every rank unless all made the same array."""
+    """CommError on every rank unless all made the same array."""
     seen = current.channel.allgather(description)
     if any(d != seen[0] for d in seen):
         ranks = "; ".join(f"rank {r}: {d}" for r, d in enumerate(seen))
-        raise CommMismatchError(f"ranks made different distributed arrays as {name} "
+        raise CommError(f"ranks made different distributed arrays as {name} "
                                 f"(shape, dtype, dim, halo, blocks, place): {ranks}")
 
 
@@ -525,7 +525,7 @@ def _gpu(device):
     if getattr(record, "kind", None) == "cpu":
         return None
     if getattr(record, "kind", None) != "gpu":
-        raise IndexTypeError(f"device must be None, 'cpu', a GPU id or a GPU device; got {device!r}")
+        raise ArgumentTypeError(f"device must be None, 'cpu', a GPU id or a GPU device; got {device!r}")
     return record
 
 

@@ -28,7 +28,7 @@ import threading
 from hetflow.collectives.comm import MPICommunicator, SelfCommunicator, world
 from hetflow.cluster.control import Channel, LocalChannel, describe_step
 from hetflow.collectives.transport import Transport
-from hetflow.errors import CommArgumentError, RemoteError
+from hetflow.errors import ArgumentError, RemoteError
 
 
 class GuardedTransport(Transport):
@@ -111,7 +111,7 @@ def session(comm=None) -> Session:
     elif isinstance(comm, MPICommunicator):
         key = ("mpi", id(comm.link))
     else:
-        raise CommArgumentError(f"comm must be a hetflow communicator (hetflow.world()), "
+        raise ArgumentError(f"comm must be a hetflow communicator (hetflow.world()), "
                                 f"not {type(comm).__name__}")
     with _lock:
         found = _sessions.get(key)
@@ -167,7 +167,7 @@ def _threads_setting(text: str) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise CommArgumentError(f"HETFLOW_CPU_THREADS must be a whole number >= 1, not {text!r}")
+        raise ArgumentError(f"HETFLOW_CPU_THREADS must be a whole number >= 1, not {text!r}")
     return value
 
 

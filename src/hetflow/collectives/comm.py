@@ -32,7 +32,7 @@ import numpy as np
 
 from hetflow.collectives import host
 from hetflow.collectives.transport import Link, Transport
-from hetflow.errors import CommArgumentError, CommError
+from hetflow.errors import ArgumentError, CommError
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -71,7 +71,7 @@ class Communicator(abc.ABC):
     pipelined halving. ``min_segment_bytes``: no segment is cut smaller than this
     (default None: 1 MiB for host buffers, 32 MiB for GPU ones), so ``segments``
     applies to large messages only. All three must be the same on every rank (a
-    difference is reported as CommMismatchError). ``last_path``: the path of this
+    difference is reported as CommError). ``last_path``: the path of this
     process's last collective (``host.choose_path``). ``timeout``: seconds
     any one wait may last.
     """
@@ -94,7 +94,7 @@ class Communicator(abc.ABC):
         array of x's shape and dtype to hold the result (may be ``x`` itself).
         ``segments``: pieces each half is cut into, to overlap transfer and reduction.
         ``check``: first verify that all ranks agree on length, dtype, op, root and
-        segments (one tiny native MPI_Iallreduce; CommMismatchError on every rank
+        segments (one tiny native MPI_Iallreduce; CommError on every rank
         when they do not). Small messages of ops MPI cannot reduce natively are always
         checked: the check rides with their data. Below a measured size, built-in ops
         run MPI's own collective (``last_path`` says which path a call took).
@@ -316,6 +316,6 @@ def _resolve_timeout(timeout) -> float:
     except (TypeError, ValueError):
         value = float("nan")
     if not value > 0:
-        raise CommArgumentError(f"{source} must be a positive number of seconds, "
+        raise ArgumentError(f"{source} must be a positive number of seconds, "
                                 f"not {timeout!r}")
     return value

@@ -16,7 +16,7 @@ import os
 import time
 
 from hetflow.collectives import agreement, host, schedule
-from hetflow.errors import CommArgumentError, DeviceError, ShapeError
+from hetflow.errors import ArgumentError, DeviceError, ShapeError
 from hetflow.platform.cuda_compat import cupy_module
 
 
@@ -275,7 +275,7 @@ def _state(comm, cp, device_id):
     if link.device_state is None:
         link.device_state = DeviceState(comm, cp, _nccl(), device_id)
     elif link.device_state.device_id != device_id:
-        raise CommArgumentError(
+        raise ArgumentError(
             f"one GPU per process: this communicator's NCCL communicator is on device "
             f"{link.device_state.device_id}, the array on device {device_id}")
     return link.device_state

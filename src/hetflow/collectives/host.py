@@ -30,7 +30,7 @@ import numpy as np
 
 from hetflow.collectives import agreement, schedule
 from hetflow.collectives.ops import BuiltinOp, resolve_op
-from hetflow.errors import CommArgumentError, CommError, ShapeError
+from hetflow.errors import ArgumentError, CommError, ShapeError
 
 # Reduce a received segment in chunks of about this many bytes, polling MPI between
 # chunks: MPICH moves a large message only inside MPI calls (see docs/collectives.md).
@@ -358,7 +358,7 @@ def _check_segments(segments):
         return
     if isinstance(segments, bool) or not isinstance(segments, (int, np.integer)) \
             or segments < 1:
-        raise CommArgumentError(f"segments must be an integer >= 1, not {segments!r}")
+        raise ArgumentError(f"segments must be an integer >= 1, not {segments!r}")
 
 
 def _check_root(root, size):
@@ -366,7 +366,7 @@ def _check_root(root, size):
         return
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)) \
             or not 0 <= root < size:
-        raise CommArgumentError(f"root must be a rank in 0..{size - 1}, not {root!r}")
+        raise ArgumentError(f"root must be a rank in 0..{size - 1}, not {root!r}")
 
 
 def _check_out(x, out):

@@ -18,7 +18,7 @@ import abc
 
 import numpy as np
 
-from hetflow.errors import CommArgumentError, DTypeError, UnknownOpError
+from hetflow.errors import ArgumentError, ArgumentTypeError
 from hetflow.kernels import Kernel
 from hetflow.runtime.binops import OPS, SPELLINGS, describe_kinds, lookup, valid_names
 
@@ -26,9 +26,9 @@ BUILTIN_OPS = tuple(OPS)
 
 
 def check_transferable(dtype: np.dtype) -> None:
-    """Raise DTypeError unless ``dtype`` can travel between processes as raw bytes."""
+    """Raise ArgumentTypeError unless ``dtype`` can travel between processes as raw bytes."""
     if dtype.hasobject:
-        raise DTypeError(
+        raise ArgumentTypeError(
             f"dtype {dtype} holds Python objects, which cannot be sent as raw bytes")
 
 
@@ -38,7 +38,7 @@ class ReduceOp(abc.ABC):
     name: str = ""
 
     def check(self, dtype: np.dtype) -> None:
-        """Raise DTypeError when the operation does not fit ``dtype``."""
+        """Raise ArgumentTypeError when the operation does not fit ``dtype``."""
         check_transferable(dtype)
 
     @abc.abstractmethod
@@ -67,7 +67,7 @@ class BuiltinOp(ReduceOp):
         for path, kind_dtype in _leaf_fields(dtype):
             if kind_dtype.kind not in self.kinds:
                 where = f" (field {'.'.join(path)!r})" if path else ""
-                raise DTypeError(
+                raise ArgumentTypeError(
                     f"op {self.label!r} does not apply to dtype {kind_dtype}{where}; "
                     f"it takes {describe_kinds(self.kinds)}")
         self._fitting.add(dtype)
@@ -118,7 +118,7 @@ def resolve_op(op) -> ReduceOp:
     if isinstance(op, str):
         spec = lookup(op)
         if spec is None:
-            raise UnknownOpError(
+            raise ArgumentError(
                 f"unknown reduction op {op!r}; built-in ops are {valid_names()}, "
                 "or pass a callable op(a, b, out) or a hetflow kernel")
         return BuiltinOp(spec, op)
@@ -126,7 +126,7 @@ def resolve_op(op) -> ReduceOp:
         return KernelOp(op)
     if callable(op):
         return CallableOp(op)
-    raise CommArgumentError(
+    raise ArgumentError(
         f"reduction op must be a name, a callable op(a, b, out) or a hetflow kernel, "
         f"not {type(op).__name__}")
 

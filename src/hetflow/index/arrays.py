@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from hetflow.errors import IndexTypeError, NoDeviceError
+from hetflow.errors import ArgumentTypeError, DeviceError
 from hetflow.platform.cuda_compat import cupy_module
 
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2
@@ -34,10 +34,10 @@ def is_array(x):
 
 
 def required_cupy(why):
-    """CuPy, or NoDeviceError saying that ``why`` needs it."""
+    """CuPy, or DeviceError saying that ``why`` needs it."""
     cupy = cupy_module()
     if cupy is None:
-        raise NoDeviceError(f"{why} needs CuPy with a CUDA GPU, and none is available")
+        raise DeviceError(f"{why} needs CuPy with a CUDA GPU, and none is available")
     return cupy
 
 
@@ -62,7 +62,7 @@ def _placement(device):
             return kinds[kind], int(ordinal) if ordinal and kinds[kind] == "gpu" else None
     elif getattr(device, "kind", None) in ("cpu", "gpu"):
         return device.kind, getattr(device, "ordinal", None)
-    raise IndexTypeError(f"unknown device {device!r}: use None, 'cpu', 'gpu', 'cuda:N', 'gpuN', "
+    raise ArgumentTypeError(f"unknown device {device!r}: use None, 'cpu', 'gpu', 'cuda:N', 'gpuN', "
                          "a GPU ordinal, or a device with kind 'cpu' or 'gpu'")
 
 
@@ -79,7 +79,7 @@ def _from_dlpack(x):
         return required_cupy("a CUDA DLPack tensor").from_dlpack(x)
     if device_type == _DLPACK_CPU:
         return np.from_dlpack(x)
-    raise IndexTypeError(f"DLPack device type {device_type} of {type(x).__name__} is "
+    raise ArgumentTypeError(f"DLPack device type {device_type} of {type(x).__name__} is "
                          f"neither CPU ({_DLPACK_CPU}) nor CUDA ({_DLPACK_CUDA})")
 
 

@@ -6,7 +6,7 @@ round every enabled rule (highest priority first, then rules attached to nodes) 
 matched against the current working version, and its actions run on each binding for
 which its predicate holds. A round that changes nothing (graph, variables, rule set)
 ends the evaluation; the changed graph becomes a new DIR version. Rounds are bounded:
-rules that keep re-triggering each other raise RuleLoopError naming them.
+rules that keep re-triggering each other raise RuleError naming them.
 
 A firing is a transaction: when an action raises, its changes are undone, the rule is
 disabled (``rule.error`` says why) and the error is logged; the program goes on with
@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from ..errors import RuleError, RuleLoopError
+from ..errors import RuleError
 from .actions import compile_guard
 from .cache import VariantCache
 from .expressions import Expr, UnknownName
@@ -234,7 +234,7 @@ class Interpreter:
         saved_rules = rules.snapshot()
         try:
             fired = self._fixpoint(ctx)
-        except RuleLoopError:
+        except RuleError:
             rules.restore(saved_rules)
             raise
         for name, value in ctx.variables.items():
@@ -280,8 +280,8 @@ class Interpreter:
                 return fired
             fired.extend(n for n in changed if n not in fired)
         names = ", ".join(dict.fromkeys(changed))
-        raise RuleLoopError(f"rules kept re-triggering each other for {self.max_rounds} rounds "
-                            f"without settling: {names}")
+        raise RuleError(f"rules kept re-triggering each other for {self.max_rounds} rounds "
+                        f"without settling: {names}")
 
     def _apply(self, ctx: Context, rule, anchor) -> bool:
         """Fire ``rule`` on each of its bindings; True when it changed anything."""

@@ -82,7 +82,7 @@ def find_devices(name: str) -> tuple[Device, ...]:
 
 def get_device(device_id: str) -> Device:
     """Look a device up by id ('cpu0', 'gpu0', ...)."""
-    from ..errors import NoDeviceError
+    from ..errors import DeviceError
 
     if device_id == "cpu0":
         return cpu_device()
@@ -90,7 +90,7 @@ def get_device(device_id: str) -> Device:
         if dev.id == device_id:
             return dev
     known = ", ".join(d.id for d in devices())
-    raise NoDeviceError(f"no device with id {device_id!r}; devices are: {known}")
+    raise DeviceError(f"no device with id {device_id!r}; devices are: {known}")
 
 
 @functools.lru_cache(maxsize=1)

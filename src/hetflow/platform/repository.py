@@ -10,7 +10,7 @@ Layout (default root ``~/.cache/hetflow``, ``HETFLOW_CACHE_DIR`` overrides)::
 
 Loading for a device (SPEC §2 "Kernel objects" 2): use a stored executable that is
 optimal for the device; remove stale ones (other architecture or compiler); compile
-the kernel's function object when none fits; fail with NoExecutableError when the
+the kernel's function object when none fits; fail with KernelError when the
 kernel has none (a kernel whose code was dropped).
 A corrupt entry (a damaged file: description.json that does not parse, module.py that
 fails its digest) is removed with a warning and compiled again, never a crash.
@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numba
 
-from ..errors import KernelError, NoExecutableError
+from ..errors import KernelError
 from ..kernels import checks, viewtypes
 from ..kernels.codegen import BODY, ENTRY, NONNEG, PARALLEL, constructor, expanded, generate
 from ..kernels.kernel import Kernel, function_digest
@@ -174,7 +174,7 @@ class CodeRepository:
                 self._drop_stale(entry, desc)
         if not kernel.compilable:
             built = ", ".join(p.name for p in stored) or "none"
-            raise NoExecutableError(
+            raise KernelError(
                 f"kernel {kernel.name!r} has no source and no executable compatible with {device.id} "
                 f"({device.kind}, {device.arch}, rank {ndim}); stored executables: {built}")
         return self._build(kernel, device, ndim, views, variant, kdir / (prefix + _slug(device.arch)))

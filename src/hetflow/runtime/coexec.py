@@ -29,7 +29,7 @@ writes them in place, so a GPU that fails first waits for what it launched (thos
 chunks count as run); if even that fails, its unfinished chunks may have half-updated
 the rows they read and write: those stop counting as current on the GPU and are re-run
 from a copy where they still are, or, where there is none, the launch raises
-DeviceFailure naming them (as it does when a failed merge would have to re-run rows
+DeviceError naming them (as it does when a failed merge would have to re-run rows
 that only the GPU holds). After the loop a failed GPU's rows are copied home and its
 copies no longer count.
 """
@@ -41,7 +41,7 @@ import math
 import threading
 
 
-from ..errors import DeviceFailure
+from ..errors import DeviceError
 from ..index import views as _views
 from ..index.lowering import lowering
 from . import cpu
@@ -140,11 +140,11 @@ def _gpu_worker(launch: Launch, held=()) -> tuple[Worker, GpuChunks]:
 
 def _worker_shares(shares, targets, workers) -> list[float]:
     """Per-device shares (one per target, in order) spread evenly over each device's workers."""
-    from ..errors import ScheduleError
+    from ..errors import ArgumentError
 
     shares = [float(s) for s in shares]
     if len(shares) != len(targets) or min(shares) < 0 or sum(shares) <= 0:
-        raise ScheduleError(f"shares must be {len(targets)} non-negative numbers, one per device "
+        raise ArgumentError(f"shares must be {len(targets)} non-negative numbers, one per device "
                             f"({', '.join(d.id for d in targets)}), not all zero; got {shares}")
     per_device = {d.id: s for d, s in zip(targets, shares)}
     counts = {d.id: sum(w.device_id == d.id for w in workers) for d in targets}
@@ -285,7 +285,7 @@ def _land(gpu_parts, report, cpu_launch, held, device_of) -> None:
     if held:
         _mark_written(held, ran)
     if lost:
-        raise DeviceFailure(lost)
+        raise DeviceError(lost)
     failed = {f.device_id for f in report.failures}
     for worker, chunks in gpu_parts:
         if worker.device_id in failed:

@@ -12,7 +12,7 @@ from time import perf_counter
 
 import numpy as np
 
-from ..errors import KernelArgumentError
+from ..errors import ArgumentTypeError
 from ..ir.capture import current_graph
 from ..platform.context import Context
 from ..platform.devices import Device, cpu_device, devices, find_devices, get_device
@@ -58,10 +58,10 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
     try:
         found = tuple(get_device(d) if isinstance(d, str) else d for d in device)
     except TypeError:
-        raise KernelArgumentError(f"device must be an id, 'all', 'gpu', a Device, a list of ids or "
+        raise ArgumentTypeError(f"device must be an id, 'all', 'gpu', a Device, a list of ids or "
                                   f"Devices, a LogicalDevice or a Context; got {type(device).__name__}") from None
     if not found:
-        raise KernelArgumentError(f"device {device!r} names no device; give at least one")
+        raise ArgumentTypeError(f"device {device!r} names no device; give at least one")
     if all(type(d) is str for d in device):
         _resolved[tuple(device)] = found
     return found
@@ -106,7 +106,7 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None, snaps
     worker machinery on the cores alone.
 
     A launch that writes, through one argument, elements another argument (a view or a
-    slice of the same array) reads at other indices raises AliasingError: devices run
+    slice of the same array) reads at other indices raises ShapeError: devices run
     indices in no fixed order. ``snapshot=True`` gives it NumPy's meaning instead, reading copies of those
     arguments (:mod:`hetflow.runtime.aliasing`).
 
@@ -124,7 +124,7 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None, snaps
     if schedule is None and len(targets) == 1:
         return run_on(bind(kernel, extent, args, targets[0]))
     if schedule not in (None, "steal", "static"):
-        raise KernelArgumentError(f"schedule must be 'steal' or 'static', got {schedule!r}")
+        raise ArgumentTypeError(f"schedule must be 'steal' or 'static', got {schedule!r}")
     from .coexec import co_forall
 
     return co_forall(extent, kernel, args, targets, schedule=schedule or "steal", shares=shares)

@@ -22,7 +22,7 @@ import operator
 
 import numpy as np
 
-from ..errors import KernelArgumentError, ShapeError
+from ..errors import ArgumentTypeError, ShapeError
 from ..index import views as _views
 from ..index.arrays import array_module
 from ..ir.capture import current_graph
@@ -65,10 +65,10 @@ def targets(device, x, site: str) -> tuple:
     devs = resolve_devices(device, (x,))
     if is_device_array(_views.root_of(x)):
         if len(devs) > 1:
-            raise KernelArgumentError(f"{site}: the operand lives on a GPU; several devices "
+            raise ArgumentTypeError(f"{site}: the operand lives on a GPU; several devices "
                                       f"({', '.join(d.id for d in devs)}) co-execute host data only")
         if devs[0].kind == "cpu":
-            raise KernelArgumentError(f"{site}: the operand lives on a GPU but device {devs[0].id} is a CPU; "
+            raise ArgumentTypeError(f"{site}: the operand lives on a GPU but device {devs[0].id} is a CPU; "
                                       f"run it on a GPU device or copy it with hetflow.asarray(x, device='cpu')")
     return devs
 
@@ -204,10 +204,10 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
         return _kernel_form(x, what, args, op, axis, device, commutative, identity)
     if what is not None:
         if op is not None:
-            raise KernelArgumentError(f"reduce: op given twice ({what!r} and op={op!r})")
+            raise ArgumentTypeError(f"reduce: op given twice ({what!r} and op={op!r})")
         op = what
     if len(args) > 2:
-        raise KernelArgumentError(f"reduce(x, op, axis, device) takes at most 4 positional arguments; "
+        raise ArgumentTypeError(f"reduce(x, op, axis, device) takes at most 4 positional arguments; "
                                   f"got {2 + len(args)} (for a kernel, give an extent first)")
     axis, device = (*args, axis, device)[:2] if args else (axis, device)
     g = current_graph()
@@ -224,7 +224,7 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
     devs = targets(device, x, "reduce")
     if identity is not None:
         if op.builtin:
-            raise KernelArgumentError(f"reduce: identity= is for user-defined ops; {op.name!r} has its own")
+            raise ArgumentTypeError(f"reduce: identity= is for user-defined ops; {op.name!r} has its own")
         identity = np.asarray(identity, dtype=dtype)[()]
     if rank == 0:
         value = element(x) if dtype.names is not None else op.result_dtype(dtype).type(element(x))
@@ -247,7 +247,7 @@ def _is_extent(x) -> bool:
 
 def _kernel_form(extent, kernel, args, op, axis, device, commutative, identity):
     if axis is not None:
-        raise KernelArgumentError("reduce(extent, kernel, ...) folds every index of the extent; "
+        raise ArgumentTypeError("reduce(extent, kernel, ...) folds every index of the extent; "
                                   "axis= is for the array form")
     op = "sum" if op is None else op
     g = current_graph()

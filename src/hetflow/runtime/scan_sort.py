@@ -23,7 +23,7 @@ import numpy as np
 from numba.core.errors import NumbaError
 from numba.np.numpy_support import as_dtype
 
-from ..errors import DTypeError, KernelArgumentError, KernelCompileError
+from ..errors import ArgumentTypeError, KernelCompileError
 from ..index import views as _views
 from ..index.arrays import array_module
 from ..ir.capture import current_graph
@@ -94,12 +94,12 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
 def _scan_init(op, dtype, inclusive, identity):
     if op.builtin:
         if identity is not None:
-            raise KernelArgumentError(f"scan: identity= is for user-defined ops; {op.name!r} has its own")
+            raise ArgumentTypeError(f"scan: identity= is for user-defined ops; {op.name!r} has its own")
         return None if inclusive else op.identity(dtype)
     if identity is None:
         if inclusive:
             return None
-        raise KernelArgumentError(f"scan: an exclusive scan with the user op {op.name!r} needs its "
+        raise ArgumentTypeError(f"scan: an exclusive scan with the user op {op.name!r} needs its "
                                   f"identity element: pass identity=")
     return np.asarray(identity, dtype=dtype)[()]
 
@@ -189,7 +189,7 @@ def sort(x, axis=-1, descending=False, key=None, device=None):
     axis = normalize_axis(axis, rank, "sort")
     key_dtype = _key_dtype(key, dtype) if key is not None else None
     if key is None and dtype.names is not None:
-        raise DTypeError("sort: structured elements have no order of their own; pass key=, a kernel "
+        raise ArgumentTypeError("sort: structured elements have no order of their own; pass key=, a kernel "
                          "returning each element's sort key")
     devs = targets(device, x, "sort")
     xp = array_module(_views.root_of(x))
@@ -258,10 +258,10 @@ def _argsorted(xp, keys, axis, descending):
 def _key_dtype(key, dtype: np.dtype) -> np.dtype:
     """The element type ``key`` returns for elements of ``dtype`` (compiled to find out)."""
     if not isinstance(key, Kernel):
-        raise KernelArgumentError(f"sort: key must be a hetflow kernel of one element, not "
+        raise ArgumentTypeError(f"sort: key must be a hetflow kernel of one element, not "
                                   f"{type(key).__name__} {key!r}; decorate it with @hetflow.kernel")
     if len(key.params) != 1:
-        raise KernelArgumentError(f"sort: key kernel {key.name!r} takes {len(key.params)} parameter(s) "
+        raise ArgumentTypeError(f"sort: key kernel {key.name!r} takes {len(key.params)} parameter(s) "
                                   f"({', '.join(key.params)}); a key takes exactly one element")
     fn = repository().device_function(key, get_device("cpu0"))
     args = (numba.from_dtype(dtype),)
@@ -276,6 +276,6 @@ def _key_dtype(key, dtype: np.dtype) -> np.dtype:
     except NumbaError:  # a tuple, a list...: no NumPy dtype
         kd = None
     if kd is None or kd.names is not None or kd.kind not in "biuf":
-        raise KernelArgumentError(f"sort: key kernel {key.name!r} returns {returned} for elements of dtype "
+        raise ArgumentTypeError(f"sort: key kernel {key.name!r} returns {returned} for elements of dtype "
                                   f"{dtype}; a key must be a number (bool, integer or float)")
     return kd

@@ -169,7 +169,7 @@ class GpuChunks:
         all the same (the stream still completes them). When it does not, the rows those
         chunks read and wrote of a coherent array may hold half-applied updates here:
         they stop counting as current on this GPU, and if they are current nowhere else
-        they are lost (DeviceFailure)."""
+        they are lost (DeviceError)."""
         ran = len(self.pending)
         try:
             self.sync()

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numba
 
-from ..errors import HetflowError, KernelArgumentError, KernelRaisedError, ShapeError
+from ..errors import ArgumentTypeError, HetflowError, KernelRaisedError, ShapeError
 from ..ir.capture import current_graph
 from ..kernels import Kernel
 from . import cpu
@@ -69,10 +69,10 @@ def wavefront(extent, kernel, *args, tile=None, device=None):
     if len(ext) != 2:
         raise ShapeError(f"wavefront: the extent must have rank 2 (rows, columns); got {ext}")
     if not isinstance(kernel, Kernel) or not kernel.has_source:
-        raise KernelArgumentError(f"wavefront: {kernel!r} must be a hetflow kernel with readable source")
+        raise ArgumentTypeError(f"wavefront: {kernel!r} must be a hetflow kernel with readable source")
     devs = resolve_devices(device, args)
     if len(devs) != 1:
-        raise KernelArgumentError(f"wavefront runs on one device; got {len(devs)} "
+        raise ArgumentTypeError(f"wavefront runs on one device; got {len(devs)} "
                                   f"({', '.join(d.id for d in devs)})")
     dev = devs[0]
     if 0 in ext:

@@ -45,7 +45,7 @@ def test_shares_are_per_device():
 
 
 def test_bad_schedule():
-    with pytest.raises(hetflow.errors.ArgumentTypeError, match="schedule must be 'steal' or 'static'"):
+    with pytest.raises(hetflow.errors.ArgumentError, match="schedule must be 'steal' or 'static'"):
         hetflow.forall(4, axpy, 1.0, np.zeros(4), np.zeros(4), np.zeros(4), schedule="random")
 
 

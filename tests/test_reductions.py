@@ -396,7 +396,7 @@ def test_gpu_data_runs_on_one_gpu(gpu_device):
     from numba import cuda
 
     x = cuda.to_device(np.ones(3))
-    with pytest.raises(ArgumentTypeError, match="co-execute host data only"):
+    with pytest.raises(ArgumentError, match="co-execute host data only"):
         reduce(x, "sum", device=["cpu0", gpu_device.id])
 
 
@@ -660,5 +660,5 @@ def test_gpu_scan_and_sort(cp):
 
 @pytest.mark.gpu
 def test_gpu_data_on_a_cpu_device_is_refused(cp):
-    with pytest.raises(ArgumentTypeError, match="lives on a GPU but device cpu0 is a CPU"):
+    with pytest.raises(ArgumentError, match="lives on a GPU but device cpu0 is a CPU"):
         reduce(cp.ones(3), "sum", device="cpu0")

@@ -512,7 +512,7 @@ def _agree(current, name, description) -> None:
     if any(d != seen[0] for d in seen):
         ranks = "; ".join(f"rank {r}: {d}" for r, d in enumerate(seen))
         raise CommError(f"ranks made different distributed arrays as {name} "
-                                f"(shape, dtype, dim, halo, blocks, place): {ranks}")
+                        f"(shape, dtype, dim, halo, blocks, place): {ranks}")
 
 
 def _gpu(device):

@@ -112,7 +112,7 @@ def session(comm=None) -> Session:
         key = ("mpi", id(comm.link))
     else:
         raise ArgumentError(f"comm must be a hetflow communicator (hetflow.world()), "
-                                f"not {type(comm).__name__}")
+                            f"not {type(comm).__name__}")
     with _lock:
         found = _sessions.get(key)
         if found is None:

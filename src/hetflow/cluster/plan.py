@@ -96,10 +96,10 @@ class LaunchPlan:
         unwrapped = np.arange(rows) + offset
         if written and not np.array_equal(true_rows, unwrapped):
             raise ShapeError(f"{self.kernel.name!r} writes {name} through a cshift that wraps along "
-                            f"dim 0; a distributed launch writes rows without wrapping")
+                             f"dim 0; a distributed launch writes rows without wrapping")
         if rows and np.any((true_rows - unwrapped) % n):
             raise ShapeError(f"{name}: a cshift along dim 0 wraps inside a part of the array, not at "
-                            f"its ends; distributed views wrap only over whole rows of the array")
+                             f"its ends; distributed views wrap only over whole rows of the array")
         return offset
 
     # -- per partition ---------------------------------------------------------------------

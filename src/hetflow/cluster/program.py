@@ -139,12 +139,12 @@ def _distribution(nodes):
     for node in nodes:
         if node.op != "forall" or not any(darray.is_distributed(a) for a in node.args):
             raise ArgumentError(f"node #{node.id} ({node.op} {node.name}) is not a launch over "
-                             "distributed arrays; a distributed program runs only those")
+                                "distributed arrays; a distributed program runs only those")
         plan = plan_for(node.extent, node.kernel, node.args)
         found[id(plan.distribution)] = plan.distribution
     if len(found) != 1:
         raise ArgumentError(f"the program's launches use {len(found)} distributions; make every array "
-                         "with *_like(...) or like= so that they share one")
+                            "with *_like(...) or like= so that they share one")
     return next(iter(found.values()))
 
 

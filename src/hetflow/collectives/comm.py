@@ -317,5 +317,5 @@ def _resolve_timeout(timeout) -> float:
         value = float("nan")
     if not value > 0:
         raise ArgumentError(f"{source} must be a positive number of seconds, "
-                                f"not {timeout!r}")
+                            f"not {timeout!r}")
     return value

@@ -63,7 +63,7 @@ def _placement(device):
     elif getattr(device, "kind", None) in ("cpu", "gpu"):
         return device.kind, getattr(device, "ordinal", None)
     raise ArgumentTypeError(f"unknown device {device!r}: use None, 'cpu', 'gpu', 'cuda:N', 'gpuN', "
-                         "a GPU ordinal, or a device with kind 'cpu' or 'gpu'")
+                            "a GPU ordinal, or a device with kind 'cpu' or 'gpu'")
 
 
 def _on_gpu(ordinal):
@@ -80,7 +80,7 @@ def _from_dlpack(x):
     if device_type == _DLPACK_CPU:
         return np.from_dlpack(x)
     raise ArgumentTypeError(f"DLPack device type {device_type} of {type(x).__name__} is "
-                         f"neither CPU ({_DLPACK_CPU}) nor CUDA ({_DLPACK_CUDA})")
+                            f"neither CPU ({_DLPACK_CPU}) nor CUDA ({_DLPACK_CUDA})")
 
 
 def asarray(x, device=None, dtype=None):

@@ -123,7 +123,7 @@ class Graph:
         """Add an operation to the graph being captured; see the module docstring."""
         if self._state != "capturing":
             raise ArgumentError(f"graph {self.name!r} is not capturing; record operations inside "
-                             f"'with hetflow.graph() as g:'")
+                                f"'with hetflow.graph() as g:'")
         if op == "forall":
             return self._record_forall(**attrs)
         if op == "alloc":
@@ -325,7 +325,7 @@ class Graph:
             return which
         if isinstance(which, bool) or not isinstance(which, int) or not 0 <= which < len(self.versions):
             raise ArgumentError(f"graph {self.name!r} has no version {which!r} "
-                             f"(versions 0..{len(self.versions) - 1})")
+                                f"(versions 0..{len(self.versions) - 1})")
         return self.versions[which]
 
     def diff(self, a=None, b=None) -> str:

@@ -12,7 +12,7 @@ from time import perf_counter
 
 import numpy as np
 
-from ..errors import ArgumentTypeError
+from ..errors import ArgumentError, ArgumentTypeError
 from ..ir.capture import current_graph
 from ..platform.context import Context
 from ..platform.devices import Device, cpu_device, devices, find_devices, get_device
@@ -59,9 +59,9 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
         found = tuple(get_device(d) if isinstance(d, str) else d for d in device)
     except TypeError:
         raise ArgumentTypeError(f"device must be an id, 'all', 'gpu', a Device, a list of ids or "
-                                  f"Devices, a LogicalDevice or a Context; got {type(device).__name__}") from None
+                                f"Devices, a LogicalDevice or a Context; got {type(device).__name__}") from None
     if not found:
-        raise ArgumentTypeError(f"device {device!r} names no device; give at least one")
+        raise ArgumentError(f"device {device!r} names no device; give at least one")
     if all(type(d) is str for d in device):
         _resolved[tuple(device)] = found
     return found
@@ -124,7 +124,7 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None, snaps
     if schedule is None and len(targets) == 1:
         return run_on(bind(kernel, extent, args, targets[0]))
     if schedule not in (None, "steal", "static"):
-        raise ArgumentTypeError(f"schedule must be 'steal' or 'static', got {schedule!r}")
+        raise ArgumentError(f"schedule must be 'steal' or 'static', got {schedule!r}")
     from .coexec import co_forall
 
     return co_forall(extent, kernel, args, targets, schedule=schedule or "steal", shares=shares)

@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, ScatteredWriteWarning, ShapeError
+from ..errors import ArgumentError, ArgumentTypeError, ScatteredWriteWarning, ShapeError
 from ..index import views as _views
 from ..index.lowering import shared_lowering
 from ..kernels.kernel import Kernel
@@ -169,7 +169,7 @@ def _check_arguments(kernel: Kernel, ndim: int, args: tuple) -> list[str]:
                 f"kernel {kernel.name!r} argument {name!r}: {type(arg).__name__} is not an array, "
                 f"a view or a scalar")
         if type(arg) is int and not _INT_MIN <= arg <= _INT_MAX:
-            raise ArgumentTypeError(
+            raise ArgumentError(
                 f"kernel {kernel.name!r} argument {name!r}: the integer {arg} does not fit int64, "
                 f"which compiled code takes; pass a float or a NumPy uint64")
     return data
@@ -181,7 +181,7 @@ def _check_writable(kernel: Kernel, data: list[str], args: tuple, written: tuple
     for k in written:
         flags = getattr(_views.root_of(args[k]), "flags", None)
         if flags is not None and not getattr(flags, "writeable", True):
-            raise ArgumentTypeError(
+            raise ArgumentError(
                 f"kernel {kernel.name!r} writes argument {data[k]!r}, but that array is read-only "
                 f"(flags.writeable is False)")
 

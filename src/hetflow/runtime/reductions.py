@@ -22,7 +22,7 @@ import operator
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, ShapeError
+from ..errors import ArgumentError, ArgumentTypeError, ShapeError
 from ..index import views as _views
 from ..index.arrays import array_module
 from ..ir.capture import current_graph
@@ -65,11 +65,11 @@ def targets(device, x, site: str) -> tuple:
     devs = resolve_devices(device, (x,))
     if is_device_array(_views.root_of(x)):
         if len(devs) > 1:
-            raise ArgumentTypeError(f"{site}: the operand lives on a GPU; several devices "
-                                      f"({', '.join(d.id for d in devs)}) co-execute host data only")
+            raise ArgumentError(f"{site}: the operand lives on a GPU; several devices "
+                                f"({', '.join(d.id for d in devs)}) co-execute host data only")
         if devs[0].kind == "cpu":
-            raise ArgumentTypeError(f"{site}: the operand lives on a GPU but device {devs[0].id} is a CPU; "
-                                      f"run it on a GPU device or copy it with hetflow.asarray(x, device='cpu')")
+            raise ArgumentError(f"{site}: the operand lives on a GPU but device {devs[0].id} is a CPU; "
+                                f"run it on a GPU device or copy it with hetflow.asarray(x, device='cpu')")
     return devs
 
 
@@ -208,7 +208,7 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
         op = what
     if len(args) > 2:
         raise ArgumentTypeError(f"reduce(x, op, axis, device) takes at most 4 positional arguments; "
-                                  f"got {2 + len(args)} (for a kernel, give an extent first)")
+                                f"got {2 + len(args)} (for a kernel, give an extent first)")
     axis, device = (*args, axis, device)[:2] if args else (axis, device)
     g = current_graph()
     if g is not None:
@@ -248,7 +248,7 @@ def _is_extent(x) -> bool:
 def _kernel_form(extent, kernel, args, op, axis, device, commutative, identity):
     if axis is not None:
         raise ArgumentTypeError("reduce(extent, kernel, ...) folds every index of the extent; "
-                                  "axis= is for the array form")
+                                "axis= is for the array form")
     op = "sum" if op is None else op
     g = current_graph()
     if g is not None:

@@ -100,7 +100,7 @@ def _scan_init(op, dtype, inclusive, identity):
         if inclusive:
             return None
         raise ArgumentTypeError(f"scan: an exclusive scan with the user op {op.name!r} needs its "
-                                  f"identity element: pass identity=")
+                                f"identity element: pass identity=")
     return np.asarray(identity, dtype=dtype)[()]
 
 
@@ -190,7 +190,7 @@ def sort(x, axis=-1, descending=False, key=None, device=None):
     key_dtype = _key_dtype(key, dtype) if key is not None else None
     if key is None and dtype.names is not None:
         raise ArgumentTypeError("sort: structured elements have no order of their own; pass key=, a kernel "
-                         "returning each element's sort key")
+                                "returning each element's sort key")
     devs = targets(device, x, "sort")
     xp = array_module(_views.root_of(x))
     a = _materialized(x, devs, xp)
@@ -259,10 +259,10 @@ def _key_dtype(key, dtype: np.dtype) -> np.dtype:
     """The element type ``key`` returns for elements of ``dtype`` (compiled to find out)."""
     if not isinstance(key, Kernel):
         raise ArgumentTypeError(f"sort: key must be a hetflow kernel of one element, not "
-                                  f"{type(key).__name__} {key!r}; decorate it with @hetflow.kernel")
+                                f"{type(key).__name__} {key!r}; decorate it with @hetflow.kernel")
     if len(key.params) != 1:
         raise ArgumentTypeError(f"sort: key kernel {key.name!r} takes {len(key.params)} parameter(s) "
-                                  f"({', '.join(key.params)}); a key takes exactly one element")
+                                f"({', '.join(key.params)}); a key takes exactly one element")
     fn = repository().device_function(key, get_device("cpu0"))
     args = (numba.from_dtype(dtype),)
     try:
@@ -277,5 +277,5 @@ def _key_dtype(key, dtype: np.dtype) -> np.dtype:
         kd = None
     if kd is None or kd.names is not None or kd.kind not in "biuf":
         raise ArgumentTypeError(f"sort: key kernel {key.name!r} returns {returned} for elements of dtype "
-                                  f"{dtype}; a key must be a number (bool, integer or float)")
+                                f"{dtype}; a key must be a number (bool, integer or float)")
     return kd

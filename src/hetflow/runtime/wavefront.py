@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numba
 
-from ..errors import ArgumentTypeError, HetflowError, KernelRaisedError, ShapeError
+from ..errors import ArgumentError, ArgumentTypeError, HetflowError, KernelRaisedError, ShapeError
 from ..ir.capture import current_graph
 from ..kernels import Kernel
 from . import cpu
@@ -72,8 +72,8 @@ def wavefront(extent, kernel, *args, tile=None, device=None):
         raise ArgumentTypeError(f"wavefront: {kernel!r} must be a hetflow kernel with readable source")
     devs = resolve_devices(device, args)
     if len(devs) != 1:
-        raise ArgumentTypeError(f"wavefront runs on one device; got {len(devs)} "
-                                  f"({', '.join(d.id for d in devs)})")
+        raise ArgumentError(f"wavefront runs on one device; got {len(devs)} "
+                            f"({', '.join(d.id for d in devs)})")
     dev = devs[0]
     if 0 in ext:
         return None

@@ -192,3 +192,18 @@ def test_options_reach_numba():
         assert fn.targetoptions["fastmath"] == {"contract", "arcp"}
     assert repository().device_function(square_never, cpu).targetoptions["inline"] == "never"
     assert not repository().executable(plain, cpu, 1).entry.targetoptions.get("fastmath")
+
+
+def test_a_fastmath_kernel_called_from_another_keeps_its_flags():
+    square_fast = hetflow.kernel(_square, fastmath=True)
+    caller = _caller(square_fast)
+    x = np.arange(50.0)
+    out = np.zeros_like(x)
+    hetflow.forall(x.size, caller, x, out)
+    np.testing.assert_array_equal(out, x * x + 1.0)
+    cpu = hetflow.get_device("cpu0")
+    called = repository().device_function(caller, cpu).py_func.__globals__["square"]
+    # not inlined into the caller's Numba IR (which the caller's flags compile): a call
+    assert called.targetoptions["fastmath"] is True and called.targetoptions["inline"] == "never"
+    default = repository().device_function(_caller(square_always), cpu).py_func.__globals__["square"]
+    assert default.targetoptions["inline"] != "never"

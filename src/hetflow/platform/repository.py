@@ -295,24 +295,32 @@ class CodeRepository:
             raise KernelError(f"generated code for kernel {kernel.name!r} does not parse: {exc}") from exc
         return ns
 
-    def device_function(self, kernel, device, checked: bool = False, module: str | None = None):
+    def device_function(self, kernel, device, checked: bool = False, module: str | None = None,
+                        caller_fastmath=None):
         """``kernel``'s function compiled for ``device`` as a function its entry (or
-        another kernel) calls; kernels it calls become device functions too. They belong
-        to the entry's ``module``: Numba's cached machine code imports the module of
-        each function in it, and the kernel's own may not exist in a later process
-        (None: the kernel's own module, for code that is not cached)."""
-        key = (kernel.source_hash, repr(kernel.options), device.kind, checked, module)
+        another kernel, compiled with ``caller_fastmath``) calls; kernels it calls become
+        device functions too. They belong to the entry's ``module``: Numba's cached
+        machine code imports the module of each function in it, and the kernel's own
+        may not exist in a later process (None: the kernel's own module, for code that
+        is not cached)."""
+        inline = kernel.inline
+        if inline is None and caller_fastmath is not None and caller_fastmath != kernel.fastmath:
+            # Inlined into Numba's IR of its caller, it would take the caller's flags; a call
+            # (which LLVM inlines) keeps its own on its instructions.
+            inline = "never"
+        key = (kernel.source_hash, repr(kernel.options), inline, device.kind, checked, module)
         with self._lock:
             fn = self._device_fns.get(key)
             if fn is None:
-                fn = self._device_fns[key] = _device_wrapper(device, checked, kernel.fastmath, kernel.inline)(
-                    kernel.function_with(lambda v: self._callee(v, device, checked, module), module))
+                fn = self._device_fns[key] = _device_wrapper(device, checked, kernel.fastmath, inline)(
+                    kernel.function_with(lambda v: self._callee(v, device, checked, module, kernel.fastmath), module))
             return fn
 
-    def _callee(self, value, device, checked, module):
-        """What a kernel's global ``value`` becomes in compiled code on ``device``."""
+    def _callee(self, value, device, checked, module, caller_fastmath):
+        """What a global ``value`` of a kernel compiled with ``caller_fastmath`` becomes
+        in compiled code on ``device``."""
         if isinstance(value, Kernel):
-            return self.device_function(value, device, checked, module)
+            return self.device_function(value, device, checked, module, caller_fastmath)
         if value is viewtypes.SLOT:
             return viewtypes.slot(viewtypes.target_of(device))
         if device.kind == "gpu" and isinstance(value, numba.core.registry.CPUDispatcher):

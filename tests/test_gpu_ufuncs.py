@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import hetflow
+from hetflow.errors import KernelCompileError
 
 
 @hetflow.kernel
@@ -65,3 +66,18 @@ def test_ufuncs_on_the_simulated_gpu(gpu_device):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_ufuncs_on_the_cpu(dtype):
     _run("cpu0", dtype, 1000)
+
+
+@hetflow.kernel
+def int_absolute(i, x, out):
+    out[i] = np.absolute(x[i])
+
+
+@pytest.mark.gpu
+def test_a_ufunc_loop_without_gpu_code_is_a_compile_error(gpu_device):
+    x = np.arange(-4, 4)
+    with pytest.raises(KernelCompileError, match=r"int_absolute.*absolute"):
+        hetflow.forall(x.size, int_absolute, x, np.zeros_like(x), device=gpu_device.id)
+    out = np.zeros_like(x)
+    hetflow.forall(x.size, int_absolute, x, out, device="cpu0")  # the CPU has the loop
+    np.testing.assert_array_equal(out, np.abs(x))

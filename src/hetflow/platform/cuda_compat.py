@@ -3,8 +3,15 @@
 numba-cuda 0.30.x refers to ``np.row_stack`` at import time, which NumPy 2.5 removed;
 ``np.vstack`` is the same function, so we restore the alias before importing. The
 shim is guarded: it only adds the name when it is missing.
+
+numba-cuda also types every NumPy ufunc in a kernel but lowers only those in its own
+table (``numba.cuda.ufuncs.ufunc_db``): ``np.sqrt(x[i])`` compiles on the CPU and fails
+on a GPU with ``KeyError: <ufunc 'sqrt'>``. A kernel is written once for every device,
+so the ufuncs that are one of CUDA's libdevice functions on floats are added to that
+table, lowered by numba-cuda's own implementation of the ``math`` function.
 """
 import functools
+import math
 import os
 import sys
 
@@ -41,11 +48,43 @@ def cuda_module():
         from numba import cuda
     except Exception:  # numba-cuda absent, or broken CUDA install: no GPU backend
         return None
-    if not simulated():  # the simulator runs hetflow.atomic as Python
+    if not simulated():  # the simulator runs hetflow.atomic and NumPy as Python
         from ..kernels.atomic import register_cuda
 
         register_cuda(cuda)
+        _add_math_ufuncs()
     return cuda
+
+
+# NumPy ufuncs whose float loops are the ``math`` function of the same meaning (np.remainder
+# is not math.remainder; np.absolute on floats is fabs).
+UNARY_MATH_UFUNCS = {np.sqrt: math.sqrt, np.exp: math.exp, np.exp2: math.exp2, np.expm1: math.expm1,
+                     np.log1p: math.log1p, np.fabs: math.fabs, np.absolute: math.fabs,
+                     np.floor: math.floor, np.ceil: math.ceil, np.trunc: math.trunc}
+BINARY_MATH_UFUNCS = {np.power: math.pow, np.fmod: math.fmod, np.copysign: math.copysign,
+                      np.nextafter: math.nextafter}
+
+
+def _add_math_ufuncs():
+    """Add to numba-cuda's ufunc table the float32/float64 loops of the ufuncs above that
+    it lacks (a newer numba-cuda may have them: its own entries stay)."""
+    try:
+        from numba.cuda import mathimpl, ufuncs
+        table = ufuncs.ufunc_db()
+    except (ImportError, AttributeError):  # another numba-cuda layout: leave it as it is
+        return
+    for group, impl_of in ((UNARY_MATH_UFUNCS, mathimpl.get_unary_impl_for_fn_and_ty),
+                           (BINARY_MATH_UFUNCS, mathimpl.get_binary_impl_for_fn_and_ty)):
+        for ufunc, fn in group.items():
+            if ufunc in table:
+                continue
+            loops = ("ff->f", "dd->d") if ufunc.nin == 2 else ("f->f", "d->d")
+            table[ufunc] = dict.fromkeys(loops, functools.partial(_lower_as, impl_of, fn))
+
+
+def _lower_as(impl_of, fn, context, builder, sig, args):
+    """Lower a ufunc's loop as numba-cuda lowers ``fn`` (a ``math`` function)."""
+    return impl_of(fn, sig.args[0])(context, builder, sig, args)
 
 
 def simulated():

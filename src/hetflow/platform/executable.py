@@ -1,8 +1,9 @@
 """Executables and their description data (SPEC §2 "Kernel objects, executables").
 
 An executable is a kernel compiled for one device kind and architecture, one launch
-rank and one *variant* (the structure of the views it was lowered for, and whether it
-is checked: ``options["boundscheck"]``). Its
+rank and one *variant* (the structure of the views it was lowered for, whether it is
+checked: ``options["boundscheck"]``, and the kernel's other options where not the
+default: ``fastmath``, ``inline``, ``writes``, ``reads``, see ``Kernel.options``). Its
 *description data* say what it was built for; the code repository compares them with
 a device's to decide whether the executable may be used there.
 

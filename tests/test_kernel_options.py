@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.errors import KernelArgumentError, ShapeError
+from hetflow.errors import ArgumentError, ShapeError
 from hetflow.platform.repository import repository
 
 
@@ -175,13 +175,13 @@ def test_options_are_part_of_the_variant_and_description():
     (dict(reads=3), "reads= takes parameter names"),
 ])
 def test_bad_options_raise(options, match):
-    with pytest.raises(KernelArgumentError, match=match):
+    with pytest.raises(ArgumentError, match=match):
         hetflow.kernel(**options)(_poly)
 
 
 def test_an_index_parameter_is_not_data():
     k = hetflow.kernel(_poly, writes=["i", "out"])
-    with pytest.raises(KernelArgumentError, match=r"kernel '_poly': writes=/reads= name 'i', a launch index"):
+    with pytest.raises(ArgumentError, match=r"kernel '_poly': writes=/reads= name 'i', a launch index"):
         hetflow.forall(4, k, np.ones(4), np.zeros(4))
 
 

@@ -19,7 +19,7 @@ import inspect
 import threading
 import types
 
-from ..errors import KernelArgumentError, KernelError
+from ..errors import ArgumentError, ArgumentTypeError, KernelError
 from . import checks
 from .access import Access, analyze, declared
 from .source import KernelSource
@@ -57,12 +57,12 @@ class Kernel:
         try:
             names = frozenset(names)
         except TypeError:
-            raise KernelArgumentError(f"kernel {self.name!r}: {option}= takes parameter names (an iterable "
-                                      f"of strings), not {type(names).__name__}") from None
+            raise ArgumentTypeError(f"kernel {self.name!r}: {option}= takes parameter names (an iterable "
+                                    f"of strings), not {type(names).__name__}") from None
         unknown = sorted(map(repr, names - set(self.params)))
         if unknown:
-            raise KernelArgumentError(f"kernel {self.name!r}: {option}= names {', '.join(unknown)}, not a "
-                                      f"parameter of the kernel (its parameters: {', '.join(self.params)})")
+            raise ArgumentError(f"kernel {self.name!r}: {option}= names {', '.join(unknown)}, not a "
+                                f"parameter of the kernel (its parameters: {', '.join(self.params)})")
         return names
 
     @functools.cached_property
@@ -174,8 +174,8 @@ class Kernel:
         named = (self.writes or frozenset()) | (self.reads or frozenset())
         index = sorted(map(repr, named & set(self.params[:ndim])))
         if index:
-            raise KernelArgumentError(f"kernel {self.name!r}: writes=/reads= name {', '.join(index)}, a launch "
-                                      f"index of a rank-{ndim} launch, not data")
+            raise ArgumentError(f"kernel {self.name!r}: writes=/reads= name {', '.join(index)}, a launch "
+                                f"index of a rank-{ndim} launch, not data")
         return declared(found, self.params[ndim:], self.writes, self.reads)
 
     def _resolve(self, node):
@@ -302,17 +302,17 @@ def _fastmath(name: str, value):
         unknown = sorted(set(value) - FASTMATH_FLAGS)
         if not unknown:
             return frozenset(value) or False
-        raise KernelArgumentError(f"kernel {name!r}: fastmath= flags {unknown} are not Numba's "
-                                  f"(those are {sorted(FASTMATH_FLAGS)})")
-    raise KernelArgumentError(f"kernel {name!r}: fastmath= takes True, False or a set of Numba's flags "
-                              f"({sorted(FASTMATH_FLAGS)}), not {value!r}")
+        raise ArgumentError(f"kernel {name!r}: fastmath= flags {unknown} are not Numba's "
+                            f"(those are {sorted(FASTMATH_FLAGS)})")
+    raise ArgumentError(f"kernel {name!r}: fastmath= takes True, False or a set of Numba's flags "
+                        f"({sorted(FASTMATH_FLAGS)}), not {value!r}")
 
 
 def _inline(name: str, value):
     if value is None or (isinstance(value, str) and value in ("always", "never")):
         return value
-    raise KernelArgumentError(f"kernel {name!r}: inline= takes 'always', 'never' or None (the default), "
-                              f"not {value!r}")
+    raise ArgumentError(f"kernel {name!r}: inline= takes 'always', 'never' or None (the default), "
+                        f"not {value!r}")
 
 
 def _readable_source(fn) -> KernelSource | None:

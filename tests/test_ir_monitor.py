@@ -7,7 +7,7 @@ import pytest
 
 import hetflow
 from hetflow.errors import ArgumentError, DeviceError
-from hetflow.ir import Event, Monitor, Rule, RuleSet, Set, Topology, VariantCache, graph, simulated_device
+from hetflow.ir import Monitor, MonitorEvent, Rule, RuleSet, Set, Topology, VariantCache, graph, simulated_device
 from hetflow.ir.monitor import StatusSource
 from hetflow.platform.devices import get_device
 
@@ -64,7 +64,7 @@ def test_feedback_events_set_variables():
     assert (mon["input.size"], mon["input.dtype"]) == (10, "float32")
     mon.inject("complexity_changed", value=3)
     assert mon["complexity"] == 3
-    custom = mon.inject(Event("checkpoint", {"step": 4}))
+    custom = mon.inject(MonitorEvent("checkpoint", {"step": 4}))
     assert mon.pending()[-1] is custom
 
 
@@ -94,8 +94,8 @@ def test_other_bad_monitor_input():
         monitor().start()
     with pytest.raises(ArgumentError, match="non-empty string"):
         monitor().set("", 1)
-    with pytest.raises(ArgumentError, match="either an Event or a kind"):
-        monitor().inject(Event("x"), extra=1)
+    with pytest.raises(ArgumentError, match="either a MonitorEvent or a kind"):
+        monitor().inject(MonitorEvent("x"), extra=1)
 
 
 def test_variables_and_change_tracking():

@@ -33,7 +33,7 @@ from .rules import RuleSet
 log = logging.getLogger("hetflow.ir")
 
 
-class Context:
+class RuleContext:
     """What rules see and change during one evaluation."""
 
     def __init__(self, nodes, *, topology, variables: dict, rules: RuleSet, events=(),
@@ -101,7 +101,7 @@ class Scope:
 
     __slots__ = ("ctx", "match", "node")
 
-    def __init__(self, ctx: Context, match: Match | None):
+    def __init__(self, ctx: RuleContext, match: Match | None):
         self.ctx, self.match = ctx, match
         self.node = match.node if match is not None else None
 
@@ -229,7 +229,7 @@ class Interpreter:
         rules = rules if rules is not None else self.rules
         events = self.monitor.drain()
         variables = self.monitor.snapshot()
-        ctx = Context(nodes, topology=self.topology, variables=dict(variables), rules=rules,
+        ctx = RuleContext(nodes, topology=self.topology, variables=dict(variables), rules=rules,
                       events=events, cache=self.cache, outputs=outputs, new_id=new_id, scope=self.place)
         saved_rules = rules.snapshot()
         try:
@@ -269,7 +269,7 @@ class Interpreter:
             for rule in node.rules:
                 yield rule, node
 
-    def _fixpoint(self, ctx: Context) -> list[str]:
+    def _fixpoint(self, ctx: RuleContext) -> list[str]:
         fired: list[str] = []
         for _ in range(self.max_rounds):
             changed = []
@@ -283,7 +283,7 @@ class Interpreter:
         raise RuleError(f"rules kept re-triggering each other for {self.max_rounds} rounds "
                         f"without settling: {names}")
 
-    def _apply(self, ctx: Context, rule, anchor) -> bool:
+    def _apply(self, ctx: RuleContext, rule, anchor) -> bool:
         """Fire ``rule`` on each of its bindings; True when it changed anything."""
         changed = False
         try:

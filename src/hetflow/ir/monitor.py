@@ -52,7 +52,7 @@ MODES = ("event", "periodic", "continuous")
 
 
 @dataclasses.dataclass(frozen=True)
-class Event:
+class MonitorEvent:
     """One piece of feedback: its kind, its data and when it arrived."""
 
     kind: str
@@ -117,7 +117,7 @@ class Monitor:
                                 else psutil.virtual_memory().total // 10)
         self._vars: dict[str, object] = {}
         self._stamps: dict[str, int] = {}
-        self._pending: list[Event] = []
+        self._pending: list[MonitorEvent] = []
         self._reported_util: dict[str, float] = {}
         self._lock = threading.RLock()
         self.revision = 0
@@ -158,13 +158,13 @@ class Monitor:
             return any(s > revision for s in stamps)
 
     # -- events ------------------------------------------------------------------------
-    def inject(self, event: Event | str, **data) -> Event:
-        """Report an event (an Event, or a kind and its data); returns the event."""
+    def inject(self, event: MonitorEvent | str, **data) -> MonitorEvent:
+        """Report an event (a MonitorEvent, or a kind and its data); returns the event."""
         if isinstance(event, str):
-            event = Event(event, types.MappingProxyType(dict(data)))
+            event = MonitorEvent(event, types.MappingProxyType(dict(data)))
         elif data:
-            raise ArgumentError("give either an Event or a kind with data, not both")
-        if not isinstance(event, Event) or not isinstance(event.kind, str) or not event.kind:
+            raise ArgumentError("give either a MonitorEvent or a kind with data, not both")
+        if not isinstance(event, MonitorEvent) or not isinstance(event.kind, str) or not event.kind:
             raise ArgumentError(f"an event needs a non-empty kind; got {event!r}")
         handler = _EFFECTS.get(event.kind)
         if handler is not None:

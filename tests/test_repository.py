@@ -208,6 +208,25 @@ def test_concurrent_writers_share_one_entry_without_corruption(tmp_path):
         assert later["compiled"] == 0 and later["loaded"] == 1 and later["hits"] >= 1
 
 
+def test_concurrent_writers_replace_one_stale_entry(tmp_path):
+    """Ranks of a program upgraded since the entry was stored: each finds it stale, and
+    they replace it at once (seen as 'cannot store the executable ... Directory not empty'
+    under mpiexec)."""
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    cache = tmp_path / "cache"
+    _finish(_start(script, cache, "float64"))
+    (entry,) = CodeRepository(cache).entries()
+    meta = json.loads((entry / "description.json").read_text())
+    meta["description"]["compiler"]["numba"] = "0.0.1"  # built by another compiler
+    (entry / "description.json").write_text(json.dumps(meta))
+    runs = [_finish(p) for p in [_start(script, cache, "float64") for _ in range(4)]]
+    for run in runs:
+        np.testing.assert_allclose(run["out"], 0.25 * np.arange(2000.0) + 0.75)
+    assert len(CodeRepository(cache).entries()) == 1
+    assert json.loads((entry / "description.json").read_text())["description"]["compiler"]["numba"] != "0.0.1"
+
+
 SHARED_TEXT = """
 @hetflow.kernel
 def twice_plus(i, x, out):

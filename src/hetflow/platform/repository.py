@@ -34,11 +34,13 @@ import hashlib
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import sys
 import tempfile
 import threading
+import time
 import types
 import warnings
 from pathlib import Path
@@ -66,6 +68,8 @@ GPU_OPTIONS = {"cache": True, "error_model": ERROR_MODEL}
 
 
 DEFAULT_MAX_ENTRIES = 1000
+# Tries to store a built entry while other processes store or replace the same one.
+STORE_ATTEMPTS = 12
 
 
 def max_entries_from_env() -> int:
@@ -220,11 +224,14 @@ class CodeRepository:
         tmp.mkdir(parents=True, exist_ok=True)
         (tmp / "module.py").write_text(gen.text)
         (tmp / "description.json").write_text(json.dumps(meta, indent=1))
-        for _ in range(3):
+        for attempt in range(STORE_ATTEMPTS):
             try:
                 os.rename(tmp, entry)
             except OSError as exc:
                 error = exc
+                # Ranks that found one stale entry drop it and store theirs at once: a
+                # random pause lets one of them win before the others look again.
+                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
                 found = self._read_or_drop(entry)
                 if found is None:  # the winner's entry went or was damaged: try again
                     continue

@@ -76,8 +76,11 @@ def test_arrays_gather_reduce_and_views_on_one_rank():
     np.testing.assert_array_equal(a.gather(), x)
     np.testing.assert_array_equal(a.allgather(), x)
     assert a.sum() == x.sum() and a.min() == 0 and a.max() == 23
-    view = cluster.interior(cluster.cshift(a, 1, 1), 1)
-    assert view.shape == (4, 2) and view.root is a
+    view = hetflow.interior(hetflow.cshift(a, 1, 1), 1)  # one view API for every array
+    assert isinstance(view, darray.DistView) and view.shape == (4, 2) and view.root is a
+    assert view.ops == (("cshift", 1, 1), ("interior", (1, 1)))
+    assert cluster.interior(cluster.cshift(a, 1, 1), 1).ops == view.ops  # the old spelling
+    assert hetflow.section(a, (1, 0), (2, 4)).ops == (("section", (1, 0), (2, 4)),)
     assert cluster.cshift(x, 0, 1).shape == (6, 4)  # plain arrays get hetflow's own views
     b = cluster.zeros_like(a, shape=(6, 2))
     assert b.distribution is a.distribution and b.sum() == 0

@@ -3,7 +3,7 @@
     u = cluster.asarray(grid)                # each rank keeps its block of rows (+ halo)
     v = cluster.zeros_like(u)                # the same distribution
     cluster.forall(interior(u, 1).shape, step, interior(v, 1), interior(u, 1),
-                   interior(cluster.cshift(u, 0, -1), 1), ...)   # halos exchanged as needed
+                   interior(cshift(u, 0, -1), 1), ...)   # halos exchanged as needed
     full = v.gather()                        # the whole array on rank 0
 
 A :class:`Distribution` cuts one dimension of extent n into contiguous blocks, one per
@@ -14,9 +14,10 @@ partition changes (a rebalance moves rows between neighbouring ranks).
 
 A :class:`DistArray` holds on each rank ``local``: its block plus ``halo`` rows on each
 side along the distributed dimension (:mod:`hetflow.cluster.halo` fills them); ``block``
-is the owned part. Views over distributed arrays — :func:`cshift`, :func:`interior`,
-:func:`section` — are :class:`DistView` objects: the same operators, checked over the
-global extent, which a launch turns into views of a rank's local storage
+is the owned part. ``hetflow.cshift``, ``interior`` and ``section`` of a distributed array
+or of such a view are :class:`DistView` objects (the array's ``__hetflow_view__``): the
+same operators, checked over the global extent, which a launch turns into views of a
+rank's local storage
 (:mod:`hetflow.cluster.plan`). Making a distributed array is collective: every rank makes
 the same arrays in the same order.
 """
@@ -286,14 +287,10 @@ class DistArray:
         return self.reduce("max")
 
     # -- views ---------------------------------------------------------------------------
-    def cshift(self, dim, shift) -> "DistView":
-        return cshift(self, dim, shift)
-
-    def interior(self, delta) -> "DistView":
-        return interior(self, delta)
-
-    def section(self, offset, extent) -> "DistView":
-        return section(self, offset, extent)
+    def __hetflow_view__(self, op, *params) -> "DistView":
+        """``hetflow.cshift``/``interior``/``section`` of this array (see
+        :func:`hetflow.index.operators.own_view`)."""
+        return _VIEWS[op](self, *params)
 
     def __repr__(self):
         where = "host" if self.device is None else self.device.id
@@ -333,14 +330,7 @@ class DistView:
         """The distributed array this view reads and writes."""
         return self.base
 
-    def cshift(self, dim, shift) -> "DistView":
-        return cshift(self, dim, shift)
-
-    def interior(self, delta) -> "DistView":
-        return interior(self, delta)
-
-    def section(self, offset, extent) -> "DistView":
-        return section(self, offset, extent)
+    __hetflow_view__ = DistArray.__hetflow_view__
 
     def __repr__(self):
         chain = ", ".join(f"{op[0]}{op[1:]}" for op in self.ops) or "identity"
@@ -364,28 +354,25 @@ def _extend(x, op, proxy) -> DistView:
     return DistView(view.base, view.ops + (op,), proxy)
 
 
-def cshift(x, dim, shift):
-    """``hetflow.cshift`` for distributed arrays and views too (others: hetflow's own)."""
-    if not is_distributed(x):
-        return _ops.cshift(x, dim, shift)
+def _cshift(x, dim, shift):
     proxy = _ops.cshift(as_view(x).proxy, dim, shift)  # checks the parameters
     return _extend(x, ("cshift", proxy.dim, proxy.shift), proxy)
 
 
-def interior(x, delta):
-    """``hetflow.interior`` for distributed arrays and views too (others: hetflow's own)."""
-    if not is_distributed(x):
-        return _ops.interior(x, delta)
+def _interior(x, delta):
     proxy = _ops.interior(as_view(x).proxy, delta)
     return _extend(x, ("interior", tuple(proxy.delta)), proxy)
 
 
-def section(x, offset, extent):
-    """``hetflow.section`` for distributed arrays and views too (others: hetflow's own)."""
-    if not is_distributed(x):
-        return _ops.section(x, offset, extent)
+def _section(x, offset, extent):
     proxy = _ops.section(as_view(x).proxy, offset, extent)
     return _extend(x, ("section", tuple(proxy.start), tuple(proxy.size)), proxy)
+
+
+# A distributed array's views, which ``hetflow.cshift``, ``interior`` and ``section`` ask
+# it for: the same functions for every array (``hetflow.cluster.cshift`` is another name).
+_VIEWS = {"cshift": _cshift, "interior": _interior, "section": _section}
+cshift, interior, section = _ops.cshift, _ops.interior, _ops.section
 
 
 # -- making distributed arrays -------------------------------------------------------------

@@ -351,6 +351,23 @@ def test_ops_are_resolved_by_name_or_function():
                                      "land", "lor", "lxor"}
 
 
+@hetflow.kernel
+def maxabs(a, b):
+    return a if abs(a) >= abs(b) else b
+
+
+def test_a_call_site_op_combines_segments_as_reduce_folds_with_it():
+    """One user op for both: the element op ``hetflow.reduce`` takes combines a
+    collective's arrays element by element (oracle: NumPy)."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal(1000), rng.standard_normal(1000)
+    out = np.empty_like(a)
+    resolve_op(maxabs).combine(a, b, out)
+    np.testing.assert_array_equal(out, np.where(np.abs(a) >= np.abs(b), a, b))
+    x = np.stack([a, b])
+    assert hetflow.reduce(x, maxabs) == x.flat[np.argmax(np.abs(x))]
+
+
 @pytest.mark.parametrize("op,dtype,mpi_name", [
     ("sum", np.float64, "SUM"), ("prod", np.complex64, "PROD"), ("min", np.int8, "MIN"),
     ("max", np.uint64, "MAX"), ("band", np.int32, "BAND"), ("xor", np.uint16, "BXOR"),

@@ -9,8 +9,8 @@ Built-in operations are those of the call sites (:data:`hetflow.runtime.binops.O
 the same names: ``sum prod min max and or xor land lor lxor``, with MPI's ``band bor
 bxor`` for ``and or xor``), applied as NumPy (or CuPy) ufuncs with ``out=``; on
 structured element types they are applied field by field. A user-defined operation is
-either any callable ``op(a, b, out)`` or a binary hetflow kernel ``k(i, a, b, out)``,
-launched with ``hetflow.forall``.
+either any callable ``op(a, b, out)`` or a hetflow kernel launched with ``hetflow.forall``:
+``k(i, a, b, out)``, or the call sites' binary op ``k(a, b)`` returning the element.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import numpy as np
 
 from hetflow.errors import ArgumentError, ArgumentTypeError
 from hetflow.kernels import Kernel
+from hetflow.runtime import blockgen
 from hetflow.runtime.binops import OPS, SPELLINGS, describe_kinds, lookup, valid_names
 
 BUILTIN_OPS = tuple(OPS)
@@ -93,10 +94,12 @@ class CallableOp(ReduceOp):
 
 
 class KernelOp(ReduceOp):
-    """A binary hetflow kernel ``k(i, a, b, out)``, run over the segment by forall."""
+    """A hetflow kernel run over the segment by forall: ``k(i, a, b, out)``, or a binary
+    op ``k(a, b)`` returning the combined element, as ``hetflow.reduce`` and ``scan``
+    take it (one user op for call sites and collectives)."""
 
     def __init__(self, kernel):
-        self.kernel = kernel
+        self.kernel = blockgen.combine(kernel) if len(kernel.params) == 2 else kernel
         self.name = _qualified_name(kernel)
 
     def combine(self, a, b, out, xp=np) -> None:

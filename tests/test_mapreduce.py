@@ -178,7 +178,7 @@ def test_simulated_gpu_co_executes_with_the_cpu(gpu_device, small_blocks):
 # -- a real GPU (CuPy data stays on the GPU) ---------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_map_reduce_of_cupy_arrays():
-    from hetflow.platform.cuda_compat import cupy_module
+    from hetflow.cuda_compat import cupy_module
 
     cp = cupy_module()
     if cp is None:

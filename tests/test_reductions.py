@@ -605,7 +605,7 @@ def test_simulated_gpu_scan_and_sort(gpu_device):
 # -- a real GPU (CuPy data stays on the GPU) ------------------------------------------------------------
 @pytest.fixture
 def cp():
-    from hetflow.platform.cuda_compat import cupy_module
+    from hetflow.cuda_compat import cupy_module
 
     module = cupy_module()
     if module is None:

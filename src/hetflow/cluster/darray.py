@@ -200,7 +200,7 @@ class DistArray:
         shape[self.dim] = bounds[1] - bounds[0] + 2 * self.halo
         if self.device is None:
             return np.empty(tuple(shape), self.dtype)
-        from hetflow.platform.cuda_compat import cuda_module
+        from hetflow.cuda_compat import cuda_module
 
         with halo.on_gpu(self.device):
             return cuda_module().device_array(tuple(shape), self.dtype)

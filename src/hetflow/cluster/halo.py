@@ -42,7 +42,7 @@ def on_gpu(device):
     nothing to do). A rank's process sees every GPU of its host; its blocks are on one."""
     if device is None:
         return contextlib.nullcontext()
-    from hetflow.platform.cuda_compat import cuda_module
+    from hetflow.cuda_compat import cuda_module
 
     return cuda_module().gpus[device.ordinal]
 

@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from hetflow.errors import ArgumentTypeError, DeviceError
-from hetflow.platform.cuda_compat import cupy_module
+from hetflow.cuda_compat import cupy_module
 
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from .cuda_compat import cuda_available, cuda_module, simulated
+from ..cuda_compat import cuda_available, cuda_module, simulated
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, DeviceError
-from ..platform.cuda_compat import cuda_module, cupy_module
+from ..cuda_compat import cuda_module, cupy_module
 from . import deps
 from .events import LOCK
 

@@ -121,7 +121,7 @@ def _nvml():
 def _handle(nvml, device: Device):
     """The NVML handle of a CUDA device, matched by UUID (CUDA and NVML number GPUs
     differently when CUDA_VISIBLE_DEVICES is set), else by ordinal."""
-    from ..platform.cuda_compat import cuda_module
+    from ..cuda_compat import cuda_module
 
     try:
         cuda = cuda_module()

@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow import cshift, interior
+from hetflow import cshift, interior, reduce
 from hetflow.errors import ArgumentTypeError, KernelCompileError, ShapeError
 from hetflow.library import maxloc, minloc
 from hetflow.runtime import reductions
-from hetflow.runtime.reductions import Blocking, reduce
+from hetflow.runtime.reductions import Blocking
 
 RNG = np.random.default_rng(22)
 

@@ -5,11 +5,10 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow import cshift, interior, section, tile, transpose
+from hetflow import cshift, interior, reduce, scan, section, sort, tile, transpose
 from hetflow.errors import ArgumentError, ArgumentTypeError, KernelCompileError, ShapeError
 from hetflow.runtime import reductions
-from hetflow.runtime.reductions import Blocking, reduce
-from hetflow.runtime.scan_sort import scan, sort
+from hetflow.runtime.reductions import Blocking
 
 RNG = np.random.default_rng(1234)
 

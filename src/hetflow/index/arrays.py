@@ -120,24 +120,12 @@ def _new(fill, shape, dtype, device):
     return getattr(np, fill)(shape, dtype=dtype)
 
 
-def _allocate(fill, shape, dtype, device):
-    """Allocate now, or, inside ``with hetflow.graph()``, record a lazy array that the
-    graph materialises only if its rules do not fuse it away."""
-    from hetflow.ir.capture import current_graph
-
-    g = current_graph()
-    if g is not None:
-        return g.record("alloc", shape=shape, dtype=dtype, fill=0 if fill == "zeros" else None,
-                        factory=lambda shp, dt: _new(fill, shp, dt, device))
-    return _new(fill, shape, dtype, device)
-
-
 def zeros(shape, dtype=np.float64, device=None):
     """A new zero-filled array of ``shape`` on the host, on a GPU via CuPy, or (``device=
     "managed"``) a host array in CUDA managed memory that GPU launches use in place."""
-    return _allocate("zeros", shape, dtype, device)
+    return _new("zeros", shape, dtype, device)
 
 
 def empty(shape, dtype=np.float64, device=None):
     """A new uninitialised array of ``shape``, placed as for :func:`zeros`."""
-    return _allocate("empty", shape, dtype, device)
+    return _new("empty", shape, dtype, device)

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
 from ..kernels.kernel import Kernel
+from ..runtime.launch import normalize_extent
 from . import graph as _graph
 from .graph import Node, Version
 from .interpreter import Interpreter
@@ -131,8 +132,6 @@ class Graph:
         return self._record_call(op, **attrs)
 
     def _record_forall(self, extent, kernel, args=(), device=None, shares=None, schedule=None, snapshot=False):
-        from ..runtime.launch import normalize_extent
-
         if not isinstance(kernel, Kernel):
             raise ArgumentTypeError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
         extent = normalize_extent(extent)

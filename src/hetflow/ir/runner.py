@@ -14,6 +14,8 @@ import time
 import weakref
 
 from ..platform.devices import devices as platform_devices
+from ..runtime.forall import forall
+from ..runtime.report import LaunchReport
 from .graph import Node, Version
 from .values import Handle, LazyArray, resolve
 
@@ -90,10 +92,6 @@ class _Forall:
     __slots__ = ("kwargs", "launch", "lazy", "node", "shares", "whole")
 
     def __init__(self, node, table):
-        # The runtime imports this package: import it when a step is made, not at import.
-        from ..runtime.forall import forall
-        from ..runtime.report import LaunchReport
-
         self.node, self.launch, self.whole = node, forall, LaunchReport
         self.kwargs, self.shares = placement(node, table)
         if "schedule" in node.attrs:

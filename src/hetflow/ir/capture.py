@@ -36,7 +36,8 @@ from . import graph as _graph
 from .graph import Node, Version
 from .interpreter import Interpreter
 from .monitor import Monitor
-from .rules import Rule, RuleSet
+from .rules import Rule
+from .ruleset import RuleSet
 from .runner import run_version
 from .values import Handle, LazyArray, is_data, root
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from hetflow.errors import ArgumentTypeError, DeviceError
 from hetflow.cuda_compat import cupy_module
+from hetflow.index.managed import managed
 
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2
 
@@ -109,8 +110,6 @@ def asarray(x, device=None, dtype=None):
 
 def _new(fill, shape, dtype, device):
     if isinstance(device, str) and device.lower() == "managed":
-        from hetflow.index.managed import managed
-
         return managed(fill, shape, dtype)
     kind, ordinal = _placement(device)
     if kind == "gpu":

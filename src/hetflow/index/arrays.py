@@ -34,6 +34,17 @@ def is_array(x):
     return is_device_array(x) or is_host_array(x) or getattr(type(x), "hetflow_coherent", False)
 
 
+# Every concrete view class (filled in by View.__init_subclass__ in views.py, which builds on
+# this module): a set lookup of the type is what the hot paths use, being several times
+# cheaper than isinstance with an ABC.
+_VIEW_TYPES = set()
+
+
+def is_view(x):
+    """True when ``x`` is a view."""
+    return type(x) in _VIEW_TYPES
+
+
 def required_cupy(why):
     """CuPy, or DeviceError saying that ``why`` needs it."""
     cupy = cupy_module()
@@ -92,10 +103,8 @@ def asarray(x, device=None, dtype=None):
     (``__dlpack__``) through ``from_dlpack``, both without copies. Views are
     materialised. Moving between host and GPU copies.
     """
-    from hetflow.index.views import View  # views build on this module
-
     kind, ordinal = _placement(device)
-    if isinstance(x, View):
+    if is_view(x):
         x = x.cupy() if kind == "gpu" else x.numpy()
     elif hasattr(x, "__dlpack__") and not is_array(x):
         x = _from_dlpack(x)

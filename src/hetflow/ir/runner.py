@@ -1,6 +1,6 @@
 """Running one DIR version: each node goes to hetflow's runtime, in order.
 
-``forall`` nodes call :func:`hetflow.forall` with the node's placement (``devices``
+``forall`` nodes call the runtime's ``forall`` with the node's placement (``devices``
 and ``shares`` set by rules). The DIR may plan for devices this process cannot use
 (simulated ones, another node's): those are left out here and the shares of the others
 renormalised; with none left, the runtime picks the device as for an unplaced launch.

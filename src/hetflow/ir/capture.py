@@ -1,7 +1,8 @@
 """Capturing a program as a DIR: ``with hetflow.graph() as g: ...`` then ``g.run()``.
 
-Inside the ``with`` block, hetflow's call sites (``forall``, ``reduce``, ``scan``,
-``sort``, view creation) and allocations (``empty``, ``zeros``) do not run: they ask
+Inside the ``with`` block, hetflow's call sites (:mod:`hetflow.callsites`: ``forall``,
+``reduce``, ``scan``, ``sort``, ``wavefront``) and allocations (``empty``, ``zeros``) do
+not run: they ask
 :func:`current_graph` and, when a graph is capturing, call :meth:`Graph.record`,
 which adds a node and returns a lazy stand-in for the result. ``g.run()`` then
 evaluates the rules at a safe point (producing new DIR versions when they change the

@@ -1,4 +1,5 @@
-"""The ``forall`` call site: run a kernel over every index of an extent.
+"""What the ``forall`` call site (:mod:`hetflow.callsites`) runs: a kernel over every index
+of an extent.
 
 ``device`` may be None (the default device), a device id, ``'all'`` (every device),
 ``'gpu'`` (every GPU, or the CPU where there is none), a Device, a list of them, a

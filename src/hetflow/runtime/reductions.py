@@ -1,5 +1,6 @@
-"""The ``reduce`` call site (SPEC §1 "Call sites"), and what ``scan`` and ``sort`` share
-with it: operand and axis checks, picking the device, and cutting work into blocks.
+"""What the ``reduce`` call site (SPEC §1 "Call sites", :mod:`hetflow.callsites`) runs for
+arrays, and what ``scan`` and ``sort`` share with it: operand and axis checks, picking the
+device, and cutting work into blocks.
 
 Two paths compute a reduction:
 

@@ -1,4 +1,4 @@
-"""The ``scan`` and ``sort`` call sites (SPEC §1 "Call sites").
+"""What the ``scan`` and ``sort`` call sites (SPEC §1 "Call sites", :mod:`hetflow.callsites`) run.
 
 Both write a new array and never modify their operand.
 

@@ -1,4 +1,5 @@
-"""The ``wavefront`` call site: sweeps where element (i, j) depends on (i-1, j) and (i, j-1).
+"""What the ``wavefront`` call site (:mod:`hetflow.callsites`) runs: sweeps where element
+(i, j) depends on (i-1, j) and (i, j-1).
 
 ``hetflow.wavefront(extent, kernel, *args)`` runs ``kernel(i, j, *args)`` at every index
 of a 2-D extent with the results of the sequential loop ``for i: for j: kernel(i, j)``

@@ -17,8 +17,8 @@ from .index import arrays
 from .ir.capture import current_graph
 from .kernels import Kernel
 from .runtime import binops, reductions, scan_sort
-from .runtime import forall as _forall
 from .runtime import wavefront as _wavefront
+from .runtime.forall import run_forall
 from .runtime.mapreduce import kernel_op, map_reduce
 
 
@@ -47,8 +47,7 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None, snaps
     if g is not None:  # capturing a DIR: record, run later (hetflow.graph)
         return g.record("forall", extent=extent, kernel=kernel, args=args, device=device, shares=shares,
                         schedule=schedule, snapshot=snapshot)
-    return _forall.forall(extent, kernel, *args, device=device, schedule=schedule, shares=shares,
-                          snapshot=snapshot)
+    return run_forall(extent, kernel, args, device, schedule, shares, snapshot)
 
 
 def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=True, identity=None):

@@ -69,6 +69,12 @@ _resolved: dict = {}  # a list of device ids -> its devices
 
 def forall(extent, kernel, *args, device=None, schedule=None, shares=None, snapshot=False):
     """:func:`hetflow.forall` (which documents it), run now."""
+    return run_forall(extent, kernel, args, device, schedule, shares, snapshot)
+
+
+def run_forall(extent, kernel, args, device, schedule, shares, snapshot):
+    """:func:`forall` with every argument by position: what the call site calls, passing
+    them on at less cost than by keyword (a warm launch takes a few microseconds)."""
     if snapshot:
         args = aliasing.snapshot(kernel, normalize_extent(extent), args)
     targets = _default_devices(args) if device is None else resolve_devices(device, args)

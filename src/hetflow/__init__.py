@@ -21,7 +21,7 @@ from . import library  # noqa: E402  (needs kernel and forall)
 from . import cluster, collectives, trace  # noqa: E402
 from .collectives import world  # noqa: E402
 
-from ._version import __version__ as __version__  # noqa: E402
+from ._version import __version__ as __version__
 
 __all__ = ["Buffer", "Context", "atomic", "Device", "Event", "Grid", "HetflowError", "Kernel", "LogicalDevice",
            "Monitor", "Queue", "Rule", "RuleSet", "UserEvent", "array", "asarray", "cluster", "co_map",

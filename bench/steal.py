@@ -47,7 +47,7 @@ from numba import njit, prange
 
 import hetflow
 from hetflow.errors import HetflowError
-from hetflow.platform.cuda_compat import cupy_module
+from hetflow.cuda_compat import cupy_module
 
 sys.path.append(os.path.dirname(__file__))
 from _common import fmt_s, report  # noqa: E402

@@ -32,10 +32,8 @@ import numba
 import numpy as np
 
 import hetflow
-from hetflow import cshift, interior
-from hetflow.platform.cuda_compat import cuda_module, cupy_module
-from hetflow.runtime.reductions import reduce
-from hetflow.runtime.scan_sort import scan, sort
+from hetflow import cshift, interior, reduce, scan, sort
+from hetflow.cuda_compat import cuda_module, cupy_module
 
 sys.path.append(os.path.dirname(__file__))
 from _common import best_time, fmt_s, report  # noqa: E402

@@ -7,7 +7,7 @@ import pytest
 from hetflow.errors import ArgumentTypeError, DeviceError, ShapeError
 from hetflow.index import (Grid, asarray, empty, extent, extent_of, index, is_device_array,
                            project, rank, root_of, section, zeros)
-from hetflow.platform.cuda_compat import cupy_module
+from hetflow.cuda_compat import cupy_module
 
 
 # -- index and extent ---------------------------------------------------------------------
@@ -138,7 +138,7 @@ def test_host_placements_give_numpy_arrays(device):
 
 @pytest.mark.simgpu
 def test_simulated_device_arrays_are_host_indexables():
-    from hetflow.platform.cuda_compat import cuda_module
+    from hetflow.cuda_compat import cuda_module
     d = cuda_module().to_device(np.arange(6.0).reshape(2, 3))
     v = section(d, (0, 1), (2, 2))
     assert np.array_equal(v.numpy(), np.arange(6.0).reshape(2, 3)[:, 1:])
@@ -168,7 +168,7 @@ def test_cupy_round_trip_and_views():
 
 @pytest.mark.gpu
 def test_foreign_gpu_arrays_are_taken_without_copy():
-    from hetflow.platform.cuda_compat import cuda_module
+    from hetflow.cuda_compat import cuda_module
     cupy = cupy_module()
     d = cuda_module().to_device(np.arange(4.0))  # __cuda_array_interface__, not CuPy
     c = asarray(d)

@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow import cshift, interior
+from hetflow import cshift, interior, reduce
 from hetflow.errors import ArgumentTypeError, KernelCompileError, ShapeError
 from hetflow.library import maxloc, minloc
 from hetflow.runtime import reductions
-from hetflow.runtime.reductions import Blocking, reduce
+from hetflow.runtime.reductions import Blocking
 
 RNG = np.random.default_rng(22)
 
@@ -178,7 +178,7 @@ def test_simulated_gpu_co_executes_with_the_cpu(gpu_device, small_blocks):
 # -- a real GPU (CuPy data stays on the GPU) ---------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_map_reduce_of_cupy_arrays():
-    from hetflow.platform.cuda_compat import cupy_module
+    from hetflow.cuda_compat import cupy_module
 
     cp = cupy_module()
     if cp is None:

@@ -103,7 +103,7 @@ def test_numba_cuda_is_used_where_its_pth_file_was_not_processed():
 
     paths = [str(Path(hf.__file__).parents[1]), *site.getsitepackages()]
     code = ("import sys; sys.path[:0] = %r\n"
-            "from hetflow.platform.cuda_compat import cuda_module\n"
+            "from hetflow.cuda_compat import cuda_module\n"
             "print(cuda_module().__file__)") % paths
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=120,
                          env={**__import__("os").environ, "NUMBA_ENABLE_CUDASIM": "1"})

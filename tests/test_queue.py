@@ -556,7 +556,7 @@ def test_buffer_copies_stay_coherent_across_devices():
 
 @pytest.mark.simgpu
 def test_gpu_arrays_cannot_go_to_the_cpu():
-    from hetflow.platform.cuda_compat import cuda_module
+    from hetflow.cuda_compat import cuda_module
 
     on_gpu = cuda_module().to_device(np.zeros(4))
     with Queue(hetflow.Context(["cpu0", "gpu0"])) as q:

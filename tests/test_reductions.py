@@ -5,11 +5,10 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow import cshift, interior, section, tile, transpose
+from hetflow import cshift, interior, reduce, scan, section, sort, tile, transpose
 from hetflow.errors import ArgumentError, ArgumentTypeError, KernelCompileError, ShapeError
 from hetflow.runtime import reductions
-from hetflow.runtime.reductions import Blocking, reduce
-from hetflow.runtime.scan_sort import scan, sort
+from hetflow.runtime.reductions import Blocking
 
 RNG = np.random.default_rng(1234)
 
@@ -605,7 +604,7 @@ def test_simulated_gpu_scan_and_sort(gpu_device):
 # -- a real GPU (CuPy data stays on the GPU) ------------------------------------------------------------
 @pytest.fixture
 def cp():
-    from hetflow.platform.cuda_compat import cupy_module
+    from hetflow.cuda_compat import cupy_module
 
     module = cupy_module()
     if module is None:

@@ -566,7 +566,7 @@ def test_perfmodel_rejects_bad_input(tmp_path):
 
 @pytest.mark.simgpu
 def test_simulated_gpu_kernel_and_cpu_cores_share_one_loop():
-    from hetflow.platform.cuda_compat import cuda_module
+    from hetflow.cuda_compat import cuda_module
 
     cuda = cuda_module()
     n = 256

@@ -9,7 +9,7 @@ from hetflow.errors import ArgumentTypeError, IndexOutOfBoundsError, ShapeError
 from hetflow.index import (Partition, Section, asarray, co_map, cshift, extent, extent_of,
                            index, interior, is_view, partition, project, rank, root_of, section,
                            tile, transpose)
-from hetflow.platform.cuda_compat import cupy_module
+from hetflow.cuda_compat import cupy_module
 
 
 def grid(*shape):

@@ -12,7 +12,7 @@ from hetflow.errors import ShapeError
 from hetflow.index import (co_map, cshift, interior, lowering, project, section, tile,
                            transpose)
 from hetflow.index.expr import Add, Call, Const, LowerContext, Mul, Param, Var, Wrap, cyclic
-from hetflow.platform.cuda_compat import cuda_module
+from hetflow.cuda_compat import cuda_module
 
 
 def evaluate(expr, env):

@@ -139,7 +139,7 @@ def test_simulated_gpu_equals_the_sequential_loop(gpu_device, tile):
 
 @pytest.mark.gpu
 def test_gpu_equals_the_sequential_loop():
-    from hetflow.platform.cuda_compat import cupy_module
+    from hetflow.cuda_compat import cupy_module
 
     cp = cupy_module()
     if cp is None:

@@ -32,10 +32,12 @@ import numpy as np
 from hetflow.cluster import control, halo
 from hetflow.cluster.launch import session as _session
 from hetflow.collectives.ops import resolve_op
+from hetflow.cuda_compat import cuda_module
 from hetflow.errors import ArgumentError, ArgumentTypeError, CommError, ShapeError
 from hetflow.index import operators as _ops
 from hetflow.index.tiling import partition as _partition
 from hetflow.index.views import View, checked_dim, extent_of
+from hetflow.platform.devices import get_device
 
 
 def stand_in(shape, dtype=np.uint8) -> np.ndarray:
@@ -201,7 +203,6 @@ class DistArray:
         shape[self.dim] = bounds[1] - bounds[0] + 2 * self.halo
         if self.device is None:
             return np.empty(tuple(shape), self.dtype)
-        from hetflow.platform.cuda_compat import cuda_module
 
         with halo.on_gpu(self.device):
             return cuda_module().device_array(tuple(shape), self.dtype)
@@ -506,7 +507,6 @@ def _gpu(device):
     """None for host memory, else the GPU device record ``device`` names."""
     if device is None or device in ("cpu", "cpu0", "host"):
         return None
-    from hetflow.platform.devices import get_device
 
     record = get_device(device) if isinstance(device, str) else device
     if getattr(record, "kind", None) == "cpu":

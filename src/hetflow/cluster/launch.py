@@ -29,6 +29,7 @@ from hetflow.collectives.comm import MPICommunicator, SelfCommunicator, world
 from hetflow.cluster.control import Channel, LocalChannel, describe_step
 from hetflow.collectives.transport import Transport
 from hetflow.errors import ArgumentError, RemoteError
+from hetflow.platform.devices import devices
 
 
 class GuardedTransport(Transport):
@@ -154,8 +155,6 @@ def share_cores(host_rank: int, host_size: int) -> tuple[int, tuple | None, bool
     if host_size > 1 and not oversubscribed:
         cores = tuple(allowed[host_rank * threads:(host_rank + 1) * threads])
         os.sched_setaffinity(0, cores)
-        from hetflow.platform.devices import devices
-
         devices(refresh=True)  # cpu0's compute units are now this rank's share
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
     return threads, cores, oversubscribed
@@ -172,8 +171,6 @@ def _threads_setting(text: str) -> int:
 
 
 def _own_devices(host_rank: int, host_size: int) -> tuple:
-    from hetflow.platform.devices import devices
-
     gpus = [d.id for d in devices() if d.kind == "gpu" and not d.simulated
             and d.ordinal % host_size == host_rank]
     return ("cpu0", *gpus)

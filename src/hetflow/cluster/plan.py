@@ -22,6 +22,8 @@ from hetflow.errors import ArgumentTypeError, ShapeError
 from hetflow.index import operators as _ops
 from hetflow.index.views import is_view
 from hetflow.kernels.kernel import Kernel
+from hetflow.ir.capture import current_graph
+from hetflow.runtime.forall import forall as local_forall
 from hetflow.runtime.launch import SCALARS, normalize_extent
 
 
@@ -214,10 +216,11 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
     (default: the GPU holding the blocks, else the CPU). Without distributed arguments,
     or while a graph is being captured, this is ``hetflow.forall`` itself.
     """
-    from hetflow.ir.capture import current_graph
-    from hetflow.runtime.forall import forall as local_forall
-
-    if current_graph() is not None or not any(darray.is_distributed(a) for a in args):
+    g = current_graph()
+    if g is not None:  # as hetflow.forall records it
+        return g.record("forall", extent=extent, kernel=kernel, args=args, device=device, shares=shares,
+                        schedule=schedule)
+    if not any(darray.is_distributed(a) for a in args):
         return local_forall(extent, kernel, *args, device=device, schedule=schedule, shares=shares)
     plan = plan_for(extent, kernel, args)
     channel = plan.distribution.session.channel

@@ -17,7 +17,7 @@ import time
 
 from hetflow.collectives import agreement, host, schedule
 from hetflow.errors import ArgumentError, DeviceError, ShapeError
-from hetflow.platform.cuda_compat import cupy_module
+from hetflow.cuda_compat import cupy_module
 
 
 # Each segment costs NCCL and kernel launches (~50 us of host time on an H200 host):

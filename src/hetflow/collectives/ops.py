@@ -22,6 +22,7 @@ from hetflow.errors import ArgumentError, ArgumentTypeError
 from hetflow.kernels import Kernel
 from hetflow.runtime import blockgen
 from hetflow.runtime.binops import OPS, SPELLINGS, describe_kinds, lookup, valid_names
+from hetflow.runtime.forall import forall
 
 BUILTIN_OPS = tuple(OPS)
 
@@ -103,9 +104,7 @@ class KernelOp(ReduceOp):
         self.name = _qualified_name(kernel)
 
     def combine(self, a, b, out, xp=np) -> None:
-        import hetflow
-
-        hetflow.forall(out.shape[0], self.kernel, a, b, out)
+        forall(out.shape[0], self.kernel, a, b, out)
 
 
 _BUILTIN_OPS = {alias: BuiltinOp(spec, alias) for alias, spec in SPELLINGS.items()}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from hetflow.errors import DeviceError
-from hetflow.platform.cuda_compat import cuda_available, cuda_module, simulated
+from hetflow.cuda_compat import cuda_available, cuda_module, simulated
 
 
 class _ManagedMemory:

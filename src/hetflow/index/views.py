@@ -20,22 +20,12 @@ from functools import cached_property
 import numpy as np
 
 from hetflow.errors import ArgumentTypeError, IndexOutOfBoundsError, ShapeError
-from hetflow.index.arrays import array_module, is_array, is_device_array, required_cupy
+from hetflow.index.arrays import _VIEW_TYPES, array_module, is_array, is_device_array, is_view, required_cupy
 from hetflow.index.expr import LowerContext
 from hetflow.index.space import extent, index
 
 
 # -- indexables ------------------------------------------------------------------
-# Every concrete view class (filled in by View.__init_subclass__): a set lookup of the type
-# is what the hot paths use, being several times cheaper than isinstance with an ABC.
-_VIEW_TYPES = set()
-
-
-def is_view(x):
-    """True when ``x`` is a view."""
-    return type(x) in _VIEW_TYPES
-
-
 # Array types whose class declares an array interface, so that every instance is an array
 # (NumPy, CuPy, Numba's device arrays), learned on first sight: checking one then costs a
 # set lookup, not the hasattr that evaluates CuPy's __cuda_array_interface__ property.

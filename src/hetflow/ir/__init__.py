@@ -16,7 +16,8 @@ from .interpreter import Interpreter, RuleContext
 from .expressions import Expr, parse
 from .monitor import Monitor, MonitorEvent
 from .patterns import Chain, Match, NodePattern, TopologyPattern
-from .rules import Rule, RuleSet
+from .rules import Rule
+from .ruleset import RuleSet
 from .topology import Topology, simulated_device
 from .values import Handle, LazyArray
 

@@ -1,7 +1,8 @@
 """Capturing a program as a DIR: ``with hetflow.graph() as g: ...`` then ``g.run()``.
 
-Inside the ``with`` block, hetflow's call sites (``forall``, ``reduce``, ``scan``,
-``sort``, view creation) and allocations (``empty``, ``zeros``) do not run: they ask
+Inside the ``with`` block, hetflow's call sites (:mod:`hetflow.callsites`: ``forall``,
+``reduce``, ``scan``, ``sort``, ``wavefront``) and allocations (``empty``, ``zeros``) do
+not run: they ask
 :func:`current_graph` and, when a graph is capturing, call :meth:`Graph.record`,
 which adds a node and returns a lazy stand-in for the result. ``g.run()`` then
 evaluates the rules at a safe point (producing new DIR versions when they change the
@@ -31,11 +32,13 @@ import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
 from ..kernels.kernel import Kernel
+from ..runtime.launch import normalize_extent
 from . import graph as _graph
 from .graph import Node, Version
 from .interpreter import Interpreter
 from .monitor import Monitor
-from .rules import Rule, RuleSet
+from .rules import Rule
+from .ruleset import RuleSet
 from .runner import run_version
 from .values import Handle, LazyArray, is_data, root
 
@@ -131,8 +134,6 @@ class Graph:
         return self._record_call(op, **attrs)
 
     def _record_forall(self, extent, kernel, args=(), device=None, shares=None, schedule=None, snapshot=False):
-        from ..runtime.launch import normalize_extent
-
         if not isinstance(kernel, Kernel):
             raise ArgumentTypeError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
         extent = normalize_extent(extent)

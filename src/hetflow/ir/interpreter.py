@@ -28,7 +28,7 @@ from .expressions import Expr, UnknownName
 from .graph import Node, freeze, replace_nodes
 from .monitor import Monitor
 from .patterns import Match, dtypes, work_size
-from .rules import RuleSet
+from .ruleset import RuleSet
 
 log = logging.getLogger("hetflow.ir")
 

@@ -43,6 +43,7 @@ import numpy as np
 import psutil
 
 from ..errors import ArgumentError
+from ..platform.devices import devices as all_devices
 from ..runtime.status import Sampler, _nvml
 from .topology import Topology
 
@@ -70,8 +71,6 @@ class StatusSource:
     name = "status"
 
     def __init__(self, devices=None):
-        from ..platform.devices import devices as all_devices
-
         nvml = _nvml() is not None
         self._devices = tuple(d for d in (devices if devices is not None else all_devices())
                               if d.kind == "cpu" or (nvml and not d.simulated))

@@ -190,9 +190,7 @@ class _Analysis:
                 self.atomic.add(target.id)
                 self.other.add(target.id)
             return
-        from .kernel import Kernel  # a kernel calls kernels
-
-        if isinstance(obj, Kernel):
+        if getattr(type(obj), "hetflow_kernel", False):  # a kernel calls kernels
             self._kernel_call(node, obj)
         elif isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
                 and node.func.value.id in self.data:

@@ -28,6 +28,8 @@ from .source import KernelSource
 class Kernel:
     """A data-parallel kernel: source, and the executables compiled from it."""
 
+    hetflow_kernel = True  # what access analysis (which this module imports) knows a called kernel by
+
     def __init__(self, pyfunc=None, *, source: KernelSource | None = None, name: str | None = None,
                  globals_: dict | None = None, boundscheck: bool | None = None,
                  fastmath=False, inline: str | None = None, writes=None, reads=None):

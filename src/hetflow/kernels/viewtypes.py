@@ -33,7 +33,7 @@ from numba.extending import (intrinsic, lower_builtin, make_attribute_wrapper, o
                              register_model)
 
 from ..index.lowering import function_key
-from ..platform.cuda_compat import cuda_module, simulated
+from ..cuda_compat import cuda_module, simulated
 from . import checks
 
 CPU, GPU, PY = "cpu", "gpu", "python"  # where an implementation runs (PY: the CUDA simulator)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numba
 
 from ..errors import KernelCompileError
+from ..kernels import checks, codegen, viewtypes
 
 
 ERROR_MODEL = "numpy"
@@ -35,8 +36,6 @@ def compiler_versions(kind: str) -> dict:
     import inspect
 
     import llvmlite
-
-    from ..kernels import checks, codegen, viewtypes
 
     # hetflow's own code generator (with the view types and checks it compiles in)
     # counts as a compiler: entries it wrote differently are stale.

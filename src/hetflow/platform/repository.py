@@ -51,7 +51,7 @@ from ..errors import KernelError
 from ..kernels import checks, viewtypes
 from ..kernels.codegen import BODY, ENTRY, NONNEG, PARALLEL, constructor, expanded, generate
 from ..kernels.kernel import Kernel, function_digest
-from .cuda_compat import cuda_module
+from ..cuda_compat import cuda_module
 from .executable import ERROR_MODEL, Description, Executable
 
 try:

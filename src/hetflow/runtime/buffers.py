@@ -32,7 +32,8 @@ import time
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, DeviceError
-from ..platform.cuda_compat import cuda_module, cupy_module
+from ..cuda_compat import cuda_module, cupy_module
+from ..platform.devices import get_device
 from . import deps
 from .events import LOCK
 
@@ -135,8 +136,6 @@ class Buffer:
     def cupy(self, device: str = "gpu0"):
         """The GPU copy on ``device`` itself, made current, as a CuPy array (no transfer
         when it is valid there). The caller may write it: the other copies become stale."""
-        from ..platform.devices import get_device
-
         dev = get_device(device)
         self._wait(write=True, timeout=None)
         with self._lock:

@@ -21,7 +21,7 @@ from numba.core import types
 from numba.core.errors import NumbaError
 
 from ..errors import HetflowError, KernelRaisedError
-from ..platform.cuda_compat import cuda_module, cupy_module
+from ..cuda_compat import cuda_module, cupy_module
 from .launch import Launch, is_device_array
 
 THREADS = 256

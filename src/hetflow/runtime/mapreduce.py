@@ -45,6 +45,14 @@ from .reductions import block_plan, folder, planner
 CPU_BLOCKS_PER_CORE = 64
 
 
+def kernel_op(op, axis):
+    """The op of the kernel form, ``reduce(extent, kernel, *args, op="sum")``, which has no axis."""
+    if axis is not None:
+        raise ArgumentTypeError("reduce(extent, kernel, ...) folds every index of the extent; "
+                                "axis= is for the array form")
+    return "sum" if op is None else op
+
+
 def map_reduce(extent, kernel, args, op, device, commutative, identity):
     """``op``'s fold of ``kernel(i, *args)`` over every index ``i`` of ``extent``: a NumPy
     scalar, or a tuple of them for a kernel returning tuples."""

@@ -17,7 +17,7 @@ import numpy as np
 from ..index import views as _views
 from ..index.managed import device_view
 from ..index.operators import section
-from ..platform.cuda_compat import cuda_module
+from ..cuda_compat import cuda_module
 from . import gpu
 from .gpu import FastEntry, launch_rows, stream_pointer
 from .launch import SCALARS, Launch, coherent, is_device_array, warn_scattered

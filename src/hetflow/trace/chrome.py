@@ -28,6 +28,7 @@ import json
 import os
 from pathlib import Path
 
+from .._version import __version__
 from ..errors import ArgumentError
 from .recorder import Phase, RecordedLoop, Recorder
 
@@ -235,8 +236,6 @@ def to_chrome_trace(source, *, rank: int | None = None) -> dict:
     :class:`~hetflow.runtime.report.RunReport`, or a list of reports (laid end to end).
     ``rank``: this process's rank in a distributed run, for :func:`merge_chrome_traces`.
     """
-    from .. import __version__
-
     naming = _Naming(rank)
     loops, phases, t0 = _normalise(source)
     clock = _Clock(t0)
@@ -261,8 +260,6 @@ def merge_chrome_traces(traces) -> dict:
     Each rank's clock starts when its recording began, so start the recordings together
     (after a barrier): the ranks then line up to within the barrier's skew.
     """
-    from .. import __version__
-
     traces = list(traces)
     meta, timed, owner = [], [], {}
     for k, trace in enumerate(traces):

@@ -9,6 +9,9 @@ table (``numba.cuda.ufuncs.ufunc_db``): ``np.sqrt(x[i])`` compiles on the CPU an
 on a GPU with ``KeyError: <ufunc 'sqrt'>``. A kernel is written once for every device,
 so the ufuncs that are one of CUDA's libdevice functions on floats are added to that
 table, lowered by numba-cuda's own implementation of the ``math`` function.
+
+This module sits below every other hetflow package (it imports none): what must happen
+when numba-cuda is first imported, registers here (:func:`on_cuda_import`).
 """
 import functools
 import math
@@ -39,6 +42,20 @@ def _use_numba_cuda():
             pass
 
 
+# Called with numba.cuda once it is imported for a real GPU (hetflow.atomic's GPU versions).
+_on_import: list = []
+
+
+def on_cuda_import(hook) -> None:
+    """Call ``hook(numba.cuda)`` when numba-cuda is imported for a real GPU: at once if it
+    already is, else on the first :func:`cuda_module`. Not under the simulator."""
+    _on_import.append(hook)
+    if cuda_module.cache_info().currsize and not simulated():
+        cuda = cuda_module()
+        if cuda is not None:
+            hook(cuda)
+
+
 @functools.lru_cache(maxsize=1)
 def cuda_module():
     """Return ``numba.cuda``, or None when numba-cuda is not installed or fails to import."""
@@ -49,9 +66,8 @@ def cuda_module():
     except Exception:  # numba-cuda absent, or broken CUDA install: no GPU backend
         return None
     if not simulated():  # the simulator runs hetflow.atomic and NumPy as Python
-        from ..kernels.atomic import register_cuda
-
-        register_cuda(cuda)
+        for hook in _on_import:
+            hook(cuda)
         _add_math_ufuncs()
     return cuda
 

@@ -16,11 +16,12 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/hetflow demo
 
-# ruff over the whole tree, then the whole suite with GPU paths on Numba's CUDA
-# simulator; on a machine with an NVIDIA GPU, the real-GPU tests run afterwards in a
-# process without the simulator.
+# ruff over the whole tree, import-linter's contracts on the layers (pyproject.toml), then
+# the whole suite with GPU paths on Numba's CUDA simulator; on a machine with an NVIDIA
+# GPU, the real-GPU tests run afterwards in a process without the simulator.
 test: setup
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 	NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
 ifneq ($(HAS_GPU),)
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)

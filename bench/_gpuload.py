@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 
-from hetflow.errors import RuntimeFailure
+from hetflow.errors import DeviceError
 
 HOG = r"""
 import os, select, sys
@@ -58,7 +58,7 @@ class GpuHog:
         line = self.proc.stdout.readline().strip()
         if line != "ready":
             self.close()
-            raise RuntimeFailure(f"the GPU load process did not start: {self.proc.stderr.read()[-2000:]}")
+            raise DeviceError(f"the GPU load process did not start: {self.proc.stderr.read()[-2000:]}")
 
     def _send(self, command):
         self.proc.stdin.write(command + "\n")

@@ -207,7 +207,7 @@ def _row(nbytes, size, best, what, native, bound, path=None):
 # -- GPU sweep ---------------------------------------------------------------------------
 
 def gpu_sweep(comm, args):
-    from hetflow.platform.cuda_compat import cupy_module
+    from hetflow.cuda_compat import cupy_module
 
     cp = cupy_module()
     if cp is None:

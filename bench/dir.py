@@ -40,7 +40,7 @@ import numpy as np
 
 import hetflow
 from hetflow.ir import Interpreter, Monitor, NodePattern, Partition, Rule, RuleSet
-from hetflow.platform.cuda_compat import cuda_module, cupy_module
+from hetflow.cuda_compat import cuda_module, cupy_module
 
 sys.path.append(os.path.dirname(__file__))
 from _common import best_time, fmt_s, per_call, report  # noqa: E402

@@ -86,7 +86,7 @@ def cache_row():
 
 
 def gpu_rows(n, repeat):
-    from hetflow.platform.cuda_compat import cuda_module, cupy_module
+    from hetflow.cuda_compat import cuda_module, cupy_module
 
     cp, cuda = cupy_module(), cuda_module()
     if cp is None:

@@ -19,7 +19,7 @@ import numpy as np
 import hetflow
 from hetflow import cshift, interior
 from hetflow.cli.demo import ALPHA, heat_step
-from hetflow.platform.cuda_compat import cuda_module, cupy_module
+from hetflow.cuda_compat import cuda_module, cupy_module
 
 sys.path.append(os.path.dirname(__file__))
 from _common import best_time, fmt_s, report  # noqa: E402

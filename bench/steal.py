@@ -46,8 +46,8 @@ import numpy as np
 from numba import njit, prange
 
 import hetflow
-from hetflow.errors import RuntimeFailure
-from hetflow.platform.cuda_compat import cupy_module
+from hetflow.errors import HetflowError
+from hetflow.cuda_compat import cupy_module
 
 sys.path.append(os.path.dirname(__file__))
 from _common import fmt_s, report  # noqa: E402
@@ -128,7 +128,7 @@ def madd_chain_numpy(x, work):
 def _check(label, got, want, exact):
     ok = np.array_equal(got, want) if exact else np.allclose(got, want, rtol=1e-7, atol=1e-9)
     if not ok:
-        raise RuntimeFailure(f"{label} computed a different result than NumPy")
+        raise HetflowError(f"{label} computed a different result than NumPy")
 
 
 def _target(ratio, op, bound):

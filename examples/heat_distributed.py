@@ -33,9 +33,9 @@ def heat_step(i, j, new, centre, north, south, west, east, alpha):
 
 def step_args(src, dst):
     """The arguments of one step from ``src`` into ``dst``: views, nothing copied."""
-    return (cluster.interior(dst, 1), cluster.interior(src, 1),
-            cluster.interior(cluster.cshift(src, 0, -1), 1), cluster.interior(cluster.cshift(src, 0, 1), 1),
-            cluster.interior(cluster.cshift(src, 1, -1), 1), cluster.interior(cluster.cshift(src, 1, 1), 1), ALPHA)
+    return (hetflow.interior(dst, 1), hetflow.interior(src, 1),
+            hetflow.interior(hetflow.cshift(src, 0, -1), 1), hetflow.interior(hetflow.cshift(src, 0, 1), 1),
+            hetflow.interior(hetflow.cshift(src, 1, -1), 1), hetflow.interior(hetflow.cshift(src, 1, 1), 1), ALPHA)
 
 
 def initial(n: int) -> np.ndarray:
@@ -67,7 +67,7 @@ def setup(n: int, comm=None, devices=None, **options):
     u = cluster.asarray(initial(n), comm=comm, device=devices[0] if on_gpu else None)
     v = cluster.asarray(initial(n), like=u)  # the border of v is u's: it never changes
     with hetflow.graph("heat") as g:
-        shape = cluster.interior(u, 1).shape
+        shape = hetflow.interior(u, 1).shape
         cluster.forall(shape, heat_step, *step_args(u, v))
         cluster.forall(shape, heat_step, *step_args(v, u))
     return cluster.DistributedProgram(g, comm=comm, devices=devices, **options), u, v
@@ -77,7 +77,7 @@ def advance(program, u, v, iterations: int):
     """Run ``iterations`` steps; returns the array holding the result (u or v)."""
     program.run(iterations // 2)
     if iterations % 2:  # one more step, launched directly
-        cluster.forall(cluster.interior(u, 1).shape, heat_step, *step_args(u, v))
+        cluster.forall(hetflow.interior(u, 1).shape, heat_step, *step_args(u, v))
         return v
     return u
 

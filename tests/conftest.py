@@ -7,7 +7,7 @@ import pytest
 # A fresh code repository for the whole run, so tests never see a user's cache.
 os.environ.setdefault("HETFLOW_CACHE_DIR", tempfile.mkdtemp(prefix="hetflow-test-cache-"))
 
-from hetflow.platform.cuda_compat import cuda_available, simulated  # noqa: E402
+from hetflow.cuda_compat import cuda_available, simulated  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

@@ -143,12 +143,12 @@ def test_compiled_edge_cases_match_the_python_ones():
     f, a = np.array([np.nan, 3.0]), np.zeros(2, np.int64)
     hetflow.forall(2, nan_and_out_of_bounds, f, a, 0, device="cpu0")
     np.testing.assert_array_equal(f, [2.0, 3.0])
-    with pytest.raises(hetflow.KernelRaisedError, match="out of bounds"):
+    with pytest.raises(hetflow.errors.KernelRaisedError, match="out of bounds"):
         hetflow.forall(2, nan_and_out_of_bounds, f, a, 2, device="cpu0")
 
 
 def test_an_unsupported_element_type_fails_to_compile_naming_atomic():
-    with pytest.raises(hetflow.KernelCompileError, match=r"add\(array\(int8"):
+    with pytest.raises(hetflow.errors.KernelCompileError, match=r"add\(array\(int8"):
         hetflow.forall(4, histogram, _samples(4), np.zeros(4, np.int8), device="cpu0")
 
 
@@ -167,7 +167,7 @@ def test_a_kernel_compiled_from_its_function_object_uses_atomics():
 # -- the warning for scattered writes ---------------------------------------------------------
 def test_scattered_writes_without_atomics_warn_naming_kernel_and_array():
     _parallel_cpu()
-    with pytest.warns(hetflow.ScatteredWriteWarning, match=r"'racy_histogram' writes 'h'.*hetflow\.atomic"):
+    with pytest.warns(hetflow.errors.ScatteredWriteWarning, match=r"'racy_histogram' writes 'h'.*hetflow\.atomic"):
         hetflow.forall(N, racy_histogram, _samples(), np.zeros(BINS, np.int64), device="cpu0")
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import hetflow
 from hetflow import interior
-from hetflow.errors import IndexOutOfBoundsError, KernelError
+from hetflow.errors import HetflowError, IndexOutOfBoundsError
 
 
 @hetflow.kernel(boundscheck=True)
@@ -66,7 +66,7 @@ def test_read_past_the_end_names_kernel_array_and_index():
     err = _error(10, shift_read, x, out)
     assert (err.kernel, err.array, err.axis, err.index) == ("shift_read", "x", 0, 10)
     assert "kernel 'shift_read'" in str(err) and "'x'" in str(err) and "index 10" in str(err)
-    assert isinstance(err, KernelError) and isinstance(err, IndexError)
+    assert isinstance(err, HetflowError) and isinstance(err, IndexError)
     hetflow.forall(9, shift_read, x, out)  # in bounds: the NumPy result
     np.testing.assert_array_equal(out[:9], x[1:])
 
@@ -121,6 +121,8 @@ def test_negative_indices_count_from_the_end():
 
 
 def test_environment_variable_turns_checks_on_for_every_kernel(tmp_path):
+    """Run twice: the second process runs the machine code Numba stored, which must
+    raise the same named error (it once failed to build the exception's arguments)."""
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent("""
         import numpy as np
@@ -137,9 +139,11 @@ def test_environment_variable_turns_checks_on_for_every_kernel(tmp_path):
             print("raised:", exc.array, exc.index)
     """))
     env = dict(os.environ, HETFLOW_BOUNDSCHECK="1", HETFLOW_CACHE_DIR=str(tmp_path / "cache"))
-    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "raised: x 10"
+    for process in ("compiles", "loads from the cache"):
+        run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, f"{process}: {run.stderr}"
+        assert run.stdout.strip() == "raised: x 10", process
+    assert list((tmp_path / "cache").rglob("*.nbc")), "no machine code was stored"
 
 
 def test_unchecked_kernels_stay_unchecked(monkeypatch):

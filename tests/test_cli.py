@@ -85,7 +85,7 @@ def test_demo_with_a_rules_file(tmp_path):
 def test_errors_are_one_line_without_traceback(tmp_path):
     out = _hetflow("demo", "--devices", "tpu9", "--size", "16", "--iterations", "2", cwd=tmp_path)
     assert out.returncode == 1
-    assert out.stderr.startswith("hetflow: error: NoDeviceError: no device with id 'tpu9'")
+    assert out.stderr.startswith("hetflow: error: DeviceError: no device with id 'tpu9'")
     assert "Traceback" not in out.stderr
     debug = _hetflow("demo", "--devices", "tpu9", "--size", "16", "--iterations", "2", cwd=tmp_path,
                      env={"HETFLOW_LOG": "debug"})

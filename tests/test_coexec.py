@@ -40,12 +40,12 @@ def test_cpu_only_steal_schedule_matches_numpy():
 
 
 def test_shares_are_per_device():
-    with pytest.raises(hetflow.errors.ScheduleError, match=r"shares must be 1 non-negative numbers, one per device \(cpu0\)"):
+    with pytest.raises(hetflow.errors.ArgumentError, match=r"shares must be 1 non-negative numbers, one per device \(cpu0\)"):
         hetflow.forall(4, axpy, 1.0, np.zeros(4), np.zeros(4), np.zeros(4), schedule="static", shares=[0.5, 0.5])
 
 
 def test_bad_schedule():
-    with pytest.raises(hetflow.KernelArgumentError, match="schedule must be 'steal' or 'static'"):
+    with pytest.raises(hetflow.errors.ArgumentError, match="schedule must be 'steal' or 'static'"):
         hetflow.forall(4, axpy, 1.0, np.zeros(4), np.zeros(4), np.zeros(4), schedule="random")
 
 

@@ -4,10 +4,9 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow import interior
+from hetflow import interior, reduce, scan, sort
 from hetflow.runtime import reductions
-from hetflow.runtime.reductions import Blocking, reduce
-from hetflow.runtime.scan_sort import scan, sort
+from hetflow.runtime.reductions import Blocking
 
 RNG = np.random.default_rng(7)
 pytestmark = pytest.mark.simgpu

@@ -132,7 +132,7 @@ def test_a_dead_gpu_holding_the_only_copy_of_rows_it_was_updating_says_they_are_
     out = hetflow.array(np.zeros(N))
     hetflow.forall(N, bump, out, device=gpu_device.id)
     fail_gpu(monkeypatch, 1, where="sync", every=True)     # it never completes anything again
-    with pytest.raises(hetflow.DeviceFailure, match=r"rows \[\(51, 179\)\] were current only on gpu0, which failed"):
+    with pytest.raises(hetflow.errors.DeviceError, match=r"rows \[\(51, 179\)\] were current only on gpu0, which failed"):
         both(gpu_device, bump, out)
 
 
@@ -215,7 +215,7 @@ def test_a_merge_that_cannot_be_redone_from_the_host_is_named_not_applied_twice(
     hetflow.forall(N, bump, out, device=gpu_device.id)       # the only current copy is the GPU's
     monkeypatch.setattr(coexec.GpuChunks, "merge_back", lost)
     u = np.zeros((N + 2, 3))
-    with pytest.raises(hetflow.DeviceFailure, match=r"cannot re-run rows \[\(51, 512\)\] on cpu0: rows "
+    with pytest.raises(hetflow.errors.DeviceError, match=r"cannot re-run rows \[\(51, 512\)\] on cpu0: rows "
                                                     r"\[\(51, 512\)\] of <hetflow Buffer .* updated in place"):
         both(gpu_device, bump_both, out, project(interior(u, 1), 1, 0))
     np.testing.assert_array_equal(out.numpy(), start + 2)      # each row's update landed once

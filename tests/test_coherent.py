@@ -108,7 +108,7 @@ def test_a_gpu_program_moves_the_grid_once_in_and_once_out_on_a_real_gpu():
 
 @pytest.mark.gpu
 def test_cupy_interoperation_without_transfers():
-    from hetflow.platform.cuda_compat import cupy_module
+    from hetflow.cuda_compat import cupy_module
 
     cp = cupy_module()
     d = cp.arange(12.0).reshape(3, 4)

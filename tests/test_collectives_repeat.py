@@ -16,7 +16,7 @@ from test_collectives import LAUNCHER_VARIABLES, run_mpi
 
 from hetflow import collectives
 from hetflow.collectives import host
-from hetflow.errors import CommArgumentError
+from hetflow.errors import ArgumentError
 
 # calls, argument checks, repetitions served by NativeCall and by TreeReduce, by ranks
 COUNTS = {1: (432, 0, 0, 0), 2: (648, 318, 124, 248), 3: (864, 420, 244, 252),
@@ -48,7 +48,7 @@ def test_check_takes_true_false_or_always(monkeypatch, check):
     comm = collectives.world()
     for mode in (True, False, "always"):
         assert comm.allreduce(np.arange(3.0), check=mode).tolist() == [0.0, 1.0, 2.0]
-    with pytest.raises(CommArgumentError, match="check must be True, False or 'always'"):
+    with pytest.raises(ArgumentError, match="check must be True, False or 'always'"):
         comm.allreduce(np.arange(3.0), check=check)
 
 
@@ -64,7 +64,7 @@ def test_native_crossover_from_the_environment(monkeypatch, fresh_crossovers):
     assert host.native_crossover("allreduce", 4) == host.native_crossover("reduce", 2) == 12345
     host.native_crossover.cache_clear()
     monkeypatch.setenv("HETFLOW_COMM_NATIVE_BYTES", "1 MiB")
-    with pytest.raises(CommArgumentError, match="HETFLOW_COMM_NATIVE_BYTES"):
+    with pytest.raises(ArgumentError, match="HETFLOW_COMM_NATIVE_BYTES"):
         host.native_crossover("allreduce", 2)
     host.native_crossover.cache_clear()
     monkeypatch.delenv("HETFLOW_COMM_NATIVE_BYTES")

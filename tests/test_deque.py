@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from numba import njit
 from numba.core.errors import TypingError
 
-from hetflow.errors import ScheduleError
+from hetflow.errors import ArgumentError
 from hetflow.runtime import deque as dq
 from hetflow.runtime.deque import ABORT, EMPTY, OK, DequeSet
 
@@ -130,9 +130,9 @@ def test_empty_token_is_written_into_every_deque():
 
 
 def test_deque_set_rejects_bad_sizes():
-    with pytest.raises(ScheduleError, match="at least one deque of capacity >= 1"):
+    with pytest.raises(ArgumentError, match="at least one deque of capacity >= 1"):
         DequeSet(0, 4)
-    with pytest.raises(ScheduleError, match="capacity=0"):
+    with pytest.raises(ArgumentError, match="capacity=0"):
         DequeSet(2, 0)
 
 

@@ -1,6 +1,6 @@
 """Faults that once cost valid work (issue 18): unsupported element types.
 
-A launch with an element type the device cannot run raises hetflow's DTypeError naming
+A launch with an element type the device cannot run raises hetflow's ArgumentTypeError naming
 kernel, argument and type before anything is compiled, and leaves the code repository's
 valid entries alone (compared file by file with what was there before).
 """
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.errors import DTypeError
+from hetflow.errors import ArgumentTypeError
 from hetflow.platform.repository import repository
 
 
@@ -36,7 +36,7 @@ def test_float16_is_refused_before_compiling_and_valid_entries_stay(bad):
     args[bad] = args[bad].astype(np.float16)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "corrupt ... removed" or recompiling warning
-        with pytest.raises(DTypeError, match=rf"kernel 'halve_into' argument '{bad}': element type "
+        with pytest.raises(ArgumentTypeError, match=rf"kernel 'halve_into' argument '{bad}': element type "
                                              r"float16 is not supported on cpu0"):
             hetflow.forall(6, halve_into, args["x"], args["out"], device="cpu0")
     assert _entries() == before

@@ -91,7 +91,7 @@ def test_all_is_the_cpu_alone_on_a_cpu_only_machine(cpu_only):
 
 
 def test_an_unknown_device_name_still_fails():
-    with pytest.raises(hetflow.NoDeviceError, match="no device with id 'gpus'"):
+    with pytest.raises(hetflow.errors.DeviceError, match="no device with id 'gpus'"):
         hetflow.forall(1, axpy, 1.0, *_axpy_case(1), device="gpus")
 
 

@@ -50,7 +50,7 @@ def _run(xp, device):
 
 @pytest.mark.gpu
 def test_fast_entry_launches_every_argument_type():
-    from hetflow.platform.cuda_compat import cupy_module
+    from hetflow.cuda_compat import cupy_module
 
     cp = cupy_module()
     _run(cp, "gpu0")

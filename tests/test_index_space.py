@@ -4,10 +4,10 @@ import pickle
 import numpy as np
 import pytest
 
-from hetflow.errors import IndexTypeError, NoDeviceError, ShapeError
+from hetflow.errors import ArgumentTypeError, DeviceError, ShapeError
 from hetflow.index import (Grid, asarray, empty, extent, extent_of, index, is_device_array,
                            project, rank, root_of, section, zeros)
-from hetflow.platform.cuda_compat import cupy_module
+from hetflow.cuda_compat import cupy_module
 
 
 # -- index and extent ---------------------------------------------------------------------
@@ -43,10 +43,10 @@ def test_pickles():
 
 
 @pytest.mark.parametrize("make,err,msg", [
-    (lambda: index(1.5, 2), IndexTypeError, r"index components must be integers, got 1.5"),
-    (lambda: index(1.5), IndexTypeError, r"index takes integers or one sequence of integers"),
-    (lambda: index("ab"), IndexTypeError, r"index components must be integers, got 'a'"),
-    (lambda: extent(object()), IndexTypeError, r"extent takes integers or one sequence"),
+    (lambda: index(1.5, 2), ArgumentTypeError, r"index components must be integers, got 1.5"),
+    (lambda: index(1.5), ArgumentTypeError, r"index takes integers or one sequence of integers"),
+    (lambda: index("ab"), ArgumentTypeError, r"index components must be integers, got 'a'"),
+    (lambda: extent(object()), ArgumentTypeError, r"extent takes integers or one sequence"),
     (lambda: extent(2, -1), ShapeError, r"extent components must be >= 0, got \(2, -1\)"),
     (lambda: index(1, 2) + index(1, 2, 3), ShapeError,
      r"index\(1, 2\) \+ index\(1, 2, 3\): ranks 2 and 3 differ"),
@@ -120,13 +120,13 @@ def test_rank_extent_root_of_arrays():
     lambda: asarray(np.zeros(2), device="gpu"), lambda: zeros(3, device="cuda:0"),
     lambda: empty(3, device=0), lambda: empty(3, device="gpu0")])
 def test_gpu_placement_without_cupy_fails_clearly(call):
-    with pytest.raises(NoDeviceError, match="needs CuPy with a CUDA GPU, and none is available"):
+    with pytest.raises(DeviceError, match="needs CuPy with a CUDA GPU, and none is available"):
         call()
 
 
 @pytest.mark.parametrize("device", ["tpu", "cuda:x", "gpux", "tpu0", 1.5, object()])
 def test_unknown_devices_are_rejected(device):
-    with pytest.raises(IndexTypeError, match="unknown device"):
+    with pytest.raises(ArgumentTypeError, match="unknown device"):
         zeros(2, device=device)
 
 
@@ -138,7 +138,7 @@ def test_host_placements_give_numpy_arrays(device):
 
 @pytest.mark.simgpu
 def test_simulated_device_arrays_are_host_indexables():
-    from hetflow.platform.cuda_compat import cuda_module
+    from hetflow.cuda_compat import cuda_module
     d = cuda_module().to_device(np.arange(6.0).reshape(2, 3))
     v = section(d, (0, 1), (2, 2))
     assert np.array_equal(v.numpy(), np.arange(6.0).reshape(2, 3)[:, 1:])
@@ -168,7 +168,7 @@ def test_cupy_round_trip_and_views():
 
 @pytest.mark.gpu
 def test_foreign_gpu_arrays_are_taken_without_copy():
-    from hetflow.platform.cuda_compat import cuda_module
+    from hetflow.cuda_compat import cuda_module
     cupy = cupy_module()
     d = cuda_module().to_device(np.arange(4.0))  # __cuda_array_interface__, not CuPy
     c = asarray(d)

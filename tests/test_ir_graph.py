@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.errors import GraphError, KernelArgumentError, ShapeError
+from hetflow.errors import ArgumentError, ArgumentTypeError, ShapeError
 from hetflow.ir import LazyArray, RuleSet, current_graph, graph
 from hetflow.ir.graph import dependencies
 
@@ -72,10 +72,10 @@ def test_lazy_arrays_materialise_on_first_need():
     with graph() as g:
         t = hetflow.zeros(6)
         assert isinstance(t, LazyArray) and t.shape == (6,) and t.dtype == np.float64
-        with pytest.raises(GraphError, match="being captured"):
+        with pytest.raises(ArgumentError, match="being captured"):
             np.asarray(t)
         hetflow.forall(6, add, x, t, t)          # t = x + t (t zero-filled)
-    with pytest.raises(GraphError, match="run the graph first|read it after g.run"):
+    with pytest.raises(ArgumentError, match="run the graph first|read it after g.run"):
         t.materialize()
     g.output(t)
     g.run(rules=RuleSet())
@@ -89,7 +89,7 @@ def test_handles_of_other_operations():
     x = np.arange(5.0)
     with graph() as g:
         total = g.record("reduce", fn=np.sum, args=(x,))
-        with pytest.raises(GraphError, match="no value yet"):
+        with pytest.raises(ArgumentError, match="no value yet"):
             float(total)
         out = np.zeros(5)
         hetflow.forall(5, scale, total, x, out)   # a result used as a scalar argument
@@ -173,7 +173,7 @@ def test_diff_shows_changed_attributes():
 
 def test_graphs_do_not_nest():
     with graph():
-        with pytest.raises(GraphError, match="do not nest"):
+        with pytest.raises(ArgumentError, match="do not nest"):
             with graph():
                 pass
 
@@ -182,19 +182,19 @@ def test_a_graph_is_captured_once():
     g = graph()
     with g:
         pass
-    with pytest.raises(GraphError, match="already captured"):
+    with pytest.raises(ArgumentError, match="already captured"):
         with g:
             pass
 
 
 def test_record_outside_capture_and_run_inside():
     g = graph()
-    with pytest.raises(GraphError, match="not capturing"):
+    with pytest.raises(ArgumentError, match="not capturing"):
         g.record("forall", extent=1, kernel=inc, args=(np.zeros(1),))
-    with pytest.raises(GraphError, match="empty: capture it"):
+    with pytest.raises(ArgumentError, match="empty: capture it"):
         g.run()
     with g:
-        with pytest.raises(GraphError, match="being captured"):
+        with pytest.raises(ArgumentError, match="being captured"):
             g.run()
 
 
@@ -204,48 +204,48 @@ def test_failed_capture_cannot_run():
         with g:
             hetflow.forall(1, inc, np.zeros(1))
             1 / 0
-    with pytest.raises(GraphError, match="capture of graph 'graph' raised"):
+    with pytest.raises(ArgumentError, match="capture of graph 'graph' raised"):
         g.run()
     assert current_graph() is None
 
 
 def test_bad_launches_fail_at_record_time():
     with graph() as g:
-        with pytest.raises(KernelArgumentError, match="takes 3 data argument"):
+        with pytest.raises(ArgumentTypeError, match="takes 3 data argument"):
             hetflow.forall(4, scale, np.ones(4), np.ones(4))
-        with pytest.raises(KernelArgumentError, match="not a hetflow kernel"):
+        with pytest.raises(ArgumentTypeError, match="not a hetflow kernel"):
             g.record("forall", extent=4, kernel=lambda i: None, args=())
         with pytest.raises(ShapeError, match="negative"):
             hetflow.forall(-1, inc, np.ones(4))
-        with pytest.raises(GraphError, match="fn must be callable"):
+        with pytest.raises(ArgumentError, match="fn must be callable"):
             g.record("reduce", fn=3, args=())
-        with pytest.raises(GraphError, match="'out', which was not given"):
+        with pytest.raises(ArgumentError, match="'out', which was not given"):
             g.record("copy", fn=np.copyto, args=(np.ones(1),), writes=("out",))
 
 
 def test_bad_run_arguments_and_versions():
     with graph() as g:
         hetflow.forall(1, inc, np.zeros(1))
-    with pytest.raises(GraphError, match="iterations must be an integer >= 1"):
+    with pytest.raises(ArgumentError, match="iterations must be an integer >= 1"):
         g.run(iterations=0)
-    with pytest.raises(GraphError, match="RuleSet or None"):
+    with pytest.raises(ArgumentError, match="RuleSet or None"):
         g.run(rules=[])
-    with pytest.raises(GraphError, match=r"no version 5 \(versions 0..0\)"):
+    with pytest.raises(ArgumentError, match=r"no version 5 \(versions 0..0\)"):
         g.diff(0, 5)
 
 
 def test_output_and_attach_errors():
     with graph() as g:
-        with pytest.raises(GraphError, match="nothing has been recorded"):
+        with pytest.raises(ArgumentError, match="nothing has been recorded"):
             g.attach(hetflow.ir.Rule("r", then=hetflow.ir.Fuse()))
         t = hetflow.empty(2)
-        with pytest.raises(GraphError, match="attach\\(\\) takes a Rule"):
+        with pytest.raises(ArgumentError, match="attach\\(\\) takes a Rule"):
             g.attach("rule")
-        with pytest.raises(GraphError, match="no node 99"):
+        with pytest.raises(ArgumentError, match="no node 99"):
             g.attach(hetflow.ir.Rule("r", then=hetflow.ir.Fuse()), 99)
-    with pytest.raises(GraphError, match="lazy arrays allocated in graph"):
+    with pytest.raises(ArgumentError, match="lazy arrays allocated in graph"):
         g.output(np.zeros(2))
-    with pytest.raises(GraphError, match="while capturing"):
+    with pytest.raises(ArgumentError, match="while capturing"):
         g.attach(hetflow.ir.Rule("r", then=hetflow.ir.Fuse()), t)
 
 

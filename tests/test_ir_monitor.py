@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.errors import MonitorError, NoDeviceError
-from hetflow.ir import Event, Monitor, Rule, RuleSet, Set, Topology, VariantCache, graph, simulated_device
+from hetflow.errors import ArgumentError, DeviceError
+from hetflow.ir import Monitor, MonitorEvent, Rule, RuleSet, Set, Topology, VariantCache, graph, simulated_device
 from hetflow.ir.monitor import StatusSource
 from hetflow.platform.devices import get_device
 
@@ -64,7 +64,7 @@ def test_feedback_events_set_variables():
     assert (mon["input.size"], mon["input.dtype"]) == (10, "float32")
     mon.inject("complexity_changed", value=3)
     assert mon["complexity"] == 3
-    custom = mon.inject(Event("checkpoint", {"step": 4}))
+    custom = mon.inject(MonitorEvent("checkpoint", {"step": 4}))
     assert mon.pending()[-1] is custom
 
 
@@ -81,21 +81,21 @@ def test_feedback_events_set_variables():
     ("", {}, "non-empty kind"),
 ])
 def test_malformed_events(kind, data, fragment):
-    with pytest.raises(MonitorError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(ArgumentError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
         monitor().inject(kind, **data)
 
 
 def test_other_bad_monitor_input():
-    with pytest.raises(MonitorError, match="mode must be one of"):
+    with pytest.raises(ArgumentError, match="mode must be one of"):
         monitor(mode="sometimes")
-    with pytest.raises(MonitorError, match="period must be positive"):
+    with pytest.raises(ArgumentError, match="period must be positive"):
         monitor(period=0)
-    with pytest.raises(MonitorError, match="needs mode='continuous'"):
+    with pytest.raises(ArgumentError, match="needs mode='continuous'"):
         monitor().start()
-    with pytest.raises(MonitorError, match="non-empty string"):
+    with pytest.raises(ArgumentError, match="non-empty string"):
         monitor().set("", 1)
-    with pytest.raises(MonitorError, match="either an Event or a kind"):
-        monitor().inject(Event("x"), extra=1)
+    with pytest.raises(ArgumentError, match="either a MonitorEvent or a kind"):
+        monitor().inject(MonitorEvent("x"), extra=1)
 
 
 def test_variables_and_change_tracking():
@@ -158,7 +158,7 @@ def test_topology_lookups():
     topo = Topology([get_device("cpu0"), simulated_device("gpu", 4)], nodes=2)
     assert topo.get("gpu4").simulated and topo.of_kind("gpu")[0].id == "gpu4"
     assert (topo.count("cpu"), topo.count("gpu"), topo.count("device"), topo.count("node")) == (1, 1, 2, 2)
-    with pytest.raises(NoDeviceError, match="no device 'gpu7' in the topology \\(devices: cpu0, gpu4\\)"):
+    with pytest.raises(DeviceError, match="no device 'gpu7' in the topology \\(devices: cpu0, gpu4\\)"):
         topo.get("gpu7")
 
 

@@ -46,19 +46,19 @@ def test_a_guard_by_early_return_covers_only_its_own_axis():
     out = np.zeros((3, 4))
     hetflow.forall((5, 4), early_return, x, out, device="cpu0")
     np.testing.assert_array_equal(out, 3 * x)
-    with pytest.raises(hetflow.ShapeError, match="'x'"):  # axis 1 is not guarded
+    with pytest.raises(hetflow.errors.ShapeError, match="'x'"):  # axis 1 is not guarded
         hetflow.forall((3, 6), early_return, x, out, device="cpu0")
 
 
 def test_an_unguarded_smaller_array_is_refused():
-    with pytest.raises(hetflow.ShapeError, match=r"'y'.*guard its accesses"):
+    with pytest.raises(hetflow.errors.ShapeError, match=r"'y'.*guard its accesses"):
         hetflow.forall(10, unguarded, 4, np.arange(10.0), np.arange(4.0), np.zeros(10), np.zeros(4),
                        device="cpu0")
 
 
 def test_a_guard_that_does_not_hold_still_fails_in_checked_mode():
     checked = hetflow.kernel(fused.pyfunc, boundscheck=True)
-    with pytest.raises(hetflow.IndexOutOfBoundsError, match="'y'"):
+    with pytest.raises(hetflow.errors.IndexOutOfBoundsError, match="'y'"):
         hetflow.forall(10, checked, 6, np.arange(10.0), np.arange(4.0), np.zeros(10), np.zeros(4),
                        device="cpu0")
 
@@ -135,7 +135,7 @@ def test_default_arguments_on_the_simulated_gpu(gpu_device):
 
 
 def test_arguments_missing_without_a_default_are_refused():
-    with pytest.raises(hetflow.KernelArgumentError, match="takes 4 data argument"):
+    with pytest.raises(hetflow.errors.ArgumentTypeError, match="takes 4 data argument"):
         hetflow.forall(6, scaled, np.arange(6.0), device="cpu0")
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.errors import DeviceFailure, IndexOutOfBoundsError, KernelError, KernelRaisedError
+from hetflow.errors import DeviceError, IndexOutOfBoundsError, KernelError, KernelRaisedError
 from hetflow.runtime import coexec
 from hetflow.runtime.steal import Worker, run_loop
 
@@ -38,7 +38,7 @@ def test_a_raise_in_the_kernel_names_kernel_device_and_rows(device):
     with pytest.raises(KernelRaisedError) as info:
         hetflow.forall(10, picky, x, np.zeros(10), device=device)
     err = info.value
-    assert isinstance(err, KernelError) and not isinstance(err, DeviceFailure)
+    assert isinstance(err, KernelError) and not isinstance(err, DeviceError)
     assert "kernel 'picky' raised ValueError" in str(err) and "too big" in str(err)
     assert isinstance(err.__cause__, ValueError)
     assert err.kernel == "picky" and err.device in ("cpu0", "gpu0")

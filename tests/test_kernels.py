@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.errors import KernelArgumentError, KernelCompileError, ShapeError
+from hetflow.errors import ArgumentTypeError, KernelCompileError, ShapeError
 
 
 @hetflow.kernel
@@ -87,17 +87,17 @@ def test_empty_extent_runs_nothing():
 
 
 def test_wrong_argument_count():
-    with pytest.raises(KernelArgumentError, match=r"kernel 'axpy' takes 4 data argument\(s\) \(a, x, y, out\).*3 were given"):
+    with pytest.raises(ArgumentTypeError, match=r"kernel 'axpy' takes 4 data argument\(s\) \(a, x, y, out\).*3 were given"):
         hetflow.forall(4, axpy, 1.0, np.zeros(4), np.zeros(4))
 
 
 def test_wrong_argument_kind():
-    with pytest.raises(KernelArgumentError, match="argument 'x': list is not an array"):
+    with pytest.raises(ArgumentTypeError, match="argument 'x': list is not an array"):
         hetflow.forall(4, axpy, 1.0, [1, 2, 3, 4], np.zeros(4), np.zeros(4))
 
 
 def test_not_a_kernel():
-    with pytest.raises(KernelArgumentError, match="not a hetflow kernel"):
+    with pytest.raises(ArgumentTypeError, match="not a hetflow kernel"):
         hetflow.forall(4, lambda i: None)
 
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.errors import NoDeviceError
+from hetflow.errors import DeviceError
 from hetflow.index import managed as managed_module
 from hetflow.index.managed import device_view
 
@@ -44,7 +44,7 @@ def alternate_devices(size, gpu):
 
 def test_managed_memory_needs_a_cuda_device(monkeypatch):
     monkeypatch.setattr(managed_module, "cuda_available", lambda: False)
-    with pytest.raises(NoDeviceError, match="device='managed' needs CUDA managed memory"):
+    with pytest.raises(DeviceError, match="device='managed' needs CUDA managed memory"):
         hetflow.empty(4, device="managed")
 
 

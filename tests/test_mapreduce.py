@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow import cshift, interior
-from hetflow.errors import DTypeError, KernelArgumentError, KernelCompileError, ShapeError
+from hetflow import cshift, interior, reduce
+from hetflow.errors import ArgumentTypeError, KernelCompileError, ShapeError
 from hetflow.library import maxloc, minloc
 from hetflow.runtime import reductions
-from hetflow.runtime.reductions import Blocking, reduce
+from hetflow.runtime.reductions import Blocking
 
 RNG = np.random.default_rng(22)
 
@@ -131,13 +131,13 @@ def test_array_form_still_works_with_op_positional_or_keyword():
 
 def test_errors_name_the_problem():
     x = RNG.random(4)
-    with pytest.raises(KernelArgumentError, match="takes 1 index parameter"):
+    with pytest.raises(ArgumentTypeError, match="takes 1 index parameter"):
         reduce(4, product, x)
-    with pytest.raises(DTypeError, match="returns none"):
+    with pytest.raises(ArgumentTypeError, match="returns none"):
         reduce(4, nothing, x)
-    with pytest.raises(DTypeError, match="structured"):
+    with pytest.raises(ArgumentTypeError, match="structured"):
         reduce(4, value_at, x, op="min")
-    with pytest.raises(KernelArgumentError, match="axis"):
+    with pytest.raises(ArgumentTypeError, match="axis"):
         reduce(4, digit, x, axis=0)
     with pytest.raises(KernelCompileError, match="product"):
         reduce(4, product, x, "text")
@@ -178,7 +178,7 @@ def test_simulated_gpu_co_executes_with_the_cpu(gpu_device, small_blocks):
 # -- a real GPU (CuPy data stays on the GPU) ---------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_map_reduce_of_cupy_arrays():
-    from hetflow.platform.cuda_compat import cupy_module
+    from hetflow.cuda_compat import cupy_module
 
     cp = cupy_module()
     if cp is None:

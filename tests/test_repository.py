@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.errors import NoExecutableError
+from hetflow.errors import KernelError
 from hetflow.platform.repository import CodeRepository, repository
 
 PROGRAM = textwrap.dedent("""
@@ -99,7 +99,7 @@ def negate(i, x, out):
 def test_no_source_and_no_executable_fails_clearly(tmp_path):
     repo = CodeRepository(tmp_path)
     bare = negate.without_source()
-    with pytest.raises(NoExecutableError, match=r"kernel 'negate' has no source and no executable compatible with cpu0"):
+    with pytest.raises(KernelError, match=r"kernel 'negate' has no source and no executable compatible with cpu0"):
         repo.executable(bare, hetflow.get_device("cpu0"), 1, {})
 
 
@@ -206,6 +206,25 @@ def test_concurrent_writers_share_one_entry_without_corruption(tmp_path):
         later = _finish(_start(script, cache, dtype))
         np.testing.assert_allclose(later["out"], 0.25 * np.arange(2000, dtype=dtype) + 0.75, rtol=1e-6)
         assert later["compiled"] == 0 and later["loaded"] == 1 and later["hits"] >= 1
+
+
+def test_concurrent_writers_replace_one_stale_entry(tmp_path):
+    """Ranks of a program upgraded since the entry was stored: each finds it stale, and
+    they replace it at once (seen as 'cannot store the executable ... Directory not empty'
+    under mpiexec)."""
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    cache = tmp_path / "cache"
+    _finish(_start(script, cache, "float64"))
+    (entry,) = CodeRepository(cache).entries()
+    meta = json.loads((entry / "description.json").read_text())
+    meta["description"]["compiler"]["numba"] = "0.0.1"  # built by another compiler
+    (entry / "description.json").write_text(json.dumps(meta))
+    runs = [_finish(p) for p in [_start(script, cache, "float64") for _ in range(4)]]
+    for run in runs:
+        np.testing.assert_allclose(run["out"], 0.25 * np.arange(2000.0) + 0.75)
+    assert len(CodeRepository(cache).entries()) == 1
+    assert json.loads((entry / "description.json").read_text())["description"]["compiler"]["numba"] != "0.0.1"
 
 
 SHARED_TEXT = """

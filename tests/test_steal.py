@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numba import njit
 
-from hetflow.errors import DeviceFailure, ScheduleError
+from hetflow.errors import ArgumentError, DeviceError
 from hetflow.runtime.deque import fetch_add
 from hetflow.platform.repository import default_root
 from hetflow.runtime.perfmodel import FILE_NAME, PerfModel
@@ -119,7 +119,7 @@ def test_every_index_runs_exactly_once(n, specs, data, schedule, threshold):
     try:
         report = run_loop(n, [d.worker for d in devices], schedule=schedule, shares=shares,
                           steal_threshold=threshold)
-    except DeviceFailure as exc:
+    except DeviceError as exc:
         assert all(d.fail_at is not None for d in devices)
         assert len(exc.report.failures) == len(devices)
         assert counts.max(initial=0) <= 1           # nothing ever ran twice
@@ -338,7 +338,7 @@ def test_all_workers_failing_raises_device_failure_naming_them():
     counts = np.zeros(50, dtype=np.int64)
     devices = [Device("a", "cpu", counts, 5, fail_at=1),
                Device("g", "gpu", counts, 10, inflight=2, fail_at_sync=True)]
-    with pytest.raises(DeviceFailure, match=r"every worker failed: .*a \(cpu-a\).*g \(gpu-g\)"
+    with pytest.raises(DeviceError, match=r"every worker failed: .*a \(cpu-a\).*g \(gpu-g\)"
                                             r".*first error: ChunkFailed") as info:
         run_loop(50, [d.worker for d in devices])
     assert isinstance(info.value.__cause__, ChunkFailed)
@@ -351,7 +351,7 @@ def test_faults_raise_stops_at_the_first_failure():
     a_failed = threading.Event()
     devices = [Device("a", "cpu", counts, 5, fail_at=2, failed=a_failed),
                Device("b", "cpu", counts, 5, wait_for=a_failed)]
-    with pytest.raises(DeviceFailure, match=r"worker a on cpu-a failed: ChunkFailed"):
+    with pytest.raises(DeviceError, match=r"worker a on cpu-a failed: ChunkFailed"):
         run_loop(200, [d.worker for d in devices], faults="raise", shares=[1, 0])
     assert counts.max() <= 1
 
@@ -381,7 +381,7 @@ def test_a_stop_reaches_a_cpu_worker_inside_a_long_range():
 
     failing = Device("a", "cpu", counts, 10, fail_at=1, wait_for=started)
     workers = [Worker("long", "cpu", slow, n, "cpu0"), failing.worker]
-    with pytest.raises(DeviceFailure, match="worker a on cpu-a failed"):
+    with pytest.raises(DeviceError, match="worker a on cpu-a failed"):
         run_loop(n + 10, workers, schedule="static", shares=[n, 10], faults="raise")
     assert counts.max() <= 1
     assert 0 < counts[:n].sum() < n   # it left its range at a piece boundary
@@ -423,7 +423,7 @@ def test_worker_rejects_bad_fields(kwargs, message):
     fields = dict(name="w", kind="cpu", run_chunk=lambda lo, hi: None, chunk_size=4,
                   device_id="cpu0")
     fields.update(kwargs)
-    with pytest.raises(ScheduleError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ArgumentError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Worker(**fields)
 
 
@@ -448,7 +448,7 @@ def test_run_loop_rejects_bad_input(args, kwargs, message):
         workers = [_ok_worker("a"), _ok_worker("b")]
     elif workers == "dup":
         workers = [_ok_worker("a"), _ok_worker("a")]
-    with pytest.raises(ScheduleError, match=message):
+    with pytest.raises(ArgumentError, match=message):
         run_loop(n, workers, **kwargs)
 
 
@@ -552,13 +552,13 @@ def test_perfmodel_ignores_an_unreadable_history(tmp_path, caplog, content):
 
 
 def test_perfmodel_rejects_bad_input(tmp_path):
-    with pytest.raises(ScheduleError, match=r"alpha must lie in \(0, 1\], got 0"):
+    with pytest.raises(ArgumentError, match=r"alpha must lie in \(0, 1\], got 0"):
         PerfModel(tmp_path / FILE_NAME, alpha=0)
     model = PerfModel(tmp_path / FILE_NAME)
     for bad in (0.0, -1.0, float("nan"), float("inf")):
-        with pytest.raises(ScheduleError, match="throughput must be positive and finite"):
+        with pytest.raises(ArgumentError, match="throughput must be positive and finite"):
             model.observe("k", "cpu", bad)
-    with pytest.raises(ScheduleError, match="at least one device key"):
+    with pytest.raises(ArgumentError, match="at least one device key"):
         model.shares("k", [])
 
 
@@ -566,7 +566,7 @@ def test_perfmodel_rejects_bad_input(tmp_path):
 
 @pytest.mark.simgpu
 def test_simulated_gpu_kernel_and_cpu_cores_share_one_loop():
-    from hetflow.platform.cuda_compat import cuda_module
+    from hetflow.cuda_compat import cuda_module
 
     cuda = cuda_module()
     n = 256

@@ -19,7 +19,7 @@ from numba import njit
 
 import hetflow
 import hetflow.trace as ht
-from hetflow.errors import DeviceFailure, TraceError
+from hetflow.errors import ArgumentError, DeviceError
 from hetflow.runtime.deque import fetch_add
 from hetflow.runtime.steal import Worker, run_loop
 
@@ -297,10 +297,10 @@ def test_ranks_traces_merge_into_one_with_a_group_of_processes_per_rank(tmp_path
     drawn = ht.plot_timeline(merged, tmp_path / "ranks.png")
     assert (drawn.lanes, drawn.stolen, drawn.steals, drawn.loops, drawn.phases) \
         == (len(expected), stolen, sum(r.steals for r in reports), 2, 2)
-    with pytest.raises(TraceError, match="traces 0 and 1 both use process id 1: make each with "
+    with pytest.raises(ArgumentError, match="traces 0 and 1 both use process id 1: make each with "
                                          r"to_chrome_trace\(..., rank=r\)"):
         ht.merge_chrome_traces([ht.to_chrome_trace(reports[0]), ht.to_chrome_trace(reports[1])])
-    with pytest.raises(TraceError, match="rank must be an integer >= 0 or None, got -1"):
+    with pytest.raises(ArgumentError, match="rank must be an integer >= 0 or None, got -1"):
         ht.to_chrome_trace(reports[0], rank=-1)
 
 
@@ -321,7 +321,7 @@ def test_write_and_read_back(tmp_path):
     ([object()], "item 0 is a object, not a hetflow RunReport"),
 ])
 def test_to_chrome_trace_rejects_what_is_not_a_report(source, message):
-    with pytest.raises(TraceError, match=message):
+    with pytest.raises(ArgumentError, match=message):
         ht.to_chrome_trace(source)
 
 
@@ -340,17 +340,17 @@ def test_to_chrome_trace_rejects_what_is_not_a_report(source, message):
 def test_reading_bad_trace_files(tmp_path, text, message):
     path = tmp_path / "bad.json"
     path.write_text(text)
-    with pytest.raises(TraceError, match=message):
+    with pytest.raises(ArgumentError, match=message):
         ht.read_chrome_trace(path)
 
 
 def test_reading_a_missing_file(tmp_path):
-    with pytest.raises(TraceError, match="cannot read trace file .*missing.json: No such file"):
+    with pytest.raises(ArgumentError, match="cannot read trace file .*missing.json: No such file"):
         ht.read_chrome_trace(tmp_path / "missing.json")
 
 
 def test_writing_to_a_missing_directory(tmp_path):
-    with pytest.raises(TraceError, match="cannot write the trace to .*nowhere"):
+    with pytest.raises(ArgumentError, match="cannot write the trace to .*nowhere"):
         ht.write_chrome_trace(tmp_path / "nowhere" / "run.json", forall_report(4_000))
 
 
@@ -415,21 +415,21 @@ def test_timeline_window_draws_only_what_overlaps_it(tmp_path):
     ((1.0, 2.0, 3.0), "window must be two numbers"),
 ])
 def test_timeline_bad_window(tmp_path, window, message):
-    with pytest.raises(TraceError, match=message):
+    with pytest.raises(ArgumentError, match=message):
         ht.plot_timeline(forall_report(4_000), tmp_path / "w.png", window=window)
 
 
 @pytest.mark.parametrize("option, value", [("width", 0), ("width", "wide"), ("dpi", -5)])
 def test_timeline_bad_size(tmp_path, option, value):
-    with pytest.raises(TraceError, match=f"{option} must be a positive number, got {value!r}"):
+    with pytest.raises(ArgumentError, match=f"{option} must be a positive number, got {value!r}"):
         ht.plot_timeline(forall_report(4_000), tmp_path / "t.png", **{option: value})
 
 
 def test_timeline_bad_output(tmp_path):
     report = forall_report(4_000)
-    with pytest.raises(TraceError, match="cannot write the timeline to .*nowhere"):
+    with pytest.raises(ArgumentError, match="cannot write the timeline to .*nowhere"):
         ht.plot_timeline(report, tmp_path / "nowhere" / "t.png")
-    with pytest.raises(TraceError, match="cannot write the timeline to .*t.nope: Format 'nope' is not"):
+    with pytest.raises(ArgumentError, match="cannot write the timeline to .*t.nope: Format 'nope' is not"):
         ht.plot_timeline(report, tmp_path / "t.nope")
 
 
@@ -437,7 +437,7 @@ def test_timeline_of_an_empty_recording_says_why(tmp_path):
     with ht.record() as rec:
         pass
     assert rec.loops == []
-    with pytest.raises(TraceError, match="nothing to draw: the trace has no workers"):
+    with pytest.raises(ArgumentError, match="nothing to draw: the trace has no workers"):
         rec.plot(tmp_path / "empty.png")
 
 
@@ -508,7 +508,7 @@ def test_a_loop_that_raised_can_be_added_by_hand(tmp_path):
         raise ChunkFailed("all workers broken")
 
     with ht.record() as rec:
-        with pytest.raises(DeviceFailure) as info:
+        with pytest.raises(DeviceError) as info:
             run_loop(100, [Worker("a", "cpu", broken, 10, "cpu0"), Worker("b", "cpu", broken, 10, "cpu0")])
         rec.add(info.value.report, label="failed loop")
     drawn = rec.plot(tmp_path / "failed.png")
@@ -518,13 +518,13 @@ def test_a_loop_that_raised_can_be_added_by_hand(tmp_path):
 def test_recorder_misuse():
     rec = ht.record()
     with rec:
-        with pytest.raises(TraceError, match="already recording"):
+        with pytest.raises(ArgumentError, match="already recording"):
             rec.__enter__()
-    with pytest.raises(TraceError, match="expected a hetflow RunReport, got dict"):
+    with pytest.raises(ArgumentError, match="expected a hetflow RunReport, got dict"):
         rec.add({"wall_s": 1.0})
-    with pytest.raises(TraceError, match="a loop label must be a string or None, got int"):
+    with pytest.raises(ArgumentError, match="a loop label must be a string or None, got int"):
         rec.label(3)
-    with pytest.raises(TraceError, match="a phase name must be a non-empty string, got ''"):
+    with pytest.raises(ArgumentError, match="a phase name must be a non-empty string, got ''"):
         rec.phase("")
 
 
@@ -571,7 +571,7 @@ def test_trace_command_help_and_errors(tmp_path, capsys):
     help_text = capsys.readouterr().out
     assert "TRACE.json" in help_text and "-o IMAGE" in help_text and "rec.save" in help_text
     args = trace_parser().parse_args(["trace", str(tmp_path / "none.json")])
-    with pytest.raises(TraceError, match="cannot read trace file"):
+    with pytest.raises(ArgumentError, match="cannot read trace file"):
         args.func(args)
 
 
@@ -638,12 +638,12 @@ def test_progress_counts_from_several_threads():
     ({"total": 3, "refresh_per_second": 0}, r"refresh_per_second must be in \(0, 60\], got 0"),
 ])
 def test_progress_bad_arguments(kwargs, message):
-    with pytest.raises(TraceError, match=message):
+    with pytest.raises(ArgumentError, match=message):
         with ht.progress(**kwargs):
             pass
 
 
 def test_progress_cannot_go_back():
     with ht.progress(3, file=CountingFile(tty=False)) as bar:
-        with pytest.raises(TraceError, match="non-negative amount, got -2"):
+        with pytest.raises(ArgumentError, match="non-negative amount, got -2"):
             bar.advance(-2)

@@ -5,11 +5,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from view_chains import BOX_OPS, chains
 
-from hetflow.errors import IndexOutOfRangeError, IndexTypeError, ViewError
+from hetflow.errors import ArgumentTypeError, IndexOutOfBoundsError, ShapeError
 from hetflow.index import (Partition, Section, asarray, co_map, cshift, extent, extent_of,
                            index, interior, is_view, partition, project, rank, root_of, section,
                            tile, transpose)
-from hetflow.platform.cuda_compat import cupy_module
+from hetflow.cuda_compat import cupy_module
 
 
 def grid(*shape):
@@ -142,7 +142,7 @@ def test_array_types_exporting_from_the_class_are_checked_once():
     assert DeviceLike.evaluated == seen  # not asked again for the same type
     assert [extent_of(v) for v in (first, *views)] == [(4, 5), (6, 7), (3, 1)]
     assert is_view(section(Exporter(), (1, 1), (2, 2)))
-    with pytest.raises(IndexTypeError, match=r"interior: expected an array or a view, got object"):
+    with pytest.raises(ArgumentTypeError, match=r"interior: expected an array or a view, got object"):
         interior(object(), 1)
 
 
@@ -165,7 +165,7 @@ def test_numpy_is_a_copy_and_array_protocol_materialises():
     assert not np.any(a == 7)
     assert np.array_equal(np.asarray(v), a[:, 1:]) and np.asarray(v, np.int32).dtype == np.int32
     assert np.array_equal(asarray(v), a[:, 1:])
-    with pytest.raises(ViewError, match="cannot become an array without a copy"):
+    with pytest.raises(ShapeError, match="cannot become an array without a copy"):
         np.asarray(v, copy=False)
 
 
@@ -175,7 +175,7 @@ def test_iteration_and_len():
     assert len(v) == 2
     assert [r.numpy().tolist() for r in v] == a[1:3].tolist()
     assert list(project(v, 0, 1)) == list(a[2])
-    with pytest.raises(IndexTypeError, match="len\\(\\) of a rank-0 project view"):
+    with pytest.raises(ArgumentTypeError, match="len\\(\\) of a rank-0 project view"):
         len(project(project(a, 0, 1), 0, 1))
 
 
@@ -332,63 +332,63 @@ def test_root_extent_of_box_chains_is_the_bounding_box(chain):
 
 # -- bad input ------------------------------------------------------------------------------
 @pytest.mark.parametrize("make,err,msg", [
-    (lambda a: project(a, 1, 17), ViewError,
+    (lambda a: project(a, 1, 17), ShapeError,
      r"project: value 17 is out of range \[0, 5\) of dim 1 \(parent extent \(4, 5\)\)"),
-    (lambda a: project(a, 1, -1), ViewError, r"project: value -1 is out of range"),
-    (lambda a: project(a, 2, 0), ViewError,
+    (lambda a: project(a, 1, -1), ShapeError, r"project: value -1 is out of range"),
+    (lambda a: project(a, 2, 0), ShapeError,
      r"project: dim 2 is out of range for a rank-2 parent \(valid 0..1\)"),
-    (lambda a: project(a, -1, 0), ViewError, r"project: dim -1 is out of range"),
-    (lambda a: project(a, 0.5, 0), IndexTypeError, r"project: dim must be an integer, got 0.5"),
-    (lambda a: cshift(a, 3, 1), ViewError, r"cshift: dim 3 is out of range for a rank-2"),
-    (lambda a: cshift(a, 0, "1"), IndexTypeError, r"cshift: shift must be an integer"),
-    (lambda a: interior(a, 3), ViewError,
+    (lambda a: project(a, -1, 0), ShapeError, r"project: dim -1 is out of range"),
+    (lambda a: project(a, 0.5, 0), ArgumentTypeError, r"project: dim must be an integer, got 0.5"),
+    (lambda a: cshift(a, 3, 1), ShapeError, r"cshift: dim 3 is out of range for a rank-2"),
+    (lambda a: cshift(a, 0, "1"), ArgumentTypeError, r"cshift: shift must be an integer"),
+    (lambda a: interior(a, 3), ShapeError,
      r"interior: delta \(3, 3\) leaves a negative extent on dim 0: 4 - 2\*3 = -2"),
-    (lambda a: interior(a, (1, 3)), ViewError,
+    (lambda a: interior(a, (1, 3)), ShapeError,
      r"interior: delta \(1, 3\) leaves a negative extent on dim 1: 5 - 2\*3 = -1"),
-    (lambda a: interior(a, (1, -1)), ViewError, r"interior: delta \(1, -1\) is negative on dim 1"),
-    (lambda a: interior(a, (1, 1, 1)), ViewError, r"interior: delta \(1, 1, 1\) has rank 3"),
-    (lambda a: transpose(a, 0, 2), ViewError, r"transpose: d2 2 is out of range for a rank-2"),
-    (lambda a: transpose(a, -1, 0), ViewError, r"transpose: d1 -1 is out of range"),
-    (lambda a: section(a, (2, 3), (3, 2)), ViewError,
+    (lambda a: interior(a, (1, -1)), ShapeError, r"interior: delta \(1, -1\) is negative on dim 1"),
+    (lambda a: interior(a, (1, 1, 1)), ShapeError, r"interior: delta \(1, 1, 1\) has rank 3"),
+    (lambda a: transpose(a, 0, 2), ShapeError, r"transpose: d2 2 is out of range for a rank-2"),
+    (lambda a: transpose(a, -1, 0), ShapeError, r"transpose: d1 -1 is out of range"),
+    (lambda a: section(a, (2, 3), (3, 2)), ShapeError,
      r"section: offset \(2, 3\) \+ extent \(3, 2\) = \(5, 5\) exceeds the parent extent "
      r"\(4, 5\) on dim 0"),
-    (lambda a: section(a, (0, -1), (1, 1)), ViewError, r"section: offset \(0, -1\) is negative"),
-    (lambda a: section(a, (0,), (1, 1)), ViewError, r"must both have the parent's rank 2"),
-    (lambda a: section(a, (0, 0), (1, -1)), ViewError,
+    (lambda a: section(a, (0, -1), (1, 1)), ShapeError, r"section: offset \(0, -1\) is negative"),
+    (lambda a: section(a, (0,), (1, 1)), ShapeError, r"must both have the parent's rank 2"),
+    (lambda a: section(a, (0, 0), (1, -1)), ShapeError,
      r"section: bad extent: extent components must be >= 0, got \(1, -1\)"),
-    (lambda a: section(a, (0, 0.5), (1, 1)), IndexTypeError,
+    (lambda a: section(a, (0, 0.5), (1, 1)), ArgumentTypeError,
      r"section: bad offset: index components must be integers, got 0.5"),
-    (lambda a: interior(a, (1, "x")), IndexTypeError, r"interior: bad delta: index components"),
-    (lambda a: tile(a, 2.0), IndexTypeError, r"tile: bad tile extent: extent takes integers"),
-    (lambda a: co_map(a, lambda i: (0, 0), (-1,)), ViewError, r"co_map: bad extent: extent"),
-    (lambda a: Partition(a, 0, (5, -1)), ViewError, r"partition: bad sizes: extent components"),
-    (lambda a: tile(a, (3, 5)), ViewError,
+    (lambda a: interior(a, (1, "x")), ArgumentTypeError, r"interior: bad delta: index components"),
+    (lambda a: tile(a, 2.0), ArgumentTypeError, r"tile: bad tile extent: extent takes integers"),
+    (lambda a: co_map(a, lambda i: (0, 0), (-1,)), ShapeError, r"co_map: bad extent: extent"),
+    (lambda a: Partition(a, 0, (5, -1)), ShapeError, r"partition: bad sizes: extent components"),
+    (lambda a: tile(a, (3, 5)), ShapeError,
      r"tile: tile extent \(3, 5\) does not divide the parent extent \(4, 5\): dim 0 "
      r"\(4 = 1\*3 \+ 1\) would leave a partial tile of 1"),
-    (lambda a: tile(a, (0, 5)), ViewError, r"tile: tile extent \(0, 5\) is 0 on dim 0"),
-    (lambda a: tile(a, (2,)), ViewError, r"tile: tile extent \(2,\) has rank 1"),
-    (lambda a: partition(a, 0, 0), ViewError,
+    (lambda a: tile(a, (0, 5)), ShapeError, r"tile: tile extent \(0, 5\) is 0 on dim 0"),
+    (lambda a: tile(a, (2,)), ShapeError, r"tile: tile extent \(2,\) has rank 1"),
+    (lambda a: partition(a, 0, 0), ShapeError,
      r"partition: 0 parts of dim 0 with extent 4: parts must be in \[1, 4\]"),
-    (lambda a: partition(a, 6, 1), ViewError, r"partition: 6 parts of dim 1 with extent 5"),
-    (lambda a: partition(a, 2, 2), ViewError, r"partition: dim 2 is out of range"),
-    (lambda a: partition(a, [0.5, 0], 0), ViewError,
+    (lambda a: partition(a, 6, 1), ShapeError, r"partition: 6 parts of dim 1 with extent 5"),
+    (lambda a: partition(a, 2, 2), ShapeError, r"partition: dim 2 is out of range"),
+    (lambda a: partition(a, [0.5, 0], 0), ShapeError,
      r"partition: shares must be a non-empty list of positive finite numbers, got \[0.5, 0\]"),
-    (lambda a: partition(a, [], 0), ViewError, r"shares must be a non-empty list"),
-    (lambda a: partition(a, 2.5, 0), IndexTypeError,
+    (lambda a: partition(a, [], 0), ShapeError, r"shares must be a non-empty list"),
+    (lambda a: partition(a, 2.5, 0), ArgumentTypeError,
      r"partition: parts must be a count or a list of shares, got 2.5"),
-    (lambda a: Partition(a, 0, (1, 2)), ViewError,
+    (lambda a: Partition(a, 0, (1, 2)), ShapeError,
      r"partition: sizes \(1, 2\) add up to 3, not to the extent 4 of dim 0"),
-    (lambda a: co_map(a, lambda i: (i[0],), (4,)), ViewError,
+    (lambda a: co_map(a, lambda i: (i[0],), (4,)), ShapeError,
      r"co_map: f maps the rank-1 index \(0,\) to the rank-1 index \(0,\), but the parent "
      r"has rank 2"),
-    (lambda a: co_map(a, lambda i: (i[0] + 4, 0), (2,)), IndexOutOfRangeError,
+    (lambda a: co_map(a, lambda i: (i[0] + 4, 0), (2,)), IndexOutOfBoundsError,
      r"co_map: f reaches parent index 4 on dim 0, outside the parent extent \(4, 5\)"),
-    (lambda a: co_map(a, lambda i: 3, (2,)), IndexTypeError,
+    (lambda a: co_map(a, lambda i: 3, (2,)), ArgumentTypeError,
      r"co_map: f must return an index tuple, got 3"),
-    (lambda a: co_map(a, "f", (2,)), IndexTypeError, r"co_map: f must be callable"),
-    (lambda a: project([[1, 2]], 0, 0), IndexTypeError,
+    (lambda a: co_map(a, "f", (2,)), ArgumentTypeError, r"co_map: f must be callable"),
+    (lambda a: project([[1, 2]], 0, 0), ArgumentTypeError,
      r"project: expected an array or a view, got list"),
-    (lambda a: rank("x"), IndexTypeError, r"rank: expected an array or a view, got str"),
+    (lambda a: rank("x"), ArgumentTypeError, r"rank: expected an array or a view, got str"),
 ])
 def test_bad_parameters_fail_at_creation(make, err, msg):
     with pytest.raises(err, match=msg):
@@ -398,20 +398,20 @@ def test_bad_parameters_fail_at_creation(make, err, msg):
 def test_out_of_range_reads_and_writes():
     a = grid(4, 5)
     v = interior(a, 1)
-    with pytest.raises(IndexOutOfRangeError, match=r"index \(2, 3\) is outside the interior "
+    with pytest.raises(IndexOutOfBoundsError, match=r"index \(2, 3\) is outside the interior "
                        r"view's extent \(2, 3\)"):
         v[2, 3]
     with pytest.raises(IndexError, match=r"index \(-1, 0\) is outside"):
         v[-1, 0] = 1.0
-    with pytest.raises(ViewError, match=r"interior view of rank 2 indexed with 1 components"):
+    with pytest.raises(ShapeError, match=r"interior view of rank 2 indexed with 1 components"):
         v[1]
-    with pytest.raises(IndexTypeError, match=r"indices must be integers \(use section\(\) "
+    with pytest.raises(ArgumentTypeError, match=r"indices must be integers \(use section\(\) "
                        r"for ranges\)"):
         v[0:1, 0]
-    with pytest.raises(IndexOutOfRangeError, match=r"partition: part 2 does not exist; there "
+    with pytest.raises(IndexOutOfBoundsError, match=r"partition: part 2 does not exist; there "
                        r"are 2 parts"):
         partition(a, 2, 0)[2]
-    with pytest.raises(IndexOutOfRangeError, match=r"outside the tile view's extent \(2, 1\)"):
+    with pytest.raises(IndexOutOfBoundsError, match=r"outside the tile view's extent \(2, 1\)"):
         tile(a, (2, 5)).tile_at((2, 0))
 
 
@@ -419,9 +419,9 @@ def test_co_map_reaching_outside_on_read_fails():
     a = grid(5)
     v = co_map(a, lambda i: (2 * i[0],), (4,))  # index 3 maps to 6
     assert v[2] == a[4]
-    with pytest.raises(IndexOutOfRangeError, match=r"co_map: f reaches parent index 6 on dim 0"):
+    with pytest.raises(IndexOutOfBoundsError, match=r"co_map: f reaches parent index 6 on dim 0"):
         v[3]
-    with pytest.raises(IndexOutOfRangeError, match=r"co_map: f reaches parent index 6"):
+    with pytest.raises(IndexOutOfBoundsError, match=r"co_map: f reaches parent index 6"):
         v.numpy()
-    with pytest.raises(IndexOutOfRangeError, match=r"co_map: f reaches parent index 6"):
+    with pytest.raises(IndexOutOfBoundsError, match=r"co_map: f reaches parent index 6"):
         v[3] = 0.0

@@ -5,9 +5,9 @@ cores through Numba, NVIDIA GPUs through numba-cuda), runs it over index spaces 
 lazy views, and combines results across processes.
 """
 from . import errors
-from .errors import *  # noqa: F401,F403  (the exception hierarchy is part of the API)
-from .index import (Grid, asarray, co_map, cshift, empty, extent, index, interior, partition, project,
-                    section, tile, transpose, zeros)
+from .errors import HetflowError  # the one exception class at top level; the rest are hetflow.errors.X
+from .index import (Grid, asarray, co_map, cshift, extent, index, interior, partition, project, section,
+                    tile, transpose)
 from .kernels import Kernel, kernel
 from . import atomic
 from .platform import Context, Device, LogicalDevice, devices, get_device, select
@@ -15,20 +15,17 @@ from .ir import Monitor, Rule, RuleSet, graph
 from .runtime.coexec import last_report
 from .runtime.buffers import Buffer, array
 from .runtime.events import Event, UserEvent
-from .runtime.forall import forall
 from .runtime.queue import Queue
-from .runtime.reductions import reduce
-from .runtime.scan_sort import scan, sort
-from .runtime.wavefront import wavefront
+from .callsites import empty, forall, reduce, scan, sort, wavefront, zeros
 from . import library  # noqa: E402  (needs kernel and forall)
 from . import cluster, collectives, trace  # noqa: E402
 from .collectives import world  # noqa: E402
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
-__all__ = ["Buffer", "Context", "atomic", "Device", "Event", "Grid", "Kernel", "LogicalDevice", "Monitor",
-           "Queue", "Rule", "RuleSet", "UserEvent", "array", "asarray", "cluster", "co_map",
+__all__ = ["Buffer", "Context", "atomic", "Device", "Event", "Grid", "HetflowError", "Kernel", "LogicalDevice",
+           "Monitor", "Queue", "Rule", "RuleSet", "UserEvent", "array", "asarray", "cluster", "co_map",
            "collectives", "cshift", "devices", "empty", "errors", "extent", "forall", "get_device",
            "graph", "index", "interior", "kernel", "last_report", "library", "partition", "project",
            "reduce", "scan", "section", "select", "sort", "tile", "trace", "transpose", "wavefront",
-           "world", "zeros"] + [name for name in vars(errors) if not name.startswith("_")]  # as the star import
+           "world", "zeros"]

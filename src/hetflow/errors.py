@@ -1,55 +1,87 @@
-"""hetflow's exception hierarchy: every error hetflow raises derives from HetflowError.
+"""hetflow's exceptions: one class per situation a user would catch.
 
-Errors also derive from the matching builtin (ValueError, TypeError, TimeoutError)
-so that generic handlers keep working.
+Every error hetflow raises derives from :class:`HetflowError` and from the matching
+builtin, so ``except ValueError`` or ``except TimeoutError`` keeps working. The classes
+are reached as ``hetflow.errors.X``; only ``HetflowError`` is also ``hetflow.HetflowError``.
+
+Families, and why each exists (docs/guide/errors.md has the table of who raises what):
+
+- :class:`ArgumentError` (a ``ValueError``): a call was given something it cannot use.
+  Programs fix these rather than catch them, so one class covers every plain check;
+  :class:`ArgumentTypeError` (also a ``TypeError``) is the wrong *kind* of argument,
+  :class:`ShapeError` extents, views and aliasing that do not fit, and
+  :class:`InvalidContextError` a context used after its release (which a library handed a
+  context can meet without a bug of its own).
+- :class:`IndexOutOfBoundsError` (an ``IndexError``): an index outside an extent, on the
+  host or in a checked kernel.
+- :class:`DeviceError`: no device fits, or one failed and its work could not run elsewhere:
+  the place to fall back to another device.
+- :class:`KernelError`: a kernel could not be prepared; :class:`KernelCompileError` it does
+  not compile; :class:`KernelRaisedError` its own code raised (not the device's fault).
+- :class:`EventFailedError`: the work behind an event raised or was cancelled.
+- :class:`HetflowTimeoutError` (a ``TimeoutError``): a wait, a device or a peer was too slow.
+- :class:`RuleError`: a rule or rule set is wrong or loops; :class:`RuleSyntaxError` (a
+  ``SyntaxError``) a rule file or expression that does not parse, with its position.
+- :class:`CommError`: a collective or distributed run failed; :class:`CommTimeoutError` a
+  peer died or never arrived, :class:`RemoteError` another rank raised.
 """
+
+__all__ = ["ArgumentError", "ArgumentTypeError", "CommError", "CommTimeoutError", "DeviceError",
+           "EventFailedError", "HetflowError", "HetflowTimeoutError", "IndexOutOfBoundsError",
+           "InvalidContextError", "KernelCompileError", "KernelError", "KernelRaisedError", "RemoteError",
+           "RuleError", "RuleSyntaxError", "ScatteredWriteWarning", "ShapeError"]
 
 
 class HetflowError(Exception):
     """Root of every error hetflow raises."""
 
 
-# -- platform ---------------------------------------------------------------
-class DeviceError(HetflowError):
-    """A device is missing, unusable or failed."""
+# -- argument checks ----------------------------------------------------------------
+class ArgumentError(HetflowError, ValueError):
+    """A call was given something it cannot use: a bad value (an unknown operation name,
+    bad shares or timeout, a bad collective root), or an object in a state that does not
+    allow the call (a closed queue, a graph not captured yet, a user event set twice)."""
 
 
-class NoDeviceError(DeviceError, LookupError):
-    """No device satisfies the stated requirements."""
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument has the wrong kind: not a hetflow kernel, the wrong number of kernel
+    arguments, not an integer, not an array or view, or an element type the operation does
+    not take."""
 
 
-class DeviceFailure(DeviceError, RuntimeError):
-    """A device raised or disappeared while running work."""
+class ShapeError(ArgumentError):
+    """Extents, ranks or views do not fit: a launch extent larger than an array, an
+    impossible view, or arguments that alias (a write overlapping another argument's
+    reads at other indices)."""
 
 
-class InvalidContextError(HetflowError, ValueError):
+class InvalidContextError(ArgumentError):
     """A context was used after its last release, or is unknown."""
 
 
-# -- kernels ----------------------------------------------------------------
-class KernelError(HetflowError):
-    """A kernel could not be prepared or launched."""
-
-
-class KernelCompileError(KernelError):
-    """A kernel failed to compile; names the kernel, its file and line."""
-
-
-class KernelArgumentError(KernelError, TypeError):
-    """Wrong number or kinds of kernel arguments."""
-
-
-class NoExecutableError(KernelError, LookupError):
-    """No compatible executable exists and there is no source to compile."""
-
-
-class IndexOutOfBoundsError(KernelError, IndexError):
-    """A checked kernel (boundscheck) indexed an array outside its extent; names the
+class IndexOutOfBoundsError(HetflowError, IndexError):
+    """An index lies outside the extent of the array or view it reads or writes: a view's
+    or partition's element access, or a checked kernel's (boundscheck), which names the
     kernel, the parameter, the axis and the index (``None`` where unknown)."""
 
     def __init__(self, message, kernel=None, array=None, axis=None, index=None):
         super().__init__(message)
         self.kernel, self.array, self.axis, self.index = kernel, array, axis, index
+
+
+# -- devices and kernels ------------------------------------------------------------
+class DeviceError(HetflowError, RuntimeError):
+    """No device meets the stated requirements, one is unusable, or one failed while
+    running work that could not be run again elsewhere."""
+
+
+class KernelError(HetflowError):
+    """A kernel could not be prepared or launched (no readable source, no executable for a
+    device, a released kernel)."""
+
+
+class KernelCompileError(KernelError):
+    """A kernel failed to compile; names the kernel, its file and line."""
 
 
 class KernelRaisedError(KernelError, RuntimeError):
@@ -73,101 +105,29 @@ class KernelRaisedError(KernelError, RuntimeError):
                    None if lo is None else (lo, hi))
 
 
-# -- index spaces and views ---------------------------------------------------
-class ShapeError(HetflowError, ValueError):
-    """Extents, ranks or dtypes do not fit."""
-
-
-class ViewError(ShapeError):
-    """A view operator was given impossible parameters."""
-
-
-class AliasingError(ViewError):
-    """A launch writes, through one argument, elements of an array that another argument
-    reads or writes at other indices: the result would depend on the order of the indices."""
-
-
-class IndexTypeError(ShapeError, TypeError):
-    """An index, extent or indexable argument has the wrong type (not an integer, not an array or view)."""
-
-
-class IndexOutOfRangeError(ViewError, IndexError):
-    """An index lies outside the extent of the view or array it reads or writes."""
-
-
-class DTypeError(ShapeError, TypeError):
-    """An element type does not fit the operation (e.g. a bitwise op on floats)."""
-
-
-# -- runtime ------------------------------------------------------------------
-class RuntimeFailure(HetflowError, RuntimeError):
-    """Work run by the runtime failed."""
-
-
-class EventFailedError(RuntimeFailure):
-    """The execution instance behind an event raised."""
-
-
-class DependencyCancelledError(RuntimeFailure):
-    """An instance was cancelled because one it depends on failed."""
-
-
-class DependencyCycleError(RuntimeFailure, ValueError):
-    """Explicit dependencies form a cycle."""
-
-
-class QueueError(HetflowError, ValueError):
-    """A queue, event or buffer was used wrongly (closed queue, bad wait list, set twice)."""
-
-
-class ScheduleError(HetflowError, ValueError):
-    """A loop was given invalid workers, shares, chunk sizes or schedule."""
-
-
-class UnknownOpError(HetflowError, ValueError):
-    """A call site (reduce, scan) was given an operation name it does not know."""
-
-
-class TraceError(HetflowError, ValueError):
-    """A trace file, recording, timeline or progress bar was given bad input or used wrongly."""
+# -- runtime ------------------------------------------------------------------------
+class EventFailedError(HetflowError, RuntimeError):
+    """The work behind an event did not complete: its execution instance raised, or was
+    cancelled (one it depends on failed, or it was never submitted)."""
 
 
 class HetflowTimeoutError(HetflowError, TimeoutError):
     """A wait, a device or a peer did not answer in time."""
 
 
-# -- dynamic IR ---------------------------------------------------------------
+# -- dynamic IR ---------------------------------------------------------------------
 class RuleError(HetflowError):
-    """A rule or rule set is wrong."""
+    """A rule or rule set is wrong, or rules kept re-triggering each other."""
 
 
 class RuleSyntaxError(RuleError, SyntaxError):
     """A rule file or rule expression does not parse (file, line, column)."""
 
 
-class RuleLoopError(RuleError):
-    """Rules kept re-triggering each other past the round limit."""
-
-
-class GraphError(HetflowError):
-    """A captured graph is malformed or used wrongly."""
-
-
-class MonitorError(HetflowError, ValueError):
-    """A monitor event or variable is malformed."""
-
-
-# -- distributed ----------------------------------------------------------------
+# -- distributed --------------------------------------------------------------------
 class CommError(HetflowError):
-    """A collective or point-to-point operation failed."""
-
-
-class CommMismatchError(CommError, ValueError):
-    """Ranks disagree on the length, dtype or operation of a collective."""
-
-
-class CommArgumentError(CommError, ValueError):
-    """A collective was called with an unknown op, a bad root or bad segments."""
+    """A collective, point-to-point operation or distributed run failed (ranks that
+    disagree on a collective's arguments, a broken channel)."""
 
 
 class CommTimeoutError(CommError, HetflowTimeoutError):

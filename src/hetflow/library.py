@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import ArgumentError
 from .kernels import kernel
+from .runtime.forall import forall
 
 
 @kernel
@@ -66,18 +68,14 @@ KERNELS = {k.name: k for k in (axpy, scale, add, sub, mul, div, fill, copy, dot_
 
 def get(name: str):
     """A library kernel by name."""
-    from .errors import NoExecutableError
-
     try:
         return KERNELS[name]
     except KeyError:
-        raise NoExecutableError(f"no library kernel {name!r}; the library has {sorted(KERNELS)}") from None
+        raise ArgumentError(f"no library kernel {name!r}; the library has {sorted(KERNELS)}") from None
 
 
 def dot(x, y, *, blocks: int = 256, device=None):
     """x · y through ``dot_partial`` plus a final sum of the partials."""
-    from .runtime.forall import forall
-
     n = x.shape[0]
     blocks = max(1, min(blocks, n))
     block = -(-n // blocks) if n else 1
@@ -89,8 +87,6 @@ def dot(x, y, *, blocks: int = 256, device=None):
 def precompile(dtypes=("float64", "float32"), device=None) -> int:
     """Build every library kernel for 1-D arrays of ``dtypes`` on ``device`` (default the
     CPU) by running it once on tiny data; returns how many executables were prepared."""
-    from .runtime.forall import forall
-
     count = 0
     for dt in dtypes:
         x = np.ones(4, dtype=dt)

@@ -8,10 +8,10 @@
       CommTimeoutError after the 2 s timeout, and the communicator must refuse
       further use;
   mismatch: ranks disagree on length, dtype, op, root or path; every rank must raise
-      CommMismatchError naming what differs, and the communicator must stay usable;
+      CommError naming what differs, and the communicator must stay usable;
   mismatch-unchecked: lengths differ with check=False; where MPI fails, every error
       raised is hetflow's CommError;
-  local: an op that does not fit the dtype raises DTypeError on the calling rank alone,
+  local: an op that does not fit the dtype raises ArgumentTypeError on the calling rank alone,
       before any message is sent (the others never call and nothing hangs).
 Each rank prints "rank R: MODE ok".
 """
@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 from hetflow import collectives
-from hetflow.errors import CommError, CommMismatchError, CommTimeoutError, DTypeError
+from hetflow.errors import ArgumentTypeError, CommError, CommTimeoutError
 
 
 def expect(exc_type, fn, *words):
@@ -61,7 +61,7 @@ def mismatch(comm):
         ("segments", lambda: cut.allreduce(np.ones(50_000))),
     ]
     for field, call in cases:
-        expect(CommMismatchError, call, "ranks disagree on", field, f"rank {last}")
+        expect(CommError, call, "ranks disagree on", field, f"rank {last}")
     # nothing was left in flight: the communicator still works
     got = comm.allreduce(np.full(1000, r + 1.0))
     assert np.all(got == comm.size * (comm.size + 1) / 2), got[:3]
@@ -80,8 +80,8 @@ def mismatch_unchecked(comm):
 
 def local(comm):
     if comm.rank == 0:
-        expect(DTypeError, lambda: comm.allreduce(np.ones(8), op="band"), "band", "float64")
-        expect(DTypeError, lambda: comm.reduce(np.ones(8, np.complex128), op="max"), "max")
+        expect(ArgumentTypeError, lambda: comm.allreduce(np.ones(8), op="band"), "band", "float64")
+        expect(ArgumentTypeError, lambda: comm.reduce(np.ones(8, np.complex128), op="max"), "max")
     got = comm.allreduce(np.arange(5, dtype=np.int64), op="bor")
     assert np.array_equal(got, np.arange(5)), got
 

@@ -13,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hetflow import collectives
-from hetflow.platform.cuda_compat import cupy_module
+from hetflow.cuda_compat import cupy_module
 
 cp = cupy_module()
 assert cp is not None, "needs CuPy and a GPU"

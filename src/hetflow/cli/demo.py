@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from .. import cluster, collectives, trace
+from ..index import cshift, interior
 from ..ir import RuleSet, graph
 from ..kernels import kernel
 from ..platform.devices import devices, get_device
@@ -39,11 +40,11 @@ def heat_step(i, j, new, centre, north, south, west, east, alpha):
 
 
 def step_views(src, dst):
-    """The arguments of one step from ``src`` into ``dst`` (all views: nothing copied);
-    ``cluster``'s view functions are hetflow's own for arrays that are not distributed."""
-    return (cluster.interior(dst, 1), cluster.interior(src, 1),
-            cluster.interior(cluster.cshift(src, 0, -1), 1), cluster.interior(cluster.cshift(src, 0, 1), 1),
-            cluster.interior(cluster.cshift(src, 1, -1), 1), cluster.interior(cluster.cshift(src, 1, 1), 1), ALPHA)
+    """The arguments of one step from ``src`` into ``dst`` (all views: nothing copied), of
+    NumPy, coherent or distributed arrays alike."""
+    return (interior(dst, 1), interior(src, 1),
+            interior(cshift(src, 0, -1), 1), interior(cshift(src, 0, 1), 1),
+            interior(cshift(src, 1, -1), 1), interior(cshift(src, 1, 1), 1), ALPHA)
 
 
 def numpy_step(u):
@@ -86,7 +87,7 @@ def add_arguments(p):
 def capture(u, v, device=None):
     """The DIR of two steps, u -> v and v -> u, each co-executed with work stealing."""
     with graph("heat") as g:
-        shape = cluster.interior(u, 1).shape
+        shape = interior(u, 1).shape
         for src, dst in ((u, v), (v, u)):
             cluster.forall(shape, heat_step, *step_views(src, dst), device=device, schedule="steal")
     return g

@@ -13,14 +13,19 @@ import os
 import sys
 from pathlib import Path
 
+from .. import library
+from .._version import __version__
+from ..errors import HetflowError
+from ..platform.devices import devices
+from ..trace import add_trace_command
+from .demo import add_arguments, run_demo
+
 BENCH_DIR = Path(__file__).resolve().parents[3] / "bench"
 """The source tree's bench/: there in a checkout (and an editable install), not in an
 installed package."""
 
 
 def _cmd_devices(args) -> int:
-    from ..platform.devices import devices
-
     table = devices(refresh=True)
     if args.json:
         print(json.dumps([d.to_dict() for d in table], indent=2))
@@ -41,8 +46,6 @@ def _cmd_devices(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from .demo import run_demo
-
     return run_demo(args)
 
 
@@ -85,16 +88,12 @@ def _cmd_bench(args) -> int:
 
 
 def _cmd_precompile(args) -> int:
-    from .. import library
-
     n = library.precompile(device=args.device)
     print(f"precompiled {n} library executables into the code repository")
     return 0
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .. import __version__
-
     p = argparse.ArgumentParser(prog="hetflow", description="Data-parallel computing on CPUs, GPUs and clusters.")
     p.add_argument("--version", action="version", version=f"hetflow {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -102,8 +101,6 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("devices", help="list the devices hetflow found")
     d.add_argument("--json", action="store_true", help="print the device records as JSON")
     d.set_defaults(func=_cmd_devices)
-
-    from .demo import add_arguments
 
     demo = sub.add_parser("demo", help="run the main job on every local device and verify it")
     add_arguments(demo)
@@ -114,8 +111,6 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print results as JSON")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments passed to the benchmark")
     b.set_defaults(func=_cmd_bench)
-
-    from ..trace import add_trace_command
 
     add_trace_command(sub)
 
@@ -130,8 +125,6 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     args = _parser().parse_args(argv)
-    from ..errors import HetflowError
-
     try:
         return args.func(args)
     except HetflowError as exc:

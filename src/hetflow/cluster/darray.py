@@ -3,7 +3,7 @@
     u = cluster.asarray(grid)                # each rank keeps its block of rows (+ halo)
     v = cluster.zeros_like(u)                # the same distribution
     cluster.forall(interior(u, 1).shape, step, interior(v, 1), interior(u, 1),
-                   interior(cluster.cshift(u, 0, -1), 1), ...)   # halos exchanged as needed
+                   interior(cshift(u, 0, -1), 1), ...)   # halos exchanged as needed
     full = v.gather()                        # the whole array on rank 0
 
 A :class:`Distribution` cuts one dimension of extent n into contiguous blocks, one per
@@ -14,9 +14,10 @@ partition changes (a rebalance moves rows between neighbouring ranks).
 
 A :class:`DistArray` holds on each rank ``local``: its block plus ``halo`` rows on each
 side along the distributed dimension (:mod:`hetflow.cluster.halo` fills them); ``block``
-is the owned part. Views over distributed arrays — :func:`cshift`, :func:`interior`,
-:func:`section` — are :class:`DistView` objects: the same operators, checked over the
-global extent, which a launch turns into views of a rank's local storage
+is the owned part. ``hetflow.cshift``, ``interior`` and ``section`` of a distributed array
+or of such a view are :class:`DistView` objects (the array's ``__hetflow_view__``): the
+same operators, checked over the global extent, which a launch turns into views of a
+rank's local storage
 (:mod:`hetflow.cluster.plan`). Making a distributed array is collective: every rank makes
 the same arrays in the same order.
 """
@@ -31,10 +32,12 @@ import numpy as np
 from hetflow.cluster import control, halo
 from hetflow.cluster.launch import session as _session
 from hetflow.collectives.ops import resolve_op
-from hetflow.errors import CommArgumentError, CommMismatchError, IndexTypeError, ShapeError
+from hetflow.cuda_compat import cuda_module
+from hetflow.errors import ArgumentError, ArgumentTypeError, CommError, ShapeError
 from hetflow.index import operators as _ops
 from hetflow.index.tiling import partition as _partition
 from hetflow.index.views import View, checked_dim, extent_of
+from hetflow.platform.devices import get_device
 
 
 def stand_in(shape, dtype=np.uint8) -> np.ndarray:
@@ -200,7 +203,6 @@ class DistArray:
         shape[self.dim] = bounds[1] - bounds[0] + 2 * self.halo
         if self.device is None:
             return np.empty(tuple(shape), self.dtype)
-        from hetflow.platform.cuda_compat import cuda_module
 
         with halo.on_gpu(self.device):
             return cuda_module().device_array(tuple(shape), self.dtype)
@@ -286,14 +288,10 @@ class DistArray:
         return self.reduce("max")
 
     # -- views ---------------------------------------------------------------------------
-    def cshift(self, dim, shift) -> "DistView":
-        return cshift(self, dim, shift)
-
-    def interior(self, delta) -> "DistView":
-        return interior(self, delta)
-
-    def section(self, offset, extent) -> "DistView":
-        return section(self, offset, extent)
+    def __hetflow_view__(self, op, *params) -> "DistView":
+        """``hetflow.cshift``/``interior``/``section`` of this array (see
+        :func:`hetflow.index.operators.own_view`)."""
+        return _VIEWS[op](self, *params)
 
     def __repr__(self):
         where = "host" if self.device is None else self.device.id
@@ -333,14 +331,7 @@ class DistView:
         """The distributed array this view reads and writes."""
         return self.base
 
-    def cshift(self, dim, shift) -> "DistView":
-        return cshift(self, dim, shift)
-
-    def interior(self, delta) -> "DistView":
-        return interior(self, delta)
-
-    def section(self, offset, extent) -> "DistView":
-        return section(self, offset, extent)
+    __hetflow_view__ = DistArray.__hetflow_view__
 
     def __repr__(self):
         chain = ", ".join(f"{op[0]}{op[1:]}" for op in self.ops) or "identity"
@@ -364,28 +355,25 @@ def _extend(x, op, proxy) -> DistView:
     return DistView(view.base, view.ops + (op,), proxy)
 
 
-def cshift(x, dim, shift):
-    """``hetflow.cshift`` for distributed arrays and views too (others: hetflow's own)."""
-    if not is_distributed(x):
-        return _ops.cshift(x, dim, shift)
+def _cshift(x, dim, shift):
     proxy = _ops.cshift(as_view(x).proxy, dim, shift)  # checks the parameters
     return _extend(x, ("cshift", proxy.dim, proxy.shift), proxy)
 
 
-def interior(x, delta):
-    """``hetflow.interior`` for distributed arrays and views too (others: hetflow's own)."""
-    if not is_distributed(x):
-        return _ops.interior(x, delta)
+def _interior(x, delta):
     proxy = _ops.interior(as_view(x).proxy, delta)
     return _extend(x, ("interior", tuple(proxy.delta)), proxy)
 
 
-def section(x, offset, extent):
-    """``hetflow.section`` for distributed arrays and views too (others: hetflow's own)."""
-    if not is_distributed(x):
-        return _ops.section(x, offset, extent)
+def _section(x, offset, extent):
     proxy = _ops.section(as_view(x).proxy, offset, extent)
     return _extend(x, ("section", tuple(proxy.start), tuple(proxy.size)), proxy)
+
+
+# A distributed array's views, which ``hetflow.cshift``, ``interior`` and ``section`` ask
+# it for: the same functions for every array (``hetflow.cluster.cshift`` is another name).
+_VIEWS = {"cshift": _cshift, "interior": _interior, "section": _section}
+cshift, interior, section = _ops.cshift, _ops.interior, _ops.section
 
 
 # -- making distributed arrays -------------------------------------------------------------
@@ -425,7 +413,7 @@ def empty_like(a: DistArray, dtype=None, shape=None) -> DistArray:
     ``a`` on a rebalance). ``shape`` may differ from ``a``'s except along the
     distributed dimension."""
     if not isinstance(a, DistArray):
-        raise IndexTypeError(f"empty_like needs a DistArray, not {type(a).__name__}")
+        raise ArgumentTypeError(f"empty_like needs a DistArray, not {type(a).__name__}")
     shape = a.shape if shape is None else _shape(shape)
     if len(shape) <= a.dim or shape[a.dim] != a.shape[a.dim]:
         raise ShapeError(f"an array on {a.name}'s distribution needs extent {a.shape[a.dim]} "
@@ -489,7 +477,7 @@ def _shape(shape) -> tuple:
         shape = (operator.index(shape),) if not hasattr(shape, "__iter__") else \
             tuple(operator.index(s) for s in shape)
     except TypeError:
-        raise IndexTypeError(f"a shape must be an int or a tuple of ints; got {shape!r}") from None
+        raise ArgumentTypeError(f"a shape must be an int or a tuple of ints; got {shape!r}") from None
     if any(s < 0 for s in shape):
         raise ShapeError(f"a shape must hold non-negative ints; got {shape!r}")
     return shape
@@ -503,29 +491,28 @@ def _count(what, value) -> int:
 
 def _check_root(root, size) -> None:
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
-        raise CommArgumentError(f"root must be a rank in 0..{size - 1}, not {root!r}")
+        raise ArgumentError(f"root must be a rank in 0..{size - 1}, not {root!r}")
 
 
 def _agree(current, name, description) -> None:
-    """CommMismatchError on every rank unless all made the same array."""
+    """CommError on every rank unless all made the same array."""
     seen = current.channel.allgather(description)
     if any(d != seen[0] for d in seen):
         ranks = "; ".join(f"rank {r}: {d}" for r, d in enumerate(seen))
-        raise CommMismatchError(f"ranks made different distributed arrays as {name} "
-                                f"(shape, dtype, dim, halo, blocks, place): {ranks}")
+        raise CommError(f"ranks made different distributed arrays as {name} "
+                        f"(shape, dtype, dim, halo, blocks, place): {ranks}")
 
 
 def _gpu(device):
     """None for host memory, else the GPU device record ``device`` names."""
     if device is None or device in ("cpu", "cpu0", "host"):
         return None
-    from hetflow.platform.devices import get_device
 
     record = get_device(device) if isinstance(device, str) else device
     if getattr(record, "kind", None) == "cpu":
         return None
     if getattr(record, "kind", None) != "gpu":
-        raise IndexTypeError(f"device must be None, 'cpu', a GPU id or a GPU device; got {device!r}")
+        raise ArgumentTypeError(f"device must be None, 'cpu', a GPU id or a GPU device; got {device!r}")
     return record
 
 

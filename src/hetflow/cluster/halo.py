@@ -15,6 +15,7 @@ import contextlib
 import numpy as np
 
 from hetflow.cluster import control
+from hetflow.cuda_compat import cuda_module
 
 # Message kinds. With HALO_TAG: halo rows going to the previous rank, to the next one.
 _UP, _DOWN = 0, 1
@@ -42,7 +43,6 @@ def on_gpu(device):
     nothing to do). A rank's process sees every GPU of its host; its blocks are on one."""
     if device is None:
         return contextlib.nullcontext()
-    from hetflow.platform.cuda_compat import cuda_module
 
     return cuda_module().gpus[device.ordinal]
 

@@ -28,7 +28,8 @@ import threading
 from hetflow.collectives.comm import MPICommunicator, SelfCommunicator, world
 from hetflow.cluster.control import Channel, LocalChannel, describe_step
 from hetflow.collectives.transport import Transport
-from hetflow.errors import CommArgumentError, RemoteError
+from hetflow.errors import ArgumentError, RemoteError
+from hetflow.platform.devices import devices
 
 
 class GuardedTransport(Transport):
@@ -111,8 +112,8 @@ def session(comm=None) -> Session:
     elif isinstance(comm, MPICommunicator):
         key = ("mpi", id(comm.link))
     else:
-        raise CommArgumentError(f"comm must be a hetflow communicator (hetflow.world()), "
-                                f"not {type(comm).__name__}")
+        raise ArgumentError(f"comm must be a hetflow communicator (hetflow.world()), "
+                            f"not {type(comm).__name__}")
     with _lock:
         found = _sessions.get(key)
         if found is None:
@@ -154,8 +155,6 @@ def share_cores(host_rank: int, host_size: int) -> tuple[int, tuple | None, bool
     if host_size > 1 and not oversubscribed:
         cores = tuple(allowed[host_rank * threads:(host_rank + 1) * threads])
         os.sched_setaffinity(0, cores)
-        from hetflow.platform.devices import devices
-
         devices(refresh=True)  # cpu0's compute units are now this rank's share
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
     return threads, cores, oversubscribed
@@ -167,13 +166,11 @@ def _threads_setting(text: str) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise CommArgumentError(f"HETFLOW_CPU_THREADS must be a whole number >= 1, not {text!r}")
+        raise ArgumentError(f"HETFLOW_CPU_THREADS must be a whole number >= 1, not {text!r}")
     return value
 
 
 def _own_devices(host_rank: int, host_size: int) -> tuple:
-    from hetflow.platform.devices import devices
-
     gpus = [d.id for d in devices() if d.kind == "gpu" and not d.simulated
             and d.ordinal % host_size == host_rank]
     return ("cpu0", *gpus)

@@ -26,6 +26,7 @@ from hetflow.ir.actions import compile_guard
 from hetflow.ir.defaults import drop_idle_devices, drop_lost_devices, idle_devices
 from hetflow.ir.graph import Node, Version
 from hetflow.ir.runner import run_version
+from hetflow.platform.devices import get_device
 
 # The least share a busy device keeps: it still steals work when the other user leaves.
 MIN_SHARE = 0.05
@@ -117,8 +118,6 @@ class LocalInterpreter:
     """
 
     def __init__(self, rank: int, devices, *, rules: RuleSet | None = None, monitor: Monitor | None = None):
-        from hetflow.platform.devices import get_device
-
         self.rank = rank
         records = [get_device(d) if isinstance(d, str) else d for d in devices]
         self.monitor = monitor if monitor is not None else Monitor(Topology(records), sources=[])

@@ -18,10 +18,12 @@ from __future__ import annotations
 import numpy as np
 
 from hetflow.cluster import darray
-from hetflow.errors import KernelArgumentError, ShapeError, ViewError
+from hetflow.errors import ArgumentTypeError, ShapeError
 from hetflow.index import operators as _ops
 from hetflow.index.views import is_view
 from hetflow.kernels.kernel import Kernel
+from hetflow.ir.capture import current_graph
+from hetflow.runtime.forall import forall as local_forall
 from hetflow.runtime.launch import SCALARS, normalize_extent
 
 
@@ -38,7 +40,7 @@ class LaunchPlan:
         ndim = len(extent)
         data = kernel.params[ndim:]
         if len(data) != len(args):
-            raise KernelArgumentError(
+            raise ArgumentTypeError(
                 f"kernel {kernel.name!r} takes {len(data)} data argument(s) ({', '.join(data)}) "
                 f"after its {ndim} index parameter(s), but {len(args)} were given")
         access = kernel.access(ndim)
@@ -95,11 +97,11 @@ class LaunchPlan:
         true_rows = _global_rows(view.proxy, rows, len(self.extent))
         unwrapped = np.arange(rows) + offset
         if written and not np.array_equal(true_rows, unwrapped):
-            raise ViewError(f"{self.kernel.name!r} writes {name} through a cshift that wraps along "
-                            f"dim 0; a distributed launch writes rows without wrapping")
+            raise ShapeError(f"{self.kernel.name!r} writes {name} through a cshift that wraps along "
+                             f"dim 0; a distributed launch writes rows without wrapping")
         if rows and np.any((true_rows - unwrapped) % n):
-            raise ViewError(f"{name}: a cshift along dim 0 wraps inside a part of the array, not at "
-                            f"its ends; distributed views wrap only over whole rows of the array")
+            raise ShapeError(f"{name}: a cshift along dim 0 wraps inside a part of the array, not at "
+                             f"its ends; distributed views wrap only over whole rows of the array")
         return offset
 
     # -- per partition ---------------------------------------------------------------------
@@ -191,7 +193,7 @@ def plan_for(extent, kernel, args) -> LaunchPlan:
     structure of its arguments (which arrays, which operators)."""
     extent = normalize_extent(extent)
     if not isinstance(kernel, Kernel):
-        raise KernelArgumentError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
+        raise ArgumentTypeError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
     key = (id(kernel), kernel.source_hash, extent,
            tuple((darray.as_view(a).base.serial, darray.as_view(a).ops)
                  if darray.is_distributed(a) else None for a in args))
@@ -214,10 +216,11 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
     (default: the GPU holding the blocks, else the CPU). Without distributed arguments,
     or while a graph is being captured, this is ``hetflow.forall`` itself.
     """
-    from hetflow.ir.capture import current_graph
-    from hetflow.runtime.forall import forall as local_forall
-
-    if current_graph() is not None or not any(darray.is_distributed(a) for a in args):
+    g = current_graph()
+    if g is not None:  # as hetflow.forall records it
+        return g.record("forall", extent=extent, kernel=kernel, args=args, device=device, shares=shares,
+                        schedule=schedule)
+    if not any(darray.is_distributed(a) for a in args):
         return local_forall(extent, kernel, *args, device=device, schedule=schedule, shares=shares)
     plan = plan_for(extent, kernel, args)
     channel = plan.distribution.session.channel

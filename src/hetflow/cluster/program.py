@@ -28,7 +28,7 @@ from hetflow.cluster.central import DEFAULT_THRESHOLD, CentralInterpreter, parti
 from hetflow.cluster.launch import session as _session
 from hetflow.cluster.local import LocalInterpreter
 from hetflow.cluster.plan import plan_for
-from hetflow.errors import GraphError
+from hetflow.errors import ArgumentError
 from hetflow.ir.rulefile import loads
 
 # The early report: capacities are guesses (a GPU counts its multiprocessors, which
@@ -52,12 +52,12 @@ class DistributedProgram:
                  rule_file=None, monitor=None, report_every: int = 10,
                  threshold: float = DEFAULT_THRESHOLD):
         if isinstance(report_every, bool) or not isinstance(report_every, int) or report_every < 1:
-            raise GraphError(f"report_every must be an integer >= 1; got {report_every!r}")
+            raise ArgumentError(f"report_every must be an integer >= 1; got {report_every!r}")
         self.nodes = graph.version(0).nodes
         self.distribution = _distribution(self.nodes)
         self.session = _session(comm) if comm is not None else self.distribution.session
         if self.session is not self.distribution.session:
-            raise GraphError("the program's arrays belong to another communicator than comm")
+            raise ArgumentError("the program's arrays belong to another communicator than comm")
         self.report_every = report_every
         rank, size = self.session.rank, self.session.size
         self.central = None
@@ -84,7 +84,7 @@ class DistributedProgram:
         """Run the program ``iterations`` times on every rank (collective), with a safe
         point before each."""
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
-            raise GraphError(f"iterations must be an integer >= 0; got {iterations!r}")
+            raise ArgumentError(f"iterations must be an integer >= 0; got {iterations!r}")
         self.local.first_iteration = True  # arrays may have changed since the last run
         for _ in range(iterations):
             self._safe_point()
@@ -134,17 +134,17 @@ class DistributedProgram:
 
 def _distribution(nodes):
     if not nodes:
-        raise GraphError("the graph has no launches: capture the program with 'with g:' first")
+        raise ArgumentError("the graph has no launches: capture the program with 'with g:' first")
     found = {}
     for node in nodes:
         if node.op != "forall" or not any(darray.is_distributed(a) for a in node.args):
-            raise GraphError(f"node #{node.id} ({node.op} {node.name}) is not a launch over "
-                             "distributed arrays; a distributed program runs only those")
+            raise ArgumentError(f"node #{node.id} ({node.op} {node.name}) is not a launch over "
+                                "distributed arrays; a distributed program runs only those")
         plan = plan_for(node.extent, node.kernel, node.args)
         found[id(plan.distribution)] = plan.distribution
     if len(found) != 1:
-        raise GraphError(f"the program's launches use {len(found)} distributions; make every array "
-                         "with *_like(...) or like= so that they share one")
+        raise ArgumentError(f"the program's launches use {len(found)} distributions; make every array "
+                            "with *_like(...) or like= so that they share one")
     return next(iter(found.values()))
 
 

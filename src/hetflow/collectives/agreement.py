@@ -5,7 +5,7 @@ kind, path) to a 56-bit digest. ``agree`` computes the maximum and minimum diges
 every rank with one native ``MPI_Iallreduce`` (MAX of [digest, -digest]), the same
 tiny call whatever path the data then takes, so ranks that chose different paths
 still meet in it. The two differ exactly when some ranks disagree, and then every rank
-raises CommMismatchError, after gathering the headers to say who disagrees on what.
+raises CommError, after gathering the headers to say who disagrees on what.
 
 ``ensure_agreed`` runs ``agree`` on the first call of each header per communicator
 and remembers the headers all ranks passed: their repetitions are not checked again.
@@ -25,7 +25,7 @@ import hashlib
 import numpy as np
 
 from hetflow.collectives import schedule
-from hetflow.errors import CommMismatchError
+from hetflow.errors import CommError
 
 HEADER_FIELDS = ("collective", "length", "dtype", "op", "root", "segments", "buffers",
                  "path")
@@ -52,7 +52,7 @@ _seen = np.empty(2, np.int64)
 
 
 def agree(comm, transport, head) -> None:
-    """Raise CommMismatchError on every rank unless all ranks passed the same ``head``."""
+    """Raise CommError on every rank unless all ranks passed the same ``head``."""
     digest = _digest(head)
     _stamp[0], _stamp[1] = digest, -digest
     link = transport.link
@@ -150,7 +150,7 @@ def _rounds(comm, transport, head, reduce_op, source):
 
 def _mismatch(comm, head):
     readable = tuple(str(value) for value in head)
-    raise CommMismatchError(_describe(comm.allgather(readable)))
+    raise CommError(_describe(comm.allgather(readable)))
 
 
 def _digest(head) -> int:

@@ -32,7 +32,7 @@ import numpy as np
 
 from hetflow.collectives import host, native
 from hetflow.collectives.transport import Link, Transport
-from hetflow.errors import CommArgumentError, CommError
+from hetflow.errors import ArgumentError, CommError
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -89,7 +89,7 @@ class Communicator(abc.ABC):
     pipelined halving. ``min_segment_bytes``: no segment is cut smaller than this
     (default None: 1 MiB for host buffers, 32 MiB for GPU ones), so ``segments``
     applies to large messages only. All three must be the same on every rank (a
-    difference is reported as CommMismatchError). ``reduce_thread``: on the pipelined
+    difference is reported as CommError). ``reduce_thread``: on the pipelined
     path, built-in ops reduce in a helper thread while the calling thread moves data
     (default False; it pays where each rank has a spare core). ``last_path``: the path of this
     process's last collective (``host.choose_path``). ``timeout``: seconds
@@ -118,7 +118,7 @@ class Communicator(abc.ABC):
         array of x's shape and dtype to hold the result (may be ``x`` itself).
         ``segments``: pieces each half is cut into, to overlap transfer and reduction.
         ``check``: verify that all ranks agree on length, dtype, op, root and segments
-        before the data moves (one tiny native MPI_Iallreduce; CommMismatchError on
+        before the data moves (one tiny native MPI_Iallreduce; CommError on
         every rank when they do not). True (the default) checks the first call of each
         such signature on this communicator and trusts its repetitions; 'always'
         checks every call; False none. Small messages of ops MPI cannot reduce
@@ -379,6 +379,6 @@ def _resolve_timeout(timeout) -> float:
     except (TypeError, ValueError):
         value = float("nan")
     if not value > 0:
-        raise CommArgumentError(f"{source} must be a positive number of seconds, "
-                                f"not {timeout!r}")
+        raise ArgumentError(f"{source} must be a positive number of seconds, "
+                            f"not {timeout!r}")
     return value

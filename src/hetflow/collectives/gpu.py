@@ -16,8 +16,8 @@ import os
 import time
 
 from hetflow.collectives import agreement, host, schedule
-from hetflow.errors import CommArgumentError, DeviceError, ShapeError
-from hetflow.platform.cuda_compat import cupy_module
+from hetflow.errors import ArgumentError, DeviceError, ShapeError
+from hetflow.cuda_compat import cupy_module
 
 
 # Each segment costs NCCL and kernel launches (~50 us of host time on an H200 host):
@@ -276,7 +276,7 @@ def _state(comm, cp, device_id):
     if link.device_state is None:
         link.device_state = DeviceState(comm, cp, _nccl(), device_id)
     elif link.device_state.device_id != device_id:
-        raise CommArgumentError(
+        raise ArgumentError(
             f"one GPU per process: this communicator's NCCL communicator is on device "
             f"{link.device_state.device_id}, the array on device {device_id}")
     return link.device_state

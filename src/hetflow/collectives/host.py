@@ -37,7 +37,7 @@ import numpy as np
 from hetflow.collectives import agreement, native, schedule
 from hetflow.collectives.native import mpi_op_name, same_memory
 from hetflow.collectives.ops import BuiltinOp, resolve_op
-from hetflow.errors import CommArgumentError, CommError, ShapeError
+from hetflow.errors import ArgumentError, CommError, ShapeError
 
 # Reduce a received segment in chunks of about this many bytes, polling MPI between
 # chunks: MPICH moves a large message only inside MPI calls (see docs/collectives.md).
@@ -182,7 +182,7 @@ def native_crossover(name, size) -> int:
     value = os.environ.get("HETFLOW_COMM_NATIVE_BYTES")
     if value is not None:
         if not value.isdigit():
-            raise CommArgumentError("HETFLOW_COMM_NATIVE_BYTES must be a number of bytes, "
+            raise ArgumentError("HETFLOW_COMM_NATIVE_BYTES must be a number of bytes, "
                                     f"not {value!r}")
         return int(value)
     classes = NATIVE_BYTES[name]
@@ -348,13 +348,13 @@ def _check_segments(segments):
         return
     if isinstance(segments, bool) or not isinstance(segments, (int, np.integer)) \
             or segments < 1:
-        raise CommArgumentError(f"segments must be an integer >= 1, not {segments!r}")
+        raise ArgumentError(f"segments must be an integer >= 1, not {segments!r}")
 
 
 def _check_check(check):
     if check == ALWAYS or check in (True, False):
         return
-    raise CommArgumentError(f"check must be True, False or {ALWAYS!r}, not {check!r}")
+    raise ArgumentError(f"check must be True, False or {ALWAYS!r}, not {check!r}")
 
 
 def _check_root(root, size):
@@ -362,7 +362,7 @@ def _check_root(root, size):
         return
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)) \
             or not 0 <= root < size:
-        raise CommArgumentError(f"root must be a rank in 0..{size - 1}, not {root!r}")
+        raise ArgumentError(f"root must be a rank in 0..{size - 1}, not {root!r}")
 
 
 def _check_out(x, out):

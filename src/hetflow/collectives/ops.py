@@ -9,8 +9,8 @@ Built-in operations are those of the call sites (:data:`hetflow.runtime.binops.O
 the same names: ``sum prod min max and or xor land lor lxor``, with MPI's ``band bor
 bxor`` for ``and or xor``), applied as NumPy (or CuPy) ufuncs with ``out=``; on
 structured element types they are applied field by field. A user-defined operation is
-either any callable ``op(a, b, out)`` or a binary hetflow kernel ``k(i, a, b, out)``,
-launched with ``hetflow.forall``.
+either any callable ``op(a, b, out)`` or a hetflow kernel launched with ``hetflow.forall``:
+``k(i, a, b, out)``, or the call sites' binary op ``k(a, b)`` returning the element.
 """
 from __future__ import annotations
 
@@ -18,17 +18,19 @@ import abc
 
 import numpy as np
 
-from hetflow.errors import CommArgumentError, DTypeError, UnknownOpError
+from hetflow.errors import ArgumentError, ArgumentTypeError
 from hetflow.kernels import Kernel
+from hetflow.runtime import blockgen
 from hetflow.runtime.binops import OPS, SPELLINGS, describe_kinds, lookup, valid_names
+from hetflow.runtime.forall import forall
 
 BUILTIN_OPS = tuple(OPS)
 
 
 def check_transferable(dtype: np.dtype) -> None:
-    """Raise DTypeError unless ``dtype`` can travel between processes as raw bytes."""
+    """Raise ArgumentTypeError unless ``dtype`` can travel between processes as raw bytes."""
     if dtype.hasobject:
-        raise DTypeError(
+        raise ArgumentTypeError(
             f"dtype {dtype} holds Python objects, which cannot be sent as raw bytes")
 
 
@@ -38,7 +40,7 @@ class ReduceOp(abc.ABC):
     name: str = ""
 
     def check(self, dtype: np.dtype) -> None:
-        """Raise DTypeError when the operation does not fit ``dtype``."""
+        """Raise ArgumentTypeError when the operation does not fit ``dtype``."""
         check_transferable(dtype)
 
     @abc.abstractmethod
@@ -67,7 +69,7 @@ class BuiltinOp(ReduceOp):
         for path, kind_dtype in _leaf_fields(dtype):
             if kind_dtype.kind not in self.kinds:
                 where = f" (field {'.'.join(path)!r})" if path else ""
-                raise DTypeError(
+                raise ArgumentTypeError(
                     f"op {self.label!r} does not apply to dtype {kind_dtype}{where}; "
                     f"it takes {describe_kinds(self.kinds)}")
         self._fitting.add(dtype)
@@ -93,16 +95,16 @@ class CallableOp(ReduceOp):
 
 
 class KernelOp(ReduceOp):
-    """A binary hetflow kernel ``k(i, a, b, out)``, run over the segment by forall."""
+    """A hetflow kernel run over the segment by forall: ``k(i, a, b, out)``, or a binary
+    op ``k(a, b)`` returning the combined element, as ``hetflow.reduce`` and ``scan``
+    take it (one user op for call sites and collectives)."""
 
     def __init__(self, kernel):
-        self.kernel = kernel
+        self.kernel = blockgen.combine(kernel) if len(kernel.params) == 2 else kernel
         self.name = _qualified_name(kernel)
 
     def combine(self, a, b, out, xp=np) -> None:
-        import hetflow
-
-        hetflow.forall(out.shape[0], self.kernel, a, b, out)
+        forall(out.shape[0], self.kernel, a, b, out)
 
 
 _BUILTIN_OPS = {alias: BuiltinOp(spec, alias) for alias, spec in SPELLINGS.items()}
@@ -118,7 +120,7 @@ def resolve_op(op) -> ReduceOp:
     if isinstance(op, str):
         spec = lookup(op)
         if spec is None:
-            raise UnknownOpError(
+            raise ArgumentError(
                 f"unknown reduction op {op!r}; built-in ops are {valid_names()}, "
                 "or pass a callable op(a, b, out) or a hetflow kernel")
         return BuiltinOp(spec, op)
@@ -126,7 +128,7 @@ def resolve_op(op) -> ReduceOp:
         return KernelOp(op)
     if callable(op):
         return CallableOp(op)
-    raise CommArgumentError(
+    raise ArgumentError(
         f"reduction op must be a name, a callable op(a, b, out) or a hetflow kernel, "
         f"not {type(op).__name__}")
 

@@ -12,8 +12,9 @@ import re
 
 import numpy as np
 
-from hetflow.errors import IndexTypeError, NoDeviceError
-from hetflow.platform.cuda_compat import cupy_module
+from hetflow.errors import ArgumentTypeError, DeviceError
+from hetflow.cuda_compat import cupy_module
+from hetflow.index.managed import managed
 
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2
 
@@ -33,11 +34,22 @@ def is_array(x):
     return is_device_array(x) or is_host_array(x) or getattr(type(x), "hetflow_coherent", False)
 
 
+# Every concrete view class (filled in by View.__init_subclass__ in views.py, which builds on
+# this module): a set lookup of the type is what the hot paths use, being several times
+# cheaper than isinstance with an ABC.
+_VIEW_TYPES = set()
+
+
+def is_view(x):
+    """True when ``x`` is a view."""
+    return type(x) in _VIEW_TYPES
+
+
 def required_cupy(why):
-    """CuPy, or NoDeviceError saying that ``why`` needs it."""
+    """CuPy, or DeviceError saying that ``why`` needs it."""
     cupy = cupy_module()
     if cupy is None:
-        raise NoDeviceError(f"{why} needs CuPy with a CUDA GPU, and none is available")
+        raise DeviceError(f"{why} needs CuPy with a CUDA GPU, and none is available")
     return cupy
 
 
@@ -62,8 +74,8 @@ def _placement(device):
             return kinds[kind], int(ordinal) if ordinal and kinds[kind] == "gpu" else None
     elif getattr(device, "kind", None) in ("cpu", "gpu"):
         return device.kind, getattr(device, "ordinal", None)
-    raise IndexTypeError(f"unknown device {device!r}: use None, 'cpu', 'gpu', 'cuda:N', 'gpuN', "
-                         "a GPU ordinal, or a device with kind 'cpu' or 'gpu'")
+    raise ArgumentTypeError(f"unknown device {device!r}: use None, 'cpu', 'gpu', 'cuda:N', 'gpuN', "
+                            "a GPU ordinal, or a device with kind 'cpu' or 'gpu'")
 
 
 def _on_gpu(ordinal):
@@ -79,8 +91,8 @@ def _from_dlpack(x):
         return required_cupy("a CUDA DLPack tensor").from_dlpack(x)
     if device_type == _DLPACK_CPU:
         return np.from_dlpack(x)
-    raise IndexTypeError(f"DLPack device type {device_type} of {type(x).__name__} is "
-                         f"neither CPU ({_DLPACK_CPU}) nor CUDA ({_DLPACK_CUDA})")
+    raise ArgumentTypeError(f"DLPack device type {device_type} of {type(x).__name__} is "
+                            f"neither CPU ({_DLPACK_CPU}) nor CUDA ({_DLPACK_CUDA})")
 
 
 def asarray(x, device=None, dtype=None):
@@ -91,10 +103,8 @@ def asarray(x, device=None, dtype=None):
     (``__dlpack__``) through ``from_dlpack``, both without copies. Views are
     materialised. Moving between host and GPU copies.
     """
-    from hetflow.index.views import View  # views build on this module
-
     kind, ordinal = _placement(device)
-    if isinstance(x, View):
+    if is_view(x):
         x = x.cupy() if kind == "gpu" else x.numpy()
     elif hasattr(x, "__dlpack__") and not is_array(x):
         x = _from_dlpack(x)
@@ -109,8 +119,6 @@ def asarray(x, device=None, dtype=None):
 
 def _new(fill, shape, dtype, device):
     if isinstance(device, str) and device.lower() == "managed":
-        from hetflow.index.managed import managed
-
         return managed(fill, shape, dtype)
     kind, ordinal = _placement(device)
     if kind == "gpu":
@@ -120,24 +128,12 @@ def _new(fill, shape, dtype, device):
     return getattr(np, fill)(shape, dtype=dtype)
 
 
-def _allocate(fill, shape, dtype, device):
-    """Allocate now, or, inside ``with hetflow.graph()``, record a lazy array that the
-    graph materialises only if its rules do not fuse it away."""
-    from hetflow.ir.capture import current_graph
-
-    g = current_graph()
-    if g is not None:
-        return g.record("alloc", shape=shape, dtype=dtype, fill=0 if fill == "zeros" else None,
-                        factory=lambda shp, dt: _new(fill, shp, dt, device))
-    return _new(fill, shape, dtype, device)
-
-
 def zeros(shape, dtype=np.float64, device=None):
     """A new zero-filled array of ``shape`` on the host, on a GPU via CuPy, or (``device=
     "managed"``) a host array in CUDA managed memory that GPU launches use in place."""
-    return _allocate("zeros", shape, dtype, device)
+    return _new("zeros", shape, dtype, device)
 
 
 def empty(shape, dtype=np.float64, device=None):
     """A new uninitialised array of ``shape``, placed as for :func:`zeros`."""
-    return _allocate("empty", shape, dtype, device)
+    return _new("empty", shape, dtype, device)

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from types import FunctionType
 
-from hetflow.errors import ViewError
+from hetflow.errors import ShapeError
 from hetflow.index.expr import Add, Const, LowerContext, Param, Var
 from hetflow.index.views import element_extent_of, extent_of, is_view, rank
 
@@ -69,8 +69,8 @@ class Lowering:
         indices with runtime offsets cost on every access.
         """
         if len(idx_names) != self.rank:
-            raise ViewError(f"index_source: {len(idx_names)} index names {tuple(idx_names)} "
-                            f"for a view lowered with {self.rank} index variables")
+            raise ShapeError(f"index_source: {len(idx_names)} index names {tuple(idx_names)} "
+                             f"for a view lowered with {self.rank} index variables")
         names = dict(zip(self.var_names, idx_names))
         sources = (e.render(names) for e in self.exprs)
         return tuple(f"{cast}({s})" if cast else s for s in sources)
@@ -204,7 +204,7 @@ def function_key(f):
 def _lower(view, prefix, root=None):
     """``view`` (or an array: the identity) lowered, with ``root`` as its root."""
     if not (prefix + "p0").isidentifier():
-        raise ViewError(f"lowering: prefix {prefix!r} does not start valid identifiers")
+        raise ShapeError(f"lowering: prefix {prefix!r} does not start valid identifiers")
     shape = tuple(extent_of(view)) + tuple(element_extent_of(view))
     var_names = tuple(f"{prefix}i{k}" for k in range(len(shape)))
     # An empty dimension never runs, so any range is safe for its guards.

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hetflow.errors import NoDeviceError
-from hetflow.platform.cuda_compat import cuda_available, cuda_module, simulated
+from hetflow.errors import DeviceError
+from hetflow.cuda_compat import cuda_available, cuda_module, simulated
 
 
 class _ManagedMemory:
@@ -32,8 +32,8 @@ class _ManagedMemory:
 def managed(fill: str, shape, dtype) -> np.ndarray:
     """A new NumPy array in managed memory (``fill``: 'empty' or 'zeros')."""
     if not cuda_available():
-        raise NoDeviceError("device='managed' needs CUDA managed memory: no CUDA GPU "
-                            "(real or simulated) is available")
+        raise DeviceError("device='managed' needs CUDA managed memory: no CUDA GPU "
+                          "(real or simulated) is available")
     if simulated():  # the simulator has no managed memory: its GPU reads host arrays anyway
         return getattr(np, fill)(shape, dtype=dtype)
     dtype = np.dtype(dtype)

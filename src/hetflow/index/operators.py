@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetflow.errors import IndexOutOfRangeError, IndexTypeError, ViewError
+from hetflow.errors import ArgumentTypeError, IndexOutOfBoundsError, ShapeError
 from hetflow.index.expr import Call, cyclic
 from hetflow.index.lowering import function_key
 from hetflow.index.space import extent, index
@@ -31,13 +31,13 @@ class CoMap(View):
     def _check(self, pext):
         set_field(self, "size", tuple_arg(self.op, "extent", self.size, extent))
         if not callable(self.f):
-            raise IndexTypeError(f"co_map: f must be callable, got {self.f!r}")
+            raise ArgumentTypeError(f"co_map: f must be callable, got {self.f!r}")
         zero = index.zeros(self.size.rank)
         image = self.transform(zero)
         if len(image) != pext.rank:
-            raise ViewError(f"co_map: f maps the rank-{zero.rank} index {tuple(zero)} to "
-                            f"the rank-{len(image)} index {tuple(image)}, but the parent "
-                            f"has rank {pext.rank}")
+            raise ShapeError(f"co_map: f maps the rank-{zero.rank} index {tuple(zero)} to "
+                             f"the rank-{len(image)} index {tuple(image)}, but the parent "
+                             f"has rank {pext.rank}")
         if self.size.size:
             self._check_reach(image, pext)
         return self.size
@@ -45,7 +45,7 @@ class CoMap(View):
     def transform(self, idx):
         image = self.f(tuple(idx))
         if not isinstance(image, (tuple, list)):
-            raise IndexTypeError(f"co_map: f must return an index tuple, got {image!r}")
+            raise ArgumentTypeError(f"co_map: f must return an index tuple, got {image!r}")
         return tuple(image)
 
     def transform_offset(self, off):
@@ -65,7 +65,7 @@ class CoMap(View):
         for d, (c, n) in enumerate(zip(image, pext)):
             lo, hi = (int(c.min()), int(c.max())) if hasattr(c, "min") else (int(c), int(c))
             if lo < 0 or hi >= n:
-                raise IndexOutOfRangeError(
+                raise IndexOutOfBoundsError(
                     f"co_map: f reaches parent index {lo if lo < 0 else hi} on dim {d}, "
                     f"outside the parent extent {tuple(pext)}")
 
@@ -108,8 +108,8 @@ class Project(View):
         set_field(self, "value", integer_arg(self.op, "value", self.value))
         n = pext[self.dim]
         if not 0 <= self.value < n:
-            raise ViewError(f"project: value {self.value} is out of range [0, {n}) "
-                            f"of dim {self.dim} (parent extent {tuple(pext)})")
+            raise ShapeError(f"project: value {self.value} is out of range [0, {n}) "
+                             f"of dim {self.dim} (parent extent {tuple(pext)})")
         return self.cotransform_extent(pext)
 
     def transform(self, idx):
@@ -197,8 +197,8 @@ class Interior(View):
         except TypeError:
             delta = tuple_arg(self.op, "delta", self.delta, index)
         if len(delta) != len(pext):
-            raise ViewError(f"interior: delta {tuple(delta)} has rank {delta.rank}, "
-                            f"the parent rank {pext.rank}")
+            raise ShapeError(f"interior: delta {tuple(delta)} has rank {delta.rank}, "
+                             f"the parent rank {pext.rank}")
         inner = _shrunk(pext, delta)
         if delta and min(*delta, *inner) < 0:
             self._reject(delta, pext)
@@ -208,10 +208,10 @@ class Interior(View):
     def _reject(self, delta, pext):
         for d, (k, n) in enumerate(zip(delta, pext)):
             if k < 0:
-                raise ViewError(f"interior: delta {tuple(delta)} is negative on dim {d}")
+                raise ShapeError(f"interior: delta {tuple(delta)} is negative on dim {d}")
             if n - 2 * k < 0:
-                raise ViewError(f"interior: delta {tuple(delta)} leaves a negative extent "
-                                f"on dim {d}: {n} - 2*{k} = {n - 2 * k}")
+                raise ShapeError(f"interior: delta {tuple(delta)} leaves a negative extent "
+                                 f"on dim {d}: {n} - 2*{k} = {n - 2 * k}")
 
     def transform(self, idx):
         return tuple(i + k for i, k in zip(idx, self.delta))
@@ -280,16 +280,16 @@ class Section(View):
         start = tuple_arg(self.op, "offset", self.start, index)
         size = tuple_arg(self.op, "extent", self.size, extent)
         if not start.rank == size.rank == pext.rank:
-            raise ViewError(f"section: offset {tuple(start)} and extent {tuple(size)} "
-                            f"must both have the parent's rank {pext.rank}")
+            raise ShapeError(f"section: offset {tuple(start)} and extent {tuple(size)} "
+                             f"must both have the parent's rank {pext.rank}")
         if not start >= 0:
-            raise ViewError(f"section: offset {tuple(start)} is negative")
+            raise ShapeError(f"section: offset {tuple(start)} is negative")
         end = start + size
         for d, (e, n) in enumerate(zip(end, pext)):
             if e > n:
-                raise ViewError(f"section: offset {tuple(start)} + extent {tuple(size)} = "
-                                f"{tuple(end)} exceeds the parent extent {tuple(pext)} "
-                                f"on dim {d}")
+                raise ShapeError(f"section: offset {tuple(start)} + extent {tuple(size)} = "
+                                 f"{tuple(end)} exceeds the parent extent {tuple(pext)} "
+                                 f"on dim {d}")
         set_field(self, "start", start)
         set_field(self, "size", size)
         return size
@@ -324,15 +324,28 @@ def project(parent, dim, value):
     return Project(parent, dim, value)
 
 
+def own_view(parent, op: str, *params):
+    """The view ``op(parent, *params)`` that ``parent`` makes of itself, or None.
+
+    An array type with views of its own (a distributed array, :mod:`hetflow.cluster`)
+    defines ``__hetflow_view__(self, op, *params)``, so that ``cshift``, ``interior`` and
+    ``section`` are one API for every array, as NumPy's ``__array_function__`` lets
+    NumPy's functions take other arrays."""
+    make = getattr(type(parent), "__hetflow_view__", None)
+    return None if make is None else make(parent, op, *params)
+
+
 def cshift(parent, dim, shift):
     """Circular shift by ``shift`` along ``dim``: NumPy's ``np.roll(a, -shift, axis=dim)``."""
-    return CShift(parent, dim, shift)
+    own = own_view(parent, "cshift", dim, shift)
+    return CShift(parent, dim, shift) if own is None else own
 
 
 def interior(parent, delta):
     """Drops a border of ``delta`` (an int, or one per dimension) on every side:
     NumPy's ``a[d0:n0-d0, d1:n1-d1]``. Interiors nest."""
-    return Interior(parent, delta)
+    own = own_view(parent, "interior", delta)
+    return Interior(parent, delta) if own is None else own
 
 
 def transpose(parent, d1, d2):
@@ -342,4 +355,5 @@ def transpose(parent, d1, d2):
 
 def section(parent, offset, extent):
     """The box at ``offset`` with ``extent``: NumPy's ``a[o0:o0+e0, o1:o1+e1]``."""
-    return Section(parent, offset, extent)
+    own = own_view(parent, "section", offset, extent)
+    return Section(parent, offset, extent) if own is None else own

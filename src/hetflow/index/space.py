@@ -13,14 +13,14 @@ import math
 import operator
 from dataclasses import dataclass
 
-from hetflow.errors import IndexTypeError, ShapeError
+from hetflow.errors import ArgumentTypeError, ShapeError
 
 
 def _to_int(value, kind):
     try:
         return operator.index(value)
     except TypeError:
-        raise IndexTypeError(f"{kind} components must be integers, got {value!r}") from None
+        raise ArgumentTypeError(f"{kind} components must be integers, got {value!r}") from None
 
 
 def _is_integer(value):
@@ -54,7 +54,7 @@ class _IntTuple(tuple):
                 try:
                     components = tuple(only)
                 except TypeError:
-                    raise IndexTypeError(
+                    raise ArgumentTypeError(
                         f"{cls.__name__} takes integers or one sequence of integers, "
                         f"got {only!r}") from None
         return cls._of(_ints(components, cls.__name__))

@@ -11,7 +11,7 @@ import operator
 from dataclasses import dataclass
 from fractions import Fraction
 
-from hetflow.errors import IndexOutOfRangeError, IndexTypeError, ViewError
+from hetflow.errors import ArgumentTypeError, IndexOutOfBoundsError, ShapeError
 from hetflow.index.operators import Section
 from hetflow.index.space import extent, index
 from hetflow.index.views import (View, checked_dim, describe, element_extent_of, extent_of,
@@ -35,15 +35,15 @@ class Tile(View):
     def _check(self, pext):
         te = tuple_arg(self.op, "tile extent", self.tile_extent, extent)
         if te.rank != pext.rank:
-            raise ViewError(f"tile: tile extent {tuple(te)} has rank {te.rank}, the parent "
-                            f"rank {pext.rank}")
+            raise ShapeError(f"tile: tile extent {tuple(te)} has rank {te.rank}, the parent "
+                             f"rank {pext.rank}")
         for d, (t, n) in enumerate(zip(te, pext)):
             if t < 1:
-                raise ViewError(f"tile: tile extent {tuple(te)} is 0 on dim {d}")
+                raise ShapeError(f"tile: tile extent {tuple(te)} is 0 on dim {d}")
             if n % t:
-                raise ViewError(f"tile: tile extent {tuple(te)} does not divide the parent "
-                                f"extent {tuple(pext)}: dim {d} ({n} = {n // t}*{t} + {n % t}) "
-                                f"would leave a partial tile of {n % t}")
+                raise ShapeError(f"tile: tile extent {tuple(te)} does not divide the parent "
+                                 f"extent {tuple(pext)}: dim {d} ({n} = {n // t}*{t} + {n % t}) "
+                                 f"would leave a partial tile of {n % t}")
         set_field(self, "tile_extent", te)
         return self.cotransform_extent(pext)
 
@@ -104,8 +104,8 @@ class Partition(collections.abc.Sequence):
         set_field(self, "dim", checked_dim("partition", self.dim, pext.rank))
         sizes = tuple(tuple_arg("partition", "sizes", self.sizes, extent))
         if sum(sizes) != pext[self.dim]:
-            raise ViewError(f"partition: sizes {sizes} add up to {sum(sizes)}, not to the "
-                            f"extent {pext[self.dim]} of dim {self.dim}")
+            raise ShapeError(f"partition: sizes {sizes} add up to {sum(sizes)}, not to the "
+                             f"extent {pext[self.dim]} of dim {self.dim}")
         set_field(self, "sizes", sizes)
 
     @property
@@ -122,8 +122,8 @@ class Partition(collections.abc.Sequence):
             return tuple(self[j] for j in range(*k.indices(len(self))))
         k = operator.index(k)
         if not -len(self) <= k < len(self):
-            raise IndexOutOfRangeError(f"partition: part {k} does not exist; there are "
-                                       f"{len(self)} parts")
+            raise IndexOutOfBoundsError(f"partition: part {k} does not exist; there are "
+                                        f"{len(self)} parts")
         start, stop = self.bounds[k]
         pext = extent_of(self.parent)
         return Section(self.parent, index(start if d == self.dim else 0
@@ -156,11 +156,11 @@ def partition(parent, parts, dim):
     try:
         k = operator.index(parts)
     except TypeError:
-        raise IndexTypeError(f"partition: parts must be a count or a list of shares, "
-                             f"got {parts!r}") from None
+        raise ArgumentTypeError(f"partition: parts must be a count or a list of shares, "
+                                f"got {parts!r}") from None
     if not 1 <= k <= n:
-        raise ViewError(f"partition: {k} parts of dim {dim} with extent {n}: parts must be "
-                        f"in [1, {n}] so that every part gets an index")
+        raise ShapeError(f"partition: {k} parts of dim {dim} with extent {n}: parts must be "
+                         f"in [1, {n}] so that every part gets an index")
     q, r = divmod(n, k)
     return Partition(parent, dim, (q + 1,) * r + (q,) * (k - r))
 
@@ -169,8 +169,8 @@ def _apportion(shares, n):
     """Integer sizes adding up to ``n``, proportional to ``shares`` (largest remainder)."""
     if not shares or not all(isinstance(s, numbers.Real) and math.isfinite(s) and s > 0
                              for s in shares):
-        raise ViewError(f"partition: shares must be a non-empty list of positive finite "
-                        f"numbers, got {list(shares)}")
+        raise ShapeError(f"partition: shares must be a non-empty list of positive finite "
+                         f"numbers, got {list(shares)}")
     exact = [Fraction(s) if isinstance(s, numbers.Rational) else Fraction(float(s))
              for s in shares]
     total = sum(exact)

@@ -19,23 +19,13 @@ from functools import cached_property
 
 import numpy as np
 
-from hetflow.errors import IndexOutOfRangeError, IndexTypeError, ShapeError, ViewError
-from hetflow.index.arrays import array_module, is_array, is_device_array, required_cupy
+from hetflow.errors import ArgumentTypeError, IndexOutOfBoundsError, ShapeError
+from hetflow.index.arrays import _VIEW_TYPES, array_module, is_array, is_device_array, is_view, required_cupy
 from hetflow.index.expr import LowerContext
 from hetflow.index.space import extent, index
 
 
 # -- indexables ------------------------------------------------------------------
-# Every concrete view class (filled in by View.__init_subclass__): a set lookup of the type
-# is what the hot paths use, being several times cheaper than isinstance with an ABC.
-_VIEW_TYPES = set()
-
-
-def is_view(x):
-    """True when ``x`` is a view."""
-    return type(x) in _VIEW_TYPES
-
-
 # Array types whose class declares an array interface, so that every instance is an array
 # (NumPy, CuPy, Numba's device arrays), learned on first sight: checking one then costs a
 # set lookup, not the hasattr that evaluates CuPy's __cuda_array_interface__ property.
@@ -48,7 +38,7 @@ def require_indexable(x, op):
     if kind in _VIEW_TYPES or kind in _ARRAY_TYPES:
         return
     if not is_array(x):
-        raise IndexTypeError(f"{op}: expected an array or a view, got {kind.__name__}")
+        raise ArgumentTypeError(f"{op}: expected an array or a view, got {kind.__name__}")
     if hasattr(kind, "__cuda_array_interface__") or hasattr(kind, "__array_interface__"):
         _ARRAY_TYPES.add(kind)
 
@@ -91,31 +81,31 @@ def set_field(obj, name, value):
 
 
 def checked_dim(op, dim, rank_, what="dim"):
-    """``dim`` as an int in [0, rank_), else ViewError naming the operator."""
+    """``dim`` as an int in [0, rank_), else ShapeError naming the operator."""
     dim = integer_arg(op, what, dim)
     if not 0 <= dim < rank_:
         valid = f"valid 0..{rank_ - 1}" if rank_ else "it has no dimensions"
-        raise ViewError(f"{op}: {what} {dim} is out of range for a rank-{rank_} parent "
-                        f"({valid})")
+        raise ShapeError(f"{op}: {what} {dim} is out of range for a rank-{rank_} parent "
+                         f"({valid})")
     return dim
 
 
 def integer_arg(op, what, value):
-    """``value`` as an int, else IndexTypeError naming the operator and argument."""
+    """``value`` as an int, else ArgumentTypeError naming the operator and argument."""
     try:
         return operator.index(value)
     except TypeError:
-        raise IndexTypeError(f"{op}: {what} must be an integer, got {value!r}") from None
+        raise ArgumentTypeError(f"{op}: {what} must be an integer, got {value!r}") from None
 
 
 def tuple_arg(op, what, value, kind):
     """``value`` as an ``index`` or ``extent`` (``kind``), else an error naming the operator."""
     try:
         return kind(value)
-    except IndexTypeError as e:
-        raise IndexTypeError(f"{op}: bad {what}: {e}") from None
+    except ArgumentTypeError as e:
+        raise ArgumentTypeError(f"{op}: bad {what}: {e}") from None
     except ShapeError as e:
-        raise ViewError(f"{op}: bad {what}: {e}") from None
+        raise ShapeError(f"{op}: bad {what}: {e}") from None
 
 
 def insert_at(t, d, value):
@@ -336,15 +326,15 @@ class View(abc.ABC):
         idx = idx if isinstance(idx, tuple) else (idx,)
         try:
             idx = index(idx)
-        except IndexTypeError:
-            raise IndexTypeError(f"{self.op} view: indices must be integers (use section() "
-                                 f"for ranges), got {idx!r}") from None
+        except ArgumentTypeError:
+            raise ArgumentTypeError(f"{self.op} view: indices must be integers (use section() "
+                                    f"for ranges), got {idx!r}") from None
         if idx.rank != self.rank:
-            raise ViewError(f"{self.op} view of rank {self.rank} indexed with "
-                            f"{idx.rank} components {tuple(idx)}")
+            raise ShapeError(f"{self.op} view of rank {self.rank} indexed with "
+                             f"{idx.rank} components {tuple(idx)}")
         if not index.zeros(self.rank) <= idx < self.extent:
-            raise IndexOutOfRangeError(f"index {tuple(idx)} is outside the {self.op} "
-                                       f"view's extent {tuple(self.extent)}")
+            raise IndexOutOfBoundsError(f"index {tuple(idx)} is outside the {self.op} "
+                                        f"view's extent {tuple(self.extent)}")
         return tuple(idx)
 
     def __getitem__(self, idx):
@@ -361,7 +351,7 @@ class View(abc.ABC):
 
     def __len__(self):
         if self.rank == 0:
-            raise IndexTypeError(f"len() of a rank-0 {self.op} view")
+            raise ArgumentTypeError(f"len() of a rank-0 {self.op} view")
         return self.extent[0]
 
     def __iter__(self):
@@ -417,7 +407,7 @@ class View(abc.ABC):
 
     def __array__(self, dtype=None, copy=None):
         if copy is False:
-            raise ViewError(f"a {self.op} view cannot become an array without a copy")
+            raise ShapeError(f"a {self.op} view cannot become an array without a copy")
         out = self.numpy()
         return out if dtype is None else out.astype(dtype, copy=False)
 

@@ -12,17 +12,18 @@ from .actions import (Action, AddRule, ChangeRule, Compile, Fuse, Partition, Rem
 from .cache import VariantCache
 from .capture import Graph, current_graph, graph
 from .graph import Node, Version
-from .interpreter import Context, Interpreter
+from .interpreter import Interpreter, RuleContext
 from .expressions import Expr, parse
-from .monitor import Event, Monitor
+from .monitor import Monitor, MonitorEvent
 from .patterns import Chain, Match, NodePattern, TopologyPattern
-from .rules import Rule, RuleSet
+from .rules import Rule
+from .ruleset import RuleSet
 from .topology import Topology, simulated_device
 from .values import Handle, LazyArray
 
 __all__ = [
-    "Action", "AddRule", "ChangeRule", "Chain", "Compile", "Context", "Event", "Expr", "Fuse", "Graph",
-    "Handle", "Interpreter", "LazyArray", "Match", "Monitor", "Node", "NodePattern", "Partition",
-    "RemoveRule", "Replace", "Rule", "RuleSet", "Set", "Split", "Substitute", "Topology",
+    "Action", "AddRule", "ChangeRule", "Chain", "Compile", "Expr", "Fuse", "Graph",
+    "Handle", "Interpreter", "LazyArray", "Match", "Monitor", "MonitorEvent", "Node", "NodePattern", "Partition",
+    "RemoveRule", "Replace", "Rule", "RuleContext", "RuleSet", "Set", "Split", "Substitute", "Topology",
     "TopologyPattern", "VariantCache", "Version", "current_graph", "graph", "parse", "simulated_device",
 ]

@@ -16,7 +16,10 @@ import logging
 import math
 from typing import Callable, Mapping
 
+from .. import library
 from ..errors import RuleError
+from ..kernels.kernel import Kernel
+from ..platform.repository import repository
 from . import codegen, fusion
 from .expressions import Expr, parse
 from .graph import Node
@@ -149,8 +152,6 @@ class Split(Action):
 
 
 def _offset_kernel(kernel, ndim):
-    from ..kernels.kernel import Kernel
-
     src, namespace = codegen.offset_source(kernel, ndim)
     return Kernel.from_source(f"{kernel.name}_at", src, namespace)
 
@@ -178,8 +179,6 @@ class Substitute(Action):
         named = dict(self.kernels)
         if value in named:
             return named[value]
-        from .. import library
-
         return library.get(value)
 
     def apply(self, ctx, match):
@@ -193,8 +192,6 @@ class Substitute(Action):
 
 
 def _substituted(node: Node, new, key: str) -> Node:
-    from ..kernels.kernel import Kernel
-
     if node.op != "forall":
         if not callable(new):
             raise RuleError(f"substitute: replacement for {key!r} is not callable")
@@ -267,8 +264,6 @@ def compile_guard(kernel, device, ndim: int) -> tuple:
 
 def compile_variant(cache, kernel, device, ndim: int):
     """The executable of ``kernel`` for ``device``, from the cache or the code repository."""
-    from ..platform.repository import repository
-
     operation, device_key, conditions = compile_guard(kernel, device, ndim)
     return cache.get_or_build(operation, device_key, conditions,
                               lambda: repository().executable(kernel, device, ndim))

@@ -1,7 +1,8 @@
 """Capturing a program as a DIR: ``with hetflow.graph() as g: ...`` then ``g.run()``.
 
-Inside the ``with`` block, hetflow's call sites (``forall``, ``reduce``, ``scan``,
-``sort``, view creation) and allocations (``empty``, ``zeros``) do not run: they ask
+Inside the ``with`` block, hetflow's call sites (:mod:`hetflow.callsites`: ``forall``,
+``reduce``, ``scan``, ``sort``, ``wavefront``) and allocations (``empty``, ``zeros``) do
+not run: they ask
 :func:`current_graph` and, when a graph is capturing, call :meth:`Graph.record`,
 which adds a node and returns a lazy stand-in for the result. ``g.run()`` then
 evaluates the rules at a safe point (producing new DIR versions when they change the
@@ -29,13 +30,15 @@ import itertools
 
 import numpy as np
 
-from ..errors import GraphError, KernelArgumentError
+from ..errors import ArgumentError, ArgumentTypeError
 from ..kernels.kernel import Kernel
+from ..runtime.launch import normalize_extent
 from . import graph as _graph
 from .graph import Node, Version
 from .interpreter import Interpreter
 from .monitor import Monitor
-from .rules import Rule, RuleSet
+from .rules import Rule
+from .ruleset import RuleSet
 from .runner import run_version
 from .values import Handle, LazyArray, is_data, root
 
@@ -71,7 +74,7 @@ class Graph:
     def __init__(self, name: str = "graph", *, monitor: Monitor | None = None,
                  interpreter: Interpreter | None = None):
         if interpreter is not None and monitor is not None and interpreter.monitor is not monitor:
-            raise GraphError("give either a monitor or an interpreter (which has its monitor), not both")
+            raise ArgumentError("give either a monitor or an interpreter (which has its monitor), not both")
         self.name = name
         self.interpreter = interpreter if interpreter is not None else Interpreter(monitor)
         self.versions: list[Version] = []
@@ -97,9 +100,9 @@ class Graph:
     # -- capture -------------------------------------------------------------------------
     def __enter__(self) -> "Graph":
         if _current.get() is not None:
-            raise GraphError("graphs do not nest: a graph is already being captured in this thread")
+            raise ArgumentError("graphs do not nest: a graph is already being captured in this thread")
         if self._state != "new":
-            raise GraphError(f"graph {self.name!r} was already captured; make a new one with hetflow.graph()")
+            raise ArgumentError(f"graph {self.name!r} was already captured; make a new one with hetflow.graph()")
         self._token = _current.set(self)
         self._state = "capturing"
         return self
@@ -122,8 +125,8 @@ class Graph:
     def record(self, op: str, **attrs):
         """Add an operation to the graph being captured; see the module docstring."""
         if self._state != "capturing":
-            raise GraphError(f"graph {self.name!r} is not capturing; record operations inside "
-                             f"'with hetflow.graph() as g:'")
+            raise ArgumentError(f"graph {self.name!r} is not capturing; record operations inside "
+                                f"'with hetflow.graph() as g:'")
         if op == "forall":
             return self._record_forall(**attrs)
         if op == "alloc":
@@ -131,15 +134,13 @@ class Graph:
         return self._record_call(op, **attrs)
 
     def _record_forall(self, extent, kernel, args=(), device=None, shares=None, schedule=None, snapshot=False):
-        from ..runtime.launch import normalize_extent
-
         if not isinstance(kernel, Kernel):
-            raise KernelArgumentError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
+            raise ArgumentTypeError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
         extent = normalize_extent(extent)
         ndim = len(extent)
         data = kernel.params[ndim:]
         if len(data) != len(args):
-            raise KernelArgumentError(
+            raise ArgumentTypeError(
                 f"kernel {kernel.name!r} takes {len(data)} data argument(s) ({', '.join(data)}) after its "
                 f"{ndim} index parameter(s), but {len(args)} were given")
         access = kernel.access(ndim)
@@ -166,7 +167,7 @@ class Graph:
 
     def _record_call(self, op, fn, args=(), kwargs=None, writes=(), alias=None):
         if not callable(fn):
-            raise GraphError(f"record({op!r}): fn must be callable; got {fn!r}")
+            raise ArgumentError(f"record({op!r}): fn must be callable; got {fn!r}")
         kwargs = dict(kwargs or {})
         names = tuple(kwargs)
         values = tuple(args) + tuple(kwargs.values())
@@ -175,7 +176,7 @@ class Graph:
             written = {positions[w] for w in writes}
             aliased = None if alias is None else values[positions[alias]]
         except KeyError as exc:
-            raise GraphError(f"record({op!r}): writes/alias name argument {exc.args[0]!r}, which was not given") from None
+            raise ArgumentError(f"record({op!r}): writes/alias name argument {exc.args[0]!r}, which was not given") from None
         modes = tuple(("rw" if k in written else "r") if is_data(v) else "" for k, v in enumerate(values))
         handle = Handle(op, f"{op}{sum(1 for n in self._pending if n.op == op)}", alias=aliased)
         attrs = {"fn": fn, "name": getattr(fn, "__name__", op)}
@@ -199,7 +200,7 @@ class Graph:
         """Mark lazy arrays as read after the run: they are kept (never fused away)."""
         for arr in arrays:
             if not isinstance(arr, LazyArray) or arr not in self._lazy:
-                raise GraphError(f"output() takes lazy arrays allocated in graph {self.name!r}; got {arr!r}")
+                raise ArgumentError(f"output() takes lazy arrays allocated in graph {self.name!r}; got {arr!r}")
             if id(arr) not in self._outputs:
                 self._outputs[id(arr)] = arr
                 self._derived_with = None  # derive again: an earlier version may have fused it away
@@ -209,17 +210,17 @@ class Graph:
         """Attach ``rule`` to a node: the last recorded one, a node id, or the node producing
         a lazy array or handle. Only while capturing."""
         if self._state != "capturing":
-            raise GraphError("attach rules to nodes while capturing; afterwards, add them to a RuleSet")
+            raise ArgumentError("attach rules to nodes while capturing; afterwards, add them to a RuleSet")
         if not isinstance(rule, Rule):
-            raise GraphError(f"attach() takes a Rule; got {type(rule).__name__}")
+            raise ArgumentError(f"attach() takes a Rule; got {type(rule).__name__}")
         if not self._pending:
-            raise GraphError("attach(): nothing has been recorded yet")
+            raise ArgumentError("attach(): nothing has been recorded yet")
         for k, node in enumerate(self._pending):
             if (target is None and k == len(self._pending) - 1) or node.id == target or (
                     target is not None and node.result is target):
                 self._pending[k] = node.evolve(rules=node.rules + (rule,))
                 return
-        raise GraphError(f"attach(): no node {target!r} in graph {self.name!r}")
+        raise ArgumentError(f"attach(): no node {target!r} in graph {self.name!r}")
 
     # -- running ---------------------------------------------------------------------------
     def _ruleset(self, rules) -> RuleSet:
@@ -228,16 +229,16 @@ class Graph:
                 self.rules = RuleSet.default()
             return self.rules
         if not isinstance(rules, RuleSet):
-            raise GraphError(f"rules must be a RuleSet or None; got {type(rules).__name__}")
+            raise ArgumentError(f"rules must be a RuleSet or None; got {type(rules).__name__}")
         return rules
 
     def _ready(self) -> None:
         if self._state == "capturing":
-            raise GraphError(f"graph {self.name!r} cannot run while it is being captured")
+            raise ArgumentError(f"graph {self.name!r} cannot run while it is being captured")
         if self._state == "failed":
-            raise GraphError(f"capture of graph {self.name!r} raised; nothing to run")
+            raise ArgumentError(f"capture of graph {self.name!r} raised; nothing to run")
         if self._state == "new":
-            raise GraphError(f"graph {self.name!r} is empty: capture it with 'with g:' first")
+            raise ArgumentError(f"graph {self.name!r} is empty: capture it with 'with g:' first")
 
     def adjust(self, rules: RuleSet | None = None) -> Version:
         """A safe point without running: evaluate the rules if feedback arrived; the current version."""
@@ -267,7 +268,7 @@ class Graph:
         derives the versions again from the captured one. Returns the version that ran last.
         """
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-            raise GraphError(f"iterations must be an integer >= 1; got {iterations!r}")
+            raise ArgumentError(f"iterations must be an integer >= 1; got {iterations!r}")
         for _ in range(iterations):
             version = self.adjust(rules)
             self._set_lazy_states(version)
@@ -324,8 +325,8 @@ class Graph:
         if isinstance(which, Version):
             return which
         if isinstance(which, bool) or not isinstance(which, int) or not 0 <= which < len(self.versions):
-            raise GraphError(f"graph {self.name!r} has no version {which!r} "
-                             f"(versions 0..{len(self.versions) - 1})")
+            raise ArgumentError(f"graph {self.name!r} has no version {which!r} "
+                                f"(versions 0..{len(self.versions) - 1})")
         return self.versions[which]
 
     def diff(self, a=None, b=None) -> str:

@@ -6,7 +6,7 @@ round every enabled rule (highest priority first, then rules attached to nodes) 
 matched against the current working version, and its actions run on each binding for
 which its predicate holds. A round that changes nothing (graph, variables, rule set)
 ends the evaluation; the changed graph becomes a new DIR version. Rounds are bounded:
-rules that keep re-triggering each other raise RuleLoopError naming them.
+rules that keep re-triggering each other raise RuleError naming them.
 
 A firing is a transaction: when an action raises, its changes are undone, the rule is
 disabled (``rule.error`` says why) and the error is logged; the program goes on with
@@ -21,19 +21,19 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from ..errors import RuleError, RuleLoopError
+from ..errors import RuleError
 from .actions import compile_guard
 from .cache import VariantCache
 from .expressions import Expr, UnknownName
 from .graph import Node, freeze, replace_nodes
 from .monitor import Monitor
 from .patterns import Match, dtypes, work_size
-from .rules import RuleSet
+from .ruleset import RuleSet
 
 log = logging.getLogger("hetflow.ir")
 
 
-class Context:
+class RuleContext:
     """What rules see and change during one evaluation."""
 
     def __init__(self, nodes, *, topology, variables: dict, rules: RuleSet, events=(),
@@ -101,7 +101,7 @@ class Scope:
 
     __slots__ = ("ctx", "match", "node")
 
-    def __init__(self, ctx: Context, match: Match | None):
+    def __init__(self, ctx: RuleContext, match: Match | None):
         self.ctx, self.match = ctx, match
         self.node = match.node if match is not None else None
 
@@ -229,12 +229,12 @@ class Interpreter:
         rules = rules if rules is not None else self.rules
         events = self.monitor.drain()
         variables = self.monitor.snapshot()
-        ctx = Context(nodes, topology=self.topology, variables=dict(variables), rules=rules,
+        ctx = RuleContext(nodes, topology=self.topology, variables=dict(variables), rules=rules,
                       events=events, cache=self.cache, outputs=outputs, new_id=new_id, scope=self.place)
         saved_rules = rules.snapshot()
         try:
             fired = self._fixpoint(ctx)
-        except RuleLoopError:
+        except RuleError:
             rules.restore(saved_rules)
             raise
         for name, value in ctx.variables.items():
@@ -269,7 +269,7 @@ class Interpreter:
             for rule in node.rules:
                 yield rule, node
 
-    def _fixpoint(self, ctx: Context) -> list[str]:
+    def _fixpoint(self, ctx: RuleContext) -> list[str]:
         fired: list[str] = []
         for _ in range(self.max_rounds):
             changed = []
@@ -280,10 +280,10 @@ class Interpreter:
                 return fired
             fired.extend(n for n in changed if n not in fired)
         names = ", ".join(dict.fromkeys(changed))
-        raise RuleLoopError(f"rules kept re-triggering each other for {self.max_rounds} rounds "
-                            f"without settling: {names}")
+        raise RuleError(f"rules kept re-triggering each other for {self.max_rounds} rounds "
+                        f"without settling: {names}")
 
-    def _apply(self, ctx: Context, rule, anchor) -> bool:
+    def _apply(self, ctx: RuleContext, rule, anchor) -> bool:
         """Fire ``rule`` on each of its bindings; True when it changed anything."""
         changed = False
         try:

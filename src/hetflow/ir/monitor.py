@@ -42,7 +42,8 @@ from typing import Mapping
 import numpy as np
 import psutil
 
-from ..errors import MonitorError
+from ..errors import ArgumentError
+from ..platform.devices import devices as all_devices
 from ..runtime.status import Sampler, _nvml
 from .topology import Topology
 
@@ -52,7 +53,7 @@ MODES = ("event", "periodic", "continuous")
 
 
 @dataclasses.dataclass(frozen=True)
-class Event:
+class MonitorEvent:
     """One piece of feedback: its kind, its data and when it arrived."""
 
     kind: str
@@ -70,8 +71,6 @@ class StatusSource:
     name = "status"
 
     def __init__(self, devices=None):
-        from ..platform.devices import devices as all_devices
-
         nvml = _nvml() is not None
         self._devices = tuple(d for d in (devices if devices is not None else all_devices())
                               if d.kind == "cpu" or (nvml and not d.simulated))
@@ -106,9 +105,9 @@ class Monitor:
                  sources: list | None = None, utilization_step: float = 0.1,
                  memory_pressure: int | None = None):
         if mode not in MODES:
-            raise MonitorError(f"monitor mode must be one of {', '.join(MODES)}; got {mode!r}")
+            raise ArgumentError(f"monitor mode must be one of {', '.join(MODES)}; got {mode!r}")
         if not period > 0:
-            raise MonitorError(f"monitor period must be positive; got {period!r}")
+            raise ArgumentError(f"monitor period must be positive; got {period!r}")
         self.topology = topology if topology is not None else Topology()
         self.mode, self.period = mode, float(period)
         self.sources = default_sources() if sources is None else list(sources)
@@ -117,7 +116,7 @@ class Monitor:
                                 else psutil.virtual_memory().total // 10)
         self._vars: dict[str, object] = {}
         self._stamps: dict[str, int] = {}
-        self._pending: list[Event] = []
+        self._pending: list[MonitorEvent] = []
         self._reported_util: dict[str, float] = {}
         self._lock = threading.RLock()
         self.revision = 0
@@ -130,7 +129,7 @@ class Monitor:
     def set(self, name: str, value) -> bool:
         """Set a variable; True when its value changed."""
         if not isinstance(name, str) or not name:
-            raise MonitorError(f"a variable name must be a non-empty string; got {name!r}")
+            raise ArgumentError(f"a variable name must be a non-empty string; got {name!r}")
         with self._lock:
             if name in self._vars and _same(self._vars[name], value):
                 return False
@@ -158,14 +157,14 @@ class Monitor:
             return any(s > revision for s in stamps)
 
     # -- events ------------------------------------------------------------------------
-    def inject(self, event: Event | str, **data) -> Event:
-        """Report an event (an Event, or a kind and its data); returns the event."""
+    def inject(self, event: MonitorEvent | str, **data) -> MonitorEvent:
+        """Report an event (a MonitorEvent, or a kind and its data); returns the event."""
         if isinstance(event, str):
-            event = Event(event, types.MappingProxyType(dict(data)))
+            event = MonitorEvent(event, types.MappingProxyType(dict(data)))
         elif data:
-            raise MonitorError("give either an Event or a kind with data, not both")
-        if not isinstance(event, Event) or not isinstance(event.kind, str) or not event.kind:
-            raise MonitorError(f"an event needs a non-empty kind; got {event!r}")
+            raise ArgumentError("give either a MonitorEvent or a kind with data, not both")
+        if not isinstance(event, MonitorEvent) or not isinstance(event.kind, str) or not event.kind:
+            raise ArgumentError(f"an event needs a non-empty kind; got {event!r}")
         handler = _EFFECTS.get(event.kind)
         if handler is not None:
             handler(self, event.data)
@@ -218,7 +217,7 @@ class Monitor:
     def start(self) -> "Monitor":
         """Continuous mode: sample from a background thread every ``period`` seconds."""
         if self.mode != "continuous":
-            raise MonitorError(f"start() needs mode='continuous'; this monitor is {self.mode!r}")
+            raise ArgumentError(f"start() needs mode='continuous'; this monitor is {self.mode!r}")
         if self._thread is None:
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="hetflow-monitor", daemon=True)
@@ -252,7 +251,7 @@ class Monitor:
     # -- event effects -------------------------------------------------------------------
     def _utilization(self, device_id: str, value, source: bool = False) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise MonitorError(f"utilization of {device_id} must be a number in [0, 1]; got {value!r}")
+            raise ArgumentError(f"utilization of {device_id} must be a number in [0, 1]; got {value!r}")
         self.set(f"{device_id}.utilization", float(value))
         kind = next((d.kind for d in self.topology.devices if d.id == device_id), device_id.rstrip("0123456789"))
         peers = [self.get(f"{d.id}.utilization") for d in self.topology.of_kind(kind)]
@@ -276,14 +275,14 @@ def _device_id(data, kind) -> str:
     dev = data.get("device")
     dev_id = getattr(dev, "id", dev)
     if not isinstance(dev_id, str):
-        raise MonitorError(f"{kind} event needs device=<id or device record>; got {dev!r}")
+        raise ArgumentError(f"{kind} event needs device=<id or device record>; got {dev!r}")
     return dev_id
 
 
 def _device_added(mon: Monitor, data):
     dev = data.get("device")
     if not all(hasattr(dev, a) for a in ("id", "kind")):
-        raise MonitorError(f"device_added needs device=<a device record with id and kind>; got {dev!r}")
+        raise ArgumentError(f"device_added needs device=<a device record with id and kind>; got {dev!r}")
     mon.topology.add(dev)
 
 
@@ -294,14 +293,14 @@ def _device_removed(mon: Monitor, data):
 def _device_failed(mon: Monitor, data):
     dev_id = _device_id(data, "device_failed")
     if not mon.topology.fail(dev_id):
-        raise MonitorError(f"device_failed names {dev_id!r}, which is not in the topology")
+        raise ArgumentError(f"device_failed names {dev_id!r}, which is not in the topology")
 
 
 def _nodes(delta):
     def effect(mon: Monitor, data):
         count = data.get("count", mon.topology.nodes + delta)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise MonitorError(f"node count must be an integer >= 1; got {count!r}")
+            raise ArgumentError(f"node count must be an integer >= 1; got {count!r}")
         mon.topology.set_nodes(count)
     return effect
 
@@ -313,7 +312,7 @@ def _utilization_event(mon: Monitor, data):
 def _memory_pressure(mon: Monitor, data):
     free = data.get("free")
     if isinstance(free, bool) or not isinstance(free, (int, float)) or free < 0:
-        raise MonitorError(f"memory_pressure needs free=<bytes>; got {free!r}")
+        raise ArgumentError(f"memory_pressure needs free=<bytes>; got {free!r}")
     where = data.get("device")
     mon.set(f"{getattr(where, 'id', where)}.free_memory" if where else "free_memory", free)
     mon.set("memory.pressure", True)
@@ -321,18 +320,18 @@ def _memory_pressure(mon: Monitor, data):
 
 def _input_changed(mon: Monitor, data):
     if "size" not in data:
-        raise MonitorError("input_changed needs size=<number of elements>")
+        raise ArgumentError("input_changed needs size=<number of elements>")
     mon.set("input.size", data["size"])
     if "dtype" in data:
         try:
             mon.set("input.dtype", np.dtype(data["dtype"]).name)
         except TypeError:
-            raise MonitorError(f"input_changed: {data['dtype']!r} is not a dtype") from None
+            raise ArgumentError(f"input_changed: {data['dtype']!r} is not a dtype") from None
 
 
 def _complexity(mon: Monitor, data):
     if "value" not in data:
-        raise MonitorError("complexity_changed needs value=<number>")
+        raise ArgumentError("complexity_changed needs value=<number>")
     mon.set("complexity", data["value"])
 
 

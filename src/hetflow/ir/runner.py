@@ -1,6 +1,6 @@
 """Running one DIR version: each node goes to hetflow's runtime, in order.
 
-``forall`` nodes call :func:`hetflow.forall` with the node's placement (``devices``
+``forall`` nodes call the runtime's ``forall`` with the node's placement (``devices``
 and ``shares`` set by rules). The DIR may plan for devices this process cannot use
 (simulated ones, another node's): those are left out here and the shares of the others
 renormalised; with none left, the runtime picks the device as for an unplaced launch.
@@ -14,6 +14,8 @@ import time
 import weakref
 
 from ..platform.devices import devices as platform_devices
+from ..runtime.forall import forall
+from ..runtime.report import LaunchReport
 from .graph import Node, Version
 from .values import Handle, LazyArray, resolve
 
@@ -90,10 +92,6 @@ class _Forall:
     __slots__ = ("kwargs", "launch", "lazy", "node", "shares", "whole")
 
     def __init__(self, node, table):
-        # The runtime imports this package: import it when a step is made, not at import.
-        from ..runtime.forall import forall
-        from ..runtime.report import LaunchReport
-
         self.node, self.launch, self.whole = node, forall, LaunchReport
         self.kwargs, self.shares = placement(node, table)
         if "schedule" in node.attrs:

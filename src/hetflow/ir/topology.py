@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from ..errors import NoDeviceError
+from ..errors import DeviceError
 from ..platform.devices import Device, devices as platform_devices
 
 
@@ -43,7 +43,7 @@ class Topology:
                 return self._devices[device_id]
             except KeyError:
                 known = ", ".join(self._devices) or "none"
-                raise NoDeviceError(f"no device {device_id!r} in the topology (devices: {known})") from None
+                raise DeviceError(f"no device {device_id!r} in the topology (devices: {known})") from None
 
     def count(self, kind: str = "device") -> int:
         """Usable devices of ``kind`` ('cpu', 'gpu', ...), all of them for 'device', or nodes."""

@@ -15,7 +15,7 @@ import numbers
 
 import numpy as np
 
-from ..errors import GraphError
+from ..errors import ArgumentError
 
 
 class LazyArray:
@@ -48,12 +48,12 @@ class LazyArray:
     def materialize(self):
         """The backing array, allocated (and filled) the first time it is needed."""
         if self._state == "capturing":
-            raise GraphError(f"lazy array {self.name} has no value while its graph is being captured; "
-                             f"read it after g.run()")
+            raise ArgumentError(f"lazy array {self.name} has no value while its graph is being captured; "
+                                f"read it after g.run()")
         if self._state == "pending":
-            raise GraphError(f"lazy array {self.name} has not been computed yet: run the graph first")
+            raise ArgumentError(f"lazy array {self.name} has not been computed yet: run the graph first")
         if self._state == "fused":
-            raise GraphError(
+            raise ArgumentError(
                 f"lazy array {self.name} was fused away ({self._fused_by}): no memory was allocated "
                 f"for it; mark it with g.output({self.name}) before running to keep it")
         if self._array is None:
@@ -101,10 +101,10 @@ class Handle:
         self._value, self._has_value = value, True
 
     def result(self):
-        """The value; GraphError before the graph has run."""
+        """The value; ArgumentError before the graph has run."""
         if not self._has_value:
-            raise GraphError(f"{self.name} (result of {self.op}) has no value yet: a captured graph "
-                             f"cannot read its own results while capturing; read it after g.run()")
+            raise ArgumentError(f"{self.name} (result of {self.op}) has no value yet: a captured graph "
+                                f"cannot read its own results while capturing; read it after g.run()")
         return self._value
 
     def __float__(self):

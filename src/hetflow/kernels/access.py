@@ -79,6 +79,29 @@ def analyze(fdef: ast.FunctionDef, ndim: int, resolve) -> Access:
     return _Analysis(fdef, ndim, resolve).run()
 
 
+def declared(found: Access | None, data, writes, reads) -> Access:
+    """The access of a kernel declaring what it writes and reads (``@hetflow.kernel(
+    writes=..., reads=...)``), trusted as stated: ``found`` (the analysis; None where
+    the kernel's source cannot be read) with its modes replaced.
+
+    ``writes`` (when not None) is exactly the set of written data parameters, ``reads``
+    of read ones; the one not given comes from ``found`` (without source: every data
+    parameter). Where nothing was analysed, each declared-written parameter counts as
+    written at the launch index only: the index ``(i, ...)`` touches row ``i`` of it and
+    no other (``out[i] = ...``, ``out[i, j] = ...``), so a launch may be split by rows over
+    devices and the array must have as many rows as the extent's first axis. Where the
+    analysis ran, its findings on how parameters are indexed stand.
+    """
+    if found is None:
+        found = Access({p: "rw" for p in data}, {})
+        if writes is not None:
+            found = Access(found.modes, {p: 1 for p in writes}, frozenset(writes))
+    written = writes if writes is not None else {p for p in data if found.writes(p)}
+    read = reads if reads is not None else {p for p in data if found.reads(p)}
+    modes = {p: ("r" if p in read else "") + ("w" if p in written else "") for p in data}
+    return dataclasses.replace(found, modes=modes, scattered=found.scattered & frozenset(written))
+
+
 class _Analysis:
     def __init__(self, fdef, ndim, resolve):
         self.fdef, self.resolve = fdef, resolve
@@ -167,9 +190,7 @@ class _Analysis:
                 self.atomic.add(target.id)
                 self.other.add(target.id)
             return
-        from .kernel import Kernel  # a kernel calls kernels
-
-        if isinstance(obj, Kernel):
+        if getattr(type(obj), "hetflow_kernel", False):  # a kernel calls kernels
             self._kernel_call(node, obj)
         elif isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
                 and node.func.value.id in self.data:

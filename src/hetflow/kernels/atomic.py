@@ -25,6 +25,8 @@ from numba.core import cgutils, types
 from numba.core.errors import TypingError
 from numba.extending import intrinsic, overload
 
+from ..cuda_compat import on_cuda_import
+
 _RMW_TYPES = ("int32", "int64", "uint32", "uint64", "float32", "float64")
 _CAS_TYPES = ("int32", "int64", "uint32", "uint64")
 
@@ -216,3 +218,6 @@ def register_cuda(cuda) -> None:
         return pick(cas, ary, idx)
 
     _cuda_registered.append(cuda)
+
+
+on_cuda_import(register_cuda)

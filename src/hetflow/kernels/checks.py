@@ -7,30 +7,42 @@ In checked mode the kernel receives each array parameter as a checked value
 (:mod:`.viewtypes`), whose subscripts call a helper defined here as text, compiled for
 the target:
 
-- CPU: ``__hf_ix`` raises :class:`OutOfBounds` (numbers only); the entry's wrapper turns
-  it into the named error. Numba's own ``boundscheck`` is on as well, for subscripts
-  the checked values do not see (arrays made in the kernel, rows taken from one):
-  its ``IndexError`` becomes the error without a parameter name.
-- GPU (numba-cuda has no boundscheck): ``__hf_ix`` / ``__hf_ok`` record the first
-  failure in a small device array (``__hf_err``: flag, parameter, axis, index, extent)
-  and skip the access; the entry's wrapper reads it back after the launch.
+Both record the first failure in a small array the entry takes last (``__hf_err``:
+flag, parameter, axis, index, extent):
+
+- CPU: ``__hf_ix`` records it and raises :class:`OutOfBounds` with no arguments; the
+  entry's wrapper reads the record into the named error. (An exception with run-time
+  arguments cannot be raised from machine code that Numba loaded from its cache, in a
+  later process: Numba fails to build the arguments' tuple.) Numba's own
+  ``boundscheck`` is on as well, for subscripts the checked values do not see (arrays
+  made in the kernel, rows taken from one): its ``IndexError`` becomes the error
+  without a parameter name.
+- GPU (numba-cuda has no boundscheck): ``__hf_ix`` / ``__hf_ok`` record it and skip the
+  access; the entry's wrapper reads the record back after the launch.
 """
 from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+import numba
 import numpy as np
 
 from ..errors import IndexOutOfBoundsError
 
-ERR = "__hf_err"      # the GPU error record's parameter name in generated code
+ERR = "__hf_err"      # the error record's parameter name in generated code
 RECORD = 5            # flag, parameter position, axis, index, extent
+RECORD_TYPE = numba.typeof(np.zeros(RECORD, np.int64))
 
 CPU_HELPERS = '''
-def __hf_ix(k, n, wrap, pid, axis):
+def __hf_ix(k, n, wrap, pid, axis, err):
     if k >= n or k < (-n if wrap else 0):
-        raise __hf_OutOfBounds(pid, axis, k, n)
+        err[0] = 1
+        err[1] = pid
+        err[2] = axis
+        err[3] = k
+        err[4] = n
+        raise __hf_OutOfBounds
     return k
 '''
 
@@ -61,7 +73,7 @@ def enabled_by_env() -> bool:
 
 
 class OutOfBounds(Exception):
-    """Raised by compiled CPU checks with (parameter position, axis, index, extent)."""
+    """Raised by compiled CPU checks once the error record holds the failure."""
 
 
 class Bounds:
@@ -85,7 +97,7 @@ class Bounds:
             f"one of its parameters, a row taken from one, or one inside a kernel it calls", self.kernel)
 
     def raise_if(self, record) -> None:
-        """Raise the failure a GPU error record holds, if any."""
+        """Raise the failure an error record holds, if any."""
         if record[0]:
             raise self.error(*(int(v) for v in record[1:RECORD]))
 
@@ -97,14 +109,20 @@ class CheckedCpuEntry:
         self.dispatcher, self.bounds = dispatcher, bounds
 
     def __call__(self, *args):
+        record = np.zeros(RECORD, np.int64)
         try:
-            return self.dispatcher(*args)
-        except OutOfBounds as exc:
-            raise self.bounds.error(*exc.args) from None
+            return self.dispatcher(*args, record)
+        except OutOfBounds:
+            self.bounds.raise_if(record)
+            raise  # unreachable: a raised OutOfBounds has filled the record
         except IndexError as exc:  # Numba's boundscheck
             raise self.bounds.unnamed(exc) from None
 
-    def __getattr__(self, name):  # compile, stats, ...: the dispatcher's
+    def compile(self, sig):
+        """Compile for the argument types ``sig`` and the error record's."""
+        return self.dispatcher.compile((*sig, RECORD_TYPE))
+
+    def __getattr__(self, name):  # stats, ...: the dispatcher's
         return getattr(self.dispatcher, name)
 
 

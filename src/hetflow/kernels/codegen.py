@@ -11,8 +11,8 @@ The entry runs a *chunk* ``[lo, hi)`` of the outermost launch dimension:
 
 The entry takes each view as its root array and its lowering's integers (what the
 launch passes), builds the view values once (``__hf_view<k>``) and calls the kernel
-with explicit arguments. In checked mode every array parameter is such a value, and on
-a GPU the entry takes the error record (``__hf_err``) last.
+with explicit arguments. In checked mode every array parameter is such a value, and the
+entry takes the error record (``__hf_err``) last.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def generate(ndim: int, data: list, target: str, checked: bool = False) -> Gener
     parameter whose root it reads: ``k`` itself unless another view passes it), the
     value built by ``constructor(k)``."""
     params, setup, args = [], [], []
-    err = checks.ERR if checked and target == "gpu" else "0"
+    err = checks.ERR if checked else "0"
     for k, how in enumerate(data):
         name = f"__a{k}"
         if how is None:

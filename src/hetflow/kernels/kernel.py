@@ -7,7 +7,7 @@ Executables for each device are compiled from the function object (its bytecode,
 (:mod:`hetflow.platform.repository`), so a kernel may be defined anywhere Python runs
 (``python -c``, stdin, the plain REPL, ``exec``, closures). Where Python can read the
 source, access analysis reads it; elsewhere every array parameter counts as read and
-written.
+written, unless the kernel declares what it writes (``writes=``, see :func:`kernel`).
 """
 from __future__ import annotations
 
@@ -19,17 +19,20 @@ import inspect
 import threading
 import types
 
-from ..errors import KernelError
+from ..errors import ArgumentError, ArgumentTypeError, KernelError
 from . import checks
-from .access import Access, analyze
+from .access import Access, analyze, declared
 from .source import KernelSource
 
 
 class Kernel:
     """A data-parallel kernel: source, and the executables compiled from it."""
 
+    hetflow_kernel = True  # what access analysis (which this module imports) knows a called kernel by
+
     def __init__(self, pyfunc=None, *, source: KernelSource | None = None, name: str | None = None,
-                 globals_: dict | None = None, boundscheck: bool | None = None):
+                 globals_: dict | None = None, boundscheck: bool | None = None,
+                 fastmath=False, inline: str | None = None, writes=None, reads=None):
         self.pyfunc = pyfunc
         self._source = source if source is not None or pyfunc is None else _readable_source(pyfunc)
         self._code = pyfunc.__code__ if pyfunc is not None else None  # what is compiled
@@ -37,12 +40,48 @@ class Kernel:
         self._globals = globals_ if globals_ is not None else _function_namespace(pyfunc)
         # Checked mode (kernels.checks): the decorator's option, else HETFLOW_BOUNDSCHECK.
         self.boundscheck = checks.enabled_by_env() if boundscheck is None else bool(boundscheck)
+        self.fastmath = _fastmath(self.name, fastmath)
+        self.inline = _inline(self.name, inline)
+        self.writes = self._declared("writes", writes)
+        self.reads = self._declared("reads", reads)
         self._access: dict[int, Access] = {}
         # Launch plans (runtime.launch): per repository, device and argument types. They
         # live on the kernel so that they go when the kernel does.
         self.plans: dict[tuple, object] = {}
         if pyfunc is not None:
             functools.update_wrapper(self, pyfunc)
+
+    def _declared(self, option: str, names):
+        """``writes=``/``reads=``: a set of parameter names (one name may be a string)."""
+        if names is None:
+            return None
+        names = (names,) if isinstance(names, str) else names
+        try:
+            names = frozenset(names)
+        except TypeError:
+            raise ArgumentTypeError(f"kernel {self.name!r}: {option}= takes parameter names (an iterable "
+                                    f"of strings), not {type(names).__name__}") from None
+        unknown = sorted(map(repr, names - set(self.params)))
+        if unknown:
+            raise ArgumentError(f"kernel {self.name!r}: {option}= names {', '.join(unknown)}, not a "
+                                f"parameter of the kernel (its parameters: {', '.join(self.params)})")
+        return names
+
+    @functools.cached_property
+    def options(self) -> dict:
+        """The options that change what is compiled or assumed, where not the default
+        (``boundscheck`` apart: see ``Kernel.boundscheck``), as JSON data: part of the
+        description data and the variant of every executable, and of the key of each
+        kernel that calls this one."""
+        found = {}
+        if self.fastmath:
+            found["fastmath"] = True if self.fastmath is True else sorted(self.fastmath)
+        if self.inline is not None:
+            found["inline"] = self.inline
+        for option in ("writes", "reads"):
+            if getattr(self, option) is not None:
+                found[option] = sorted(getattr(self, option))
+        return found
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -130,10 +169,16 @@ class Kernel:
         self._access[ndim] = access
 
     def _analyze(self, ndim: int) -> Access:
-        if not self.has_source:  # no syntax tree to read: every parameter may be read and written
-            return Access({p: "rw" for p in self.params[ndim:]}, {})
-
-        return analyze(self.definition, ndim, self._resolve)
+        found = analyze(self.definition, ndim, self._resolve) if self.has_source else None
+        if self.writes is None and self.reads is None:
+            # no syntax tree to read: every parameter may be read and written
+            return found or Access({p: "rw" for p in self.params[ndim:]}, {})
+        named = (self.writes or frozenset()) | (self.reads or frozenset())
+        index = sorted(map(repr, named & set(self.params[:ndim])))
+        if index:
+            raise ArgumentError(f"kernel {self.name!r}: writes=/reads= name {', '.join(index)}, a launch "
+                                f"index of a rank-{ndim} launch, not data")
+        return declared(found, self.params[ndim:], self.writes, self.reads)
 
     def _resolve(self, node):
         """The object a name or attribute chain in the body names (None: unknown)."""
@@ -175,8 +220,9 @@ def stable_value(value) -> str:
     """A description of a global's value that is the same in every process."""
     import numpy as np
 
-    if isinstance(value, Kernel):
-        return f"kernel:{value.source_hash}"
+    if isinstance(value, Kernel):  # its options change the caller's compiled code too
+        options = f":{sorted(value.options.items())}" if value.options else ""
+        return f"kernel:{value.source_hash}{options}"
     if isinstance(getattr(getattr(value, "py_func", value), "__code__", None), types.CodeType):
         return _function_value(value)
     if isinstance(value, (int, float, complex, str, bool, type(None), np.generic, tuple)):
@@ -223,15 +269,52 @@ def _function_namespace(fn) -> dict:
     return ns
 
 
-def kernel(fn=None, *, boundscheck: bool | None = None):
+# Numba's fast-math flags (LLVM's), besides True for all of them.
+FASTMATH_FLAGS = frozenset(("fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"))
+
+
+def kernel(fn=None, *, boundscheck: bool | None = None, fastmath=False, inline: str | None = None,
+           writes=None, reads=None):
     """Decorator marking a kernel: ``@hetflow.kernel`` over ``def k(i, x, out): ...``.
 
-    ``@hetflow.kernel(boundscheck=True)`` checks every index into the kernel's arrays
-    at run time (default: the ``HETFLOW_BOUNDSCHECK`` environment variable).
+    Options (``@hetflow.kernel(fastmath=True)``), each part of the kernel's executables'
+    description data, so that another option is another executable:
+
+    - ``boundscheck=True`` checks every index into the kernel's arrays at run time
+      (default: the ``HETFLOW_BOUNDSCHECK`` environment variable);
+    - ``fastmath=True``, or a set of Numba's flags (``{"nsz", "arcp", "contract"}``):
+      Numba's (and numba-cuda's) fast-math for the kernel and its entry;
+    - ``inline="always"`` or ``"never"``: whether a call of this kernel (from its entry
+      or another kernel) is inlined at Numba's IR level; by default it is on the CPU
+      and is not on a GPU;
+    - ``writes=``/``reads=``: the data parameters the kernel writes / reads, in place of
+      what access analysis finds (see :func:`hetflow.kernels.access.declared`).
     """
+    options = dict(boundscheck=boundscheck, fastmath=fastmath, inline=inline, writes=writes, reads=reads)
     if fn is None:
-        return functools.partial(kernel, boundscheck=boundscheck)
-    return Kernel(fn, boundscheck=boundscheck)
+        return functools.partial(kernel, **options)
+    return Kernel(fn, **options)
+
+
+def _fastmath(name: str, value):
+    """``fastmath=``: False, True, or a frozenset of Numba's flags."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (set, frozenset, list, tuple)) and all(isinstance(f, str) for f in value):
+        unknown = sorted(set(value) - FASTMATH_FLAGS)
+        if not unknown:
+            return frozenset(value) or False
+        raise ArgumentError(f"kernel {name!r}: fastmath= flags {unknown} are not Numba's "
+                            f"(those are {sorted(FASTMATH_FLAGS)})")
+    raise ArgumentError(f"kernel {name!r}: fastmath= takes True, False or a set of Numba's flags "
+                        f"({sorted(FASTMATH_FLAGS)}), not {value!r}")
+
+
+def _inline(name: str, value):
+    if value is None or (isinstance(value, str) and value in ("always", "never")):
+        return value
+    raise ArgumentError(f"kernel {name!r}: inline= takes 'always', 'never' or None (the default), "
+                        f"not {value!r}")
 
 
 def _readable_source(fn) -> KernelSource | None:

@@ -12,8 +12,8 @@ Numba its wraparound test.
 
 Checked mode (:mod:`.checks`) wraps every array parameter in such a value as well (the
 identity layout of an array): each integer index is checked against the root's extent
-before the access; the CPU raises ``OutOfBounds``, the GPU records the failure and skips
-the access. ``slot`` is a one-element stand-in for a fused kernel's intermediate array
+before the access; a failure is recorded, and the CPU raises ``OutOfBounds`` where the
+GPU skips the access. ``slot`` is a one-element stand-in for a fused kernel's intermediate array
 (:mod:`hetflow.ir.codegen`): a stack variable, whatever index the kernel uses.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from numba.extending import (intrinsic, lower_builtin, make_attribute_wrapper, o
                              register_model)
 
 from ..index.lowering import function_key
-from ..platform.cuda_compat import cuda_module, simulated
+from ..cuda_compat import cuda_module, simulated
 from . import checks
 
 CPU, GPU, PY = "cpu", "gpu", "python"  # where an implementation runs (PY: the CUDA simulator)
@@ -145,10 +145,8 @@ class Layout:
             test = f"{comp}, v.root.shape[{axis}], {wrap}, v.pid, {axis}"
             if not self.checked:
                 comps[axis] = f"np.uint64({comp})"
-            elif self.target == CPU:  # raises OutOfBounds
-                comps[axis] = f"__hf_ix({test})"
-            elif op == "get":  # the GPU records a failure and loads element 0 instead
-                comps[axis] = f"__hf_ix({test}, v.err)"
+            elif self.target == CPU or op == "get":  # the CPU raises OutOfBounds, the GPU
+                comps[axis] = f"__hf_ix({test}, v.err)"  # loads element 0 instead
             else:  # or skips the store
                 lines.append(f"    k{axis} = {comp}")
                 ok.append(f"__hf_ok(k{axis}, v.root.shape[{axis}], {wrap}, v.pid, {axis}, v.err)")
@@ -339,7 +337,7 @@ def constructor(low, checked: bool, target: str):
         if low is None and not isinstance(root, types.Array):  # a scalar stays itself
             return root(root, params, pid, err), lambda context, builder, sig, args: args[0]
         lay = layout_of(root.ndim)
-        vt = ViewType(lay, root, err if checked and target == GPU else None)
+        vt = ViewType(lay, root, err if checked else None)
 
         def codegen(context, builder, sig, args):
             root_v, params_v, pid_v, err_v = args

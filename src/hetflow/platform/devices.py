@@ -15,7 +15,8 @@ from pathlib import Path
 
 import psutil
 
-from .cuda_compat import cuda_available, cuda_module, simulated
+from ..cuda_compat import cuda_available, cuda_module, simulated
+from ..errors import DeviceError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,15 +83,13 @@ def find_devices(name: str) -> tuple[Device, ...]:
 
 def get_device(device_id: str) -> Device:
     """Look a device up by id ('cpu0', 'gpu0', ...)."""
-    from ..errors import NoDeviceError
-
     if device_id == "cpu0":
         return cpu_device()
     for dev in devices():
         if dev.id == device_id:
             return dev
     known = ", ".join(d.id for d in devices())
-    raise NoDeviceError(f"no device with id {device_id!r}; devices are: {known}")
+    raise DeviceError(f"no device with id {device_id!r}; devices are: {known}")
 
 
 @functools.lru_cache(maxsize=1)

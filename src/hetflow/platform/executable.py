@@ -1,8 +1,9 @@
 """Executables and their description data (SPEC §2 "Kernel objects, executables").
 
 An executable is a kernel compiled for one device kind and architecture, one launch
-rank and one *variant* (the structure of the views it was lowered for, and whether it
-is checked: ``options["boundscheck"]``). Its
+rank and one *variant* (the structure of the views it was lowered for, whether it is
+checked: ``options["boundscheck"]``, and the kernel's other options where not the
+default: ``fastmath``, ``inline``, ``writes``, ``reads``, see ``Kernel.options``). Its
 *description data* say what it was built for; the code repository compares them with
 a device's to decide whether the executable may be used there.
 
@@ -22,6 +23,7 @@ from pathlib import Path
 import numba
 
 from ..errors import KernelCompileError
+from ..kernels import checks, codegen, viewtypes
 
 
 ERROR_MODEL = "numpy"
@@ -34,8 +36,6 @@ def compiler_versions(kind: str) -> dict:
     import inspect
 
     import llvmlite
-
-    from ..kernels import checks, codegen, viewtypes
 
     # hetflow's own code generator (with the view types and checks it compiles in)
     # counts as a compiler: entries it wrote differently are stale.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 
-from ..errors import NoDeviceError
+from ..errors import DeviceError
 from .devices import Device, devices
 
 
@@ -72,11 +72,11 @@ def _pick(require: dict, prefer: dict, candidates, strict: bool) -> Device:
         reverse=True,
     )
     if not ranked:
-        raise NoDeviceError("no devices are available")
+        raise DeviceError("no devices are available")
     best = ranked[0]
     if strict and score(best, require) < len(require):
         lines = [f"  {d.id} ({d.name}): unmet {', '.join(unmet(d, require))}" for d in ranked]
-        raise NoDeviceError(f"no device meets all of {require!r}:\n" + "\n".join(lines))
+        raise DeviceError(f"no device meets all of {require!r}:\n" + "\n".join(lines))
     return best
 
 
@@ -86,7 +86,7 @@ def select(*requirement_lists: dict, require: dict | None = None, prefer: dict |
 
     ``select(require={'kind': 'gpu'})`` picks one GPU; ``select({'kind': 'cpu'},
     {'kind': 'gpu'})`` picks a CPU and a GPU. With ``strict`` (the default) a list that
-    no device fully meets raises :class:`NoDeviceError` naming, per device, what is
+    no device fully meets raises :class:`DeviceError` naming, per device, what is
     unmet; otherwise the highest-scoring device is taken.
     """
     lists = list(requirement_lists) + ([require] if require is not None else [])

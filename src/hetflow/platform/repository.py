@@ -10,7 +10,7 @@ Layout (default root ``~/.cache/hetflow``, ``HETFLOW_CACHE_DIR`` overrides)::
 
 Loading for a device (SPEC §2 "Kernel objects" 2): use a stored executable that is
 optimal for the device; remove stale ones (other architecture or compiler); compile
-the kernel's function object when none fits; fail with NoExecutableError when the
+the kernel's function object when none fits; fail with KernelError when the
 kernel has none (a kernel whose code was dropped).
 A corrupt entry (a damaged file: description.json that does not parse, module.py that
 fails its digest) is removed with a warning and compiled again, never a crash.
@@ -34,22 +34,24 @@ import hashlib
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import sys
 import tempfile
 import threading
+import time
 import types
 import warnings
 from pathlib import Path
 
 import numba
 
-from ..errors import KernelError, NoExecutableError
+from ..errors import KernelError
 from ..kernels import checks, viewtypes
 from ..kernels.codegen import BODY, ENTRY, NONNEG, PARALLEL, constructor, expanded, generate
 from ..kernels.kernel import Kernel, function_digest
-from .cuda_compat import cuda_module
+from ..cuda_compat import cuda_module
 from .executable import ERROR_MODEL, Description, Executable
 
 try:
@@ -66,6 +68,8 @@ GPU_OPTIONS = {"cache": True, "error_model": ERROR_MODEL}
 
 
 DEFAULT_MAX_ENTRIES = 1000
+# Tries to store a built entry while other processes store or replace the same one.
+STORE_ATTEMPTS = 12
 
 
 def max_entries_from_env() -> int:
@@ -91,11 +95,13 @@ def default_root() -> Path:
     return Path(os.environ.get("HETFLOW_CACHE_DIR") or Path.home() / ".cache" / "hetflow")
 
 
-def variant_key(views: dict, checked: bool = False) -> str:
+def variant_key(views: dict, checked: bool = False, options: dict | None = None) -> str:
     """Digest of what shapes the generated code besides the kernel: the views' structure
-    (not their numbers) and checked mode. One executable per variant."""
+    (not their numbers), checked mode and the kernel's other options (``Kernel.options``).
+    One executable per variant."""
     text = repr(sorted((name, _stable(low.key)) for name, low in views.items()))
-    return hashlib.sha1((text + ("|boundscheck" if checked else "")).encode()).hexdigest()[:12]
+    text += ("|boundscheck" if checked else "") + (f"|{sorted(options.items())}" if options else "")
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 def _stable(key):
@@ -128,9 +134,9 @@ class CodeRepository:
     # -- lookup -----------------------------------------------------------------------
     def executable(self, kernel, device, ndim: int, views: dict | None = None) -> Executable:
         """The executable of ``kernel`` for ``device``, a rank-``ndim`` launch and ``views``
-        (checked when ``kernel.boundscheck``)."""
+        (checked when ``kernel.boundscheck``; compiled with ``kernel.options``)."""
         views = views or {}
-        variant = variant_key(views, kernel.boundscheck)
+        variant = variant_key(views, kernel.boundscheck, kernel.options)
         memo_key = (kernel.source_hash, kernel.name, device.id, ndim, variant)
         with self._lock:
             exe = self._memo.get(memo_key)
@@ -174,7 +180,7 @@ class CodeRepository:
                 self._drop_stale(entry, desc)
         if not kernel.compilable:
             built = ", ".join(p.name for p in stored) or "none"
-            raise NoExecutableError(
+            raise KernelError(
                 f"kernel {kernel.name!r} has no source and no executable compatible with {device.id} "
                 f"({device.kind}, {device.arch}, rank {ndim}); stored executables: {built}")
         return self._build(kernel, device, ndim, views, variant, kdir / (prefix + _slug(device.arch)))
@@ -208,6 +214,7 @@ class CodeRepository:
         options = dict(CPU_OPTIONS if device.kind == "cpu" else GPU_OPTIONS)
         if checked:
             options["boundscheck"] = True
+        options.update(kernel.options)
         desc = Description.for_device(kernel, device, ndim, variant, options)
         meta = {"description": desc.to_json(), "module_sha256": hashlib.sha256(gen.text.encode()).hexdigest(),
                 "user_file": kernel.filename}
@@ -217,11 +224,14 @@ class CodeRepository:
         tmp.mkdir(parents=True, exist_ok=True)
         (tmp / "module.py").write_text(gen.text)
         (tmp / "description.json").write_text(json.dumps(meta, indent=1))
-        for _ in range(3):
+        for attempt in range(STORE_ATTEMPTS):
             try:
                 os.rename(tmp, entry)
             except OSError as exc:
                 error = exc
+                # Ranks that found one stale entry drop it and store theirs at once: a
+                # random pause lets one of them win before the others look again.
+                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
                 found = self._read_or_drop(entry)
                 if found is None:  # the winner's entry went or was damaged: try again
                     continue
@@ -259,7 +269,7 @@ class CodeRepository:
         module_file = str(entry / "module.py")
         checked = bool(desc.options.get("boundscheck"))
         ns = self._run_module(kernel, device, entry, text, ndim, views, checked)
-        entry_fn, parallel = _compile_functions(ns, device, checked)
+        entry_fn, parallel = _compile_functions(ns, device, checked, desc.options.get("fastmath", False))
         if not device.simulated:  # the simulator caches nothing
             for fn in (entry_fn, parallel):
                 _lock_machine_code(fn, entry)
@@ -292,24 +302,32 @@ class CodeRepository:
             raise KernelError(f"generated code for kernel {kernel.name!r} does not parse: {exc}") from exc
         return ns
 
-    def device_function(self, kernel, device, checked: bool = False, module: str | None = None):
+    def device_function(self, kernel, device, checked: bool = False, module: str | None = None,
+                        caller_fastmath=None):
         """``kernel``'s function compiled for ``device`` as a function its entry (or
-        another kernel) calls; kernels it calls become device functions too. They belong
-        to the entry's ``module``: Numba's cached machine code imports the module of
-        each function in it, and the kernel's own may not exist in a later process
-        (None: the kernel's own module, for code that is not cached)."""
-        key = (kernel.source_hash, device.kind, checked, module)
+        another kernel, compiled with ``caller_fastmath``) calls; kernels it calls become
+        device functions too. They belong to the entry's ``module``: Numba's cached
+        machine code imports the module of each function in it, and the kernel's own
+        may not exist in a later process (None: the kernel's own module, for code that
+        is not cached)."""
+        inline = kernel.inline
+        if inline is None and caller_fastmath is not None and caller_fastmath != kernel.fastmath:
+            # Inlined into Numba's IR of its caller, it would take the caller's flags; a call
+            # (which LLVM inlines) keeps its own on its instructions.
+            inline = "never"
+        key = (kernel.source_hash, repr(kernel.options), inline, device.kind, checked, module)
         with self._lock:
             fn = self._device_fns.get(key)
             if fn is None:
-                fn = self._device_fns[key] = _device_wrapper(device, checked)(
-                    kernel.function_with(lambda v: self._callee(v, device, checked, module), module))
+                fn = self._device_fns[key] = _device_wrapper(device, checked, kernel.fastmath, inline)(
+                    kernel.function_with(lambda v: self._callee(v, device, checked, module, kernel.fastmath), module))
             return fn
 
-    def _callee(self, value, device, checked, module):
-        """What a kernel's global ``value`` becomes in compiled code on ``device``."""
+    def _callee(self, value, device, checked, module, caller_fastmath):
+        """What a global ``value`` of a kernel compiled with ``caller_fastmath`` becomes
+        in compiled code on ``device``."""
         if isinstance(value, Kernel):
-            return self.device_function(value, device, checked, module)
+            return self.device_function(value, device, checked, module, caller_fastmath)
         if value is viewtypes.SLOT:
             return viewtypes.slot(viewtypes.target_of(device))
         if device.kind == "gpu" and isinstance(value, numba.core.registry.CPUDispatcher):
@@ -405,23 +423,36 @@ def _module_namespace(entry: Path) -> dict:
     return module.__dict__
 
 
-def _compile_functions(ns: dict, device, checked: bool):
+def _compile_functions(ns: dict, device, checked: bool, fastmath):
     """Wrap the module's entry for the device's compiler, in place; (entry, CPU
-    parallel entry)."""
-    entry_fn = ns[ENTRY] = _entry_wrapper(device, checked)(ns[ENTRY])
-    parallel = (numba.njit(parallel=True, nogil=True, cache=True, error_model=ERROR_MODEL)(ns[PARALLEL])
+    parallel entry). ``fastmath``: as stored in the description data (a list of flags
+    from JSON, or a bool)."""
+    fastmath = _numba_fastmath(fastmath)
+    entry_fn = ns[ENTRY] = _entry_wrapper(device, checked, fastmath)(ns[ENTRY])
+    parallel = (numba.njit(parallel=True, nogil=True, cache=True, error_model=ERROR_MODEL,
+                           fastmath=fastmath)(ns[PARALLEL])
                 if device.kind == "cpu" and not checked else None)  # compiled on its first large launch
     return entry_fn, parallel
 
 
-def _device_wrapper(device, checked=False):
+def _numba_fastmath(flags):
+    """A kernel's ``fastmath`` as Numba takes it: a bool or a set (not a frozenset, list)."""
+    return flags if isinstance(flags, bool) else set(flags)
+
+
+def _device_wrapper(device, checked=False, fastmath=False, inline=None):
     """How a kernel's function is compiled to be called from an entry on ``device``.
     Checked: Numba's own boundscheck too, for arrays that are not parameters (made in
-    the kernel, rows taken from one)."""
+    the kernel, rows taken from one). ``inline``: the kernel's option (None: inlined at
+    Numba's IR level on the CPU, numba-cuda's default, not, on a GPU)."""
+    fastmath = _numba_fastmath(fastmath)
     if device.kind == "cpu":
-        return numba.njit(nogil=True, error_model=ERROR_MODEL, boundscheck=checked or None,
-                          inline=_unless_starred)
-    return cuda_module().jit(device=True)
+        return numba.njit(nogil=True, error_model=ERROR_MODEL, boundscheck=checked or None, fastmath=fastmath,
+                          inline="never" if inline == "never" else _unless_starred)
+    if inline is None:
+        return cuda_module().jit(device=True, fastmath=fastmath)
+    return cuda_module().jit(device=True, fastmath=fastmath,
+                             inline="never" if inline == "never" else _unless_starred)
 
 
 def _unless_starred(call, caller_ir, callee_ir) -> bool:
@@ -432,11 +463,12 @@ def _unless_starred(call, caller_ir, callee_ir) -> bool:
     return not call.vararg
 
 
-def _entry_wrapper(device, checked=False):
+def _entry_wrapper(device, checked=False, fastmath=False):
     if device.kind == "cpu":
-        return numba.njit(nogil=True, cache=True, error_model=ERROR_MODEL, boundscheck=checked or None)
+        return numba.njit(nogil=True, cache=True, error_model=ERROR_MODEL, boundscheck=checked or None,
+                          fastmath=fastmath)
     # numba-cuda's error model is ERROR_MODEL already (not debug builds)
-    return cuda_module().jit(cache=not device.simulated)
+    return cuda_module().jit(cache=not device.simulated, fastmath=fastmath)
 
 
 def _checked(entry_fn, device, bounds):

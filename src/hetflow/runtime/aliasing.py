@@ -4,7 +4,7 @@ argument of the same array reads or writes at other indices.
 Devices run a launch's indices in no fixed order, so such a launch means different things
 on the CPU, on a GPU and co-executed, and NumPy's in-place expressions (which read
 every right-hand side before writing) mean a third. hetflow refuses it: ``bind`` raises
-AliasingError naming both arguments, unless the call site was asked for NumPy's meaning
+ShapeError naming both arguments, unless the call site was asked for NumPy's meaning
 (``forall(..., snapshot=True)``: :func:`snapshot` reads copies of the arguments that
 overlap a written one).
 
@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import AliasingError
+from ..errors import ShapeError
 from ..index import views as _views
 from ..kernels.kernel import Kernel
 
@@ -54,7 +54,7 @@ class Uses(NamedTuple):
 
 
 def check(kernel, extent: tuple, args: tuple, plan) -> None:
-    """AliasingError when a written argument aliases another one (see the module);
+    """ShapeError when a written argument aliases another one (see the module);
     ``plan``: the launch's plan, or its :class:`Uses`."""
     views, ndarray = _VIEW_TYPES, np.ndarray
     for w in plan.written:
@@ -71,14 +71,14 @@ def check(kernel, extent: tuple, args: tuple, plan) -> None:
         if n > 1:
             pairs = conflicts(kernel, extent, args, plan)
             if pairs:
-                raise AliasingError(_message(kernel, plan, args, *pairs[0]) + _ADVICE)
+                raise ShapeError(_message(kernel, plan, args, *pairs[0]) + _ADVICE)
             return
 
 
 def snapshot(kernel, extent: tuple, args: tuple) -> tuple:
     """``args`` with a copy of each read-only argument that a written one aliases:
     NumPy's meaning, every read done before any write. Two written arguments that
-    alias have no such meaning: AliasingError. Arguments ``bind`` would reject are
+    alias have no such meaning: ShapeError. Arguments ``bind`` would reject are
     left for it to reject."""
     if not isinstance(kernel, Kernel) or len(kernel.params) - len(extent) != len(args):
         return args
@@ -89,8 +89,8 @@ def snapshot(kernel, extent: tuple, args: tuple) -> tuple:
     copied = list(args)
     for w, k in pairs:
         if k in plan.written:
-            raise AliasingError(_message(kernel, plan, args, w, k) + "; snapshot=True copies only "
-                                "arguments the kernel only reads")
+            raise ShapeError(_message(kernel, plan, args, w, k) + "; snapshot=True copies only "
+                             "arguments the kernel only reads")
         if copied[k] is args[k]:
             copied[k] = _copy(args[k])
     return tuple(copied)

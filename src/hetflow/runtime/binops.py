@@ -24,7 +24,7 @@ import functools
 
 import numpy as np
 
-from ..errors import DTypeError, KernelArgumentError, UnknownOpError
+from ..errors import ArgumentError, ArgumentTypeError
 from ..kernels import Kernel, kernel
 
 
@@ -153,14 +153,14 @@ class BinaryOp:
         return self.spec is not None
 
     def check(self, dtype: np.dtype) -> None:
-        """DTypeError unless the operation applies to elements of ``dtype``."""
+        """ArgumentTypeError unless the operation applies to elements of ``dtype``."""
         if self.spec is None:
             return
         kinds = self.spec.kinds
         if dtype.names is not None or dtype.kind not in kinds:
             what = "structured elements" if dtype.names is not None else f"dtype {dtype}"
-            raise DTypeError(f"op {self.label!r} does not apply to {what}; it takes {describe_kinds(kinds)}"
-                             + ("" if dtype.names is None else " (use a user-defined op kernel)"))
+            raise ArgumentTypeError(f"op {self.label!r} does not apply to {what}; it takes {describe_kinds(kinds)}"
+                                    + ("" if dtype.names is None else " (use a user-defined op kernel)"))
 
     def result_dtype(self, dtype: np.dtype) -> np.dtype:
         """The result's element type: NumPy's for built-ins, the input's for user ops."""
@@ -217,15 +217,15 @@ def resolve(op, commutative: bool = True) -> BinaryOp:
             return builtin
         spec = lookup(op)
         if spec is None:
-            raise UnknownOpError(f"unknown op {op!r}; valid ops are {valid_names()} "
-                                 f"or a hetflow kernel of two elements")
+            raise ArgumentError(f"unknown op {op!r}; valid ops are {valid_names()} "
+                                f"or a hetflow kernel of two elements")
         return BinaryOp(spec.name, spec.kernel, True, spec, op)
     if not isinstance(op, Kernel):
-        raise KernelArgumentError(f"op must be one of {valid_names()} or a hetflow "
-                                  f"kernel of two elements, not {type(op).__name__} {op!r}; decorate a "
-                                  f"function with @hetflow.kernel")
+        raise ArgumentTypeError(f"op must be one of {valid_names()} or a hetflow "
+                                f"kernel of two elements, not {type(op).__name__} {op!r}; decorate a "
+                                f"function with @hetflow.kernel")
     params = op.params
     if len(params) != 2:
-        raise KernelArgumentError(f"op kernel {op.name!r} takes {len(params)} parameter(s) "
-                                  f"({', '.join(params)}); a binary op takes exactly two elements (a, b)")
+        raise ArgumentTypeError(f"op kernel {op.name!r} takes {len(params)} parameter(s) "
+                                f"({', '.join(params)}); a binary op takes exactly two elements (a, b)")
     return BinaryOp(op.name, op, bool(commutative), None, op.name)

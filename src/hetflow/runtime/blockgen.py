@@ -237,6 +237,14 @@ def copy(rank: int) -> Kernel:
     return _build(f"hf_copy_{rank}d", [f"def copy({idx}, x, out):", f"    out[{idx}] = x[{idx}]"], {})
 
 
+@functools.lru_cache(maxsize=64)
+def combine(op: Kernel) -> Kernel:
+    """``out[i] = op(a[i], b[i])``: arrays combined element by element by a binary op of
+    the call sites' form (a collective's segments by a user's ``reduce`` op)."""
+    return _build(f"hf_combine_{op.name}", ["def combine(i, a, b, out):", "    out[i] = __hf_op(a[i], b[i])"],
+                  {"__hf_op": op})
+
+
 @functools.lru_cache(maxsize=256)
 def keys(rank: int, key: Kernel) -> Kernel:
     """``out[i] = key(x[i])``: the sort keys of every element."""

@@ -22,7 +22,7 @@ device arrays under the simulator). ``moved`` counts the bytes copied each way.
 
 A device that failed stops counting (:meth:`Buffer.forget`): the rows current only
 there are copied home first. Rows that end up current on no copy (the device's memory
-went with it) raise DeviceFailure naming them, never stale contents.
+went with it) raise DeviceError naming them, never stale contents.
 """
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ import time
 
 import numpy as np
 
-from ..errors import DeviceFailure, DTypeError, QueueError
-from ..platform.cuda_compat import cuda_module, cupy_module
+from ..errors import ArgumentError, ArgumentTypeError, DeviceError
+from ..cuda_compat import cuda_module, cupy_module
+from ..platform.devices import get_device
 from . import deps
 from .events import LOCK
 
@@ -52,19 +53,19 @@ class Buffer:
         try:
             dtype = None if dtype is None else np.dtype(dtype)
         except TypeError:
-            raise DTypeError(f"Buffer: {dtype!r} is not a NumPy dtype") from None
+            raise ArgumentTypeError(f"Buffer: {dtype!r} is not a NumPy dtype") from None
         if isinstance(data, (int, np.integer)) or (
                 isinstance(data, tuple) and all(isinstance(d, (int, np.integer)) for d in data)):
             shape = (int(data),) if not isinstance(data, tuple) else tuple(int(d) for d in data)
             if any(d < 0 for d in shape):
-                raise QueueError(f"Buffer shape {shape} has a negative dimension")
+                raise ArgumentError(f"Buffer shape {shape} has a negative dimension")
             host = np.zeros(shape, dtype=np.float64 if dtype is None else dtype)
         elif hasattr(data, "__cuda_array_interface__") and cupy_module() is not None:
             host = None  # a GPU array: its copy becomes the buffer's GPU copy, below
         else:
             host = np.array(data, dtype=dtype, order="C", copy=True)
             if host.dtype == object:
-                raise QueueError(f"Buffer needs numeric data, got {type(data).__name__} of objects")
+                raise ArgumentError(f"Buffer needs numeric data, got {type(data).__name__} of objects")
         self._devices: dict[str, tuple] = {}  # device id -> (CUDA ordinal, device array)
         self._lock = threading.Lock()          # transfers; the runtime orders the rest
         self.moved = {"to_device": 0, "to_host": 0}  # bytes copied each way
@@ -135,8 +136,6 @@ class Buffer:
     def cupy(self, device: str = "gpu0"):
         """The GPU copy on ``device`` itself, made current, as a CuPy array (no transfer
         when it is valid there). The caller may write it: the other copies become stale."""
-        from ..platform.devices import get_device
-
         dev = get_device(device)
         self._wait(write=True, timeout=None)
         with self._lock:
@@ -171,7 +170,7 @@ class Buffer:
         except ValueError:
             fits = False
         if not fits:
-            raise QueueError(f"cannot write data of shape {data.shape} into a Buffer of shape {self.shape}")
+            raise ArgumentError(f"cannot write data of shape {data.shape} into a Buffer of shape {self.shape}")
         self._wait(write=True, timeout=timeout, check=False)
         with self._lock:
             self._host[...] = data
@@ -250,7 +249,7 @@ class Buffer:
 
     def forget_rows(self, device, ranges) -> None:
         """Rows ``ranges`` of ``device``'s copy may hold half-applied updates (it failed
-        mid-launch): they stop counting as current there. DeviceFailure if that leaves
+        mid-launch): they stop counting as current there. DeviceError if that leaves
         them current nowhere."""
         with self._lock:
             self._valid[device.id] = _minus(self._valid.get(device.id, []), _union(ranges, []))
@@ -258,7 +257,7 @@ class Buffer:
 
     def forget(self, device) -> None:
         """``device`` failed: copy home the rows current only there, then stop counting
-        its copy (DeviceFailure naming the rows if they cannot be copied)."""
+        its copy (DeviceError naming the rows if they cannot be copied)."""
         with self._lock:
             try:
                 self._take(HOST, self._valid.get(device.id, []))
@@ -267,20 +266,20 @@ class Buffer:
                 self._devices.pop(device.id, None)
                 for rows in self._valid.values():
                     only = _minus(only, rows)
-                raise DeviceFailure(f"{self!r}: rows {only} were current only on {device.id}, which "
+                raise DeviceError(f"{self!r}: rows {only} were current only on {device.id}, which "
                                     f"failed, and cannot be copied home ({exc}): they are lost") from exc
             self._valid.pop(device.id, None)
             self._devices.pop(device.id, None)
 
     def _check_current(self, ranges, failed) -> None:
-        """DeviceFailure if some of rows ``ranges`` are current on no copy."""
+        """DeviceError if some of rows ``ranges`` are current on no copy."""
         lost = ranges
         for rows in self._valid.values():
             lost = _minus(lost, rows)
         if lost:
             where = f"on {failed.id}, which failed while a launch updated them in place" if failed else \
                 "on a device that failed"
-            raise DeviceFailure(f"{self!r}: rows {lost} were current only {where}: they are lost")
+            raise DeviceError(f"{self!r}: rows {lost} were current only {where}: they are lost")
 
     def _to_host(self) -> None:
         self._take(HOST, self._all)

@@ -29,7 +29,7 @@ writes them in place, so a GPU that fails first waits for what it launched (thos
 chunks count as run); if even that fails, its unfinished chunks may have half-updated
 the rows they read and write: those stop counting as current on the GPU and are re-run
 from a copy where they still are, or, where there is none, the launch raises
-DeviceFailure naming them (as it does when a failed merge would have to re-run rows
+DeviceError naming them (as it does when a failed merge would have to re-run rows
 that only the GPU holds). After the loop a failed GPU's rows are copied home and its
 copies no longer count.
 """
@@ -41,13 +41,14 @@ import math
 import threading
 
 
-from ..errors import DeviceFailure
+from ..errors import ArgumentError, DeviceError
 from ..index import views as _views
 from ..index.lowering import lowering
 from . import cpu
 from .buffers import _minus, _union
 from .gpu import Timing
 from .launch import SCALARS, Launch, bind, coherent, normalize_extent
+from .one_device import run_on
 from .staging import GpuChunks, coalesce
 from .perfmodel import device_key as _device_key, kernel_key as _kernel_key, perf_model
 from .report import RunReport
@@ -140,11 +141,9 @@ def _gpu_worker(launch: Launch, held=()) -> tuple[Worker, GpuChunks]:
 
 def _worker_shares(shares, targets, workers) -> list[float]:
     """Per-device shares (one per target, in order) spread evenly over each device's workers."""
-    from ..errors import ScheduleError
-
     shares = [float(s) for s in shares]
     if len(shares) != len(targets) or min(shares) < 0 or sum(shares) <= 0:
-        raise ScheduleError(f"shares must be {len(targets)} non-negative numbers, one per device "
+        raise ArgumentError(f"shares must be {len(targets)} non-negative numbers, one per device "
                             f"({', '.join(d.id for d in targets)}), not all zero; got {shares}")
     per_device = {d.id: s for d, s in zip(targets, shares)}
     counts = {d.id: sum(w.device_id == d.id for w in workers) for d in targets}
@@ -196,8 +195,6 @@ def _run_alone(model, key, launch):
     """Run ``launch`` on its device alone and learn that device's rate alone: every time
     on a CPU; on a GPU the first time (waiting for it) and then once in ``TIME_GPU_EVERY``
     launches, by CUDA events read at a later launch, so the host never waits."""
-    from .forall import run_on
-
     name = _device_key(launch.device) + ALONE
     if launch.device.kind == "cpu" or model.throughput(key, name) is None:
         report = run_on(launch, wait=True)
@@ -285,7 +282,7 @@ def _land(gpu_parts, report, cpu_launch, held, device_of) -> None:
     if held:
         _mark_written(held, ran)
     if lost:
-        raise DeviceFailure(lost)
+        raise DeviceError(lost)
     failed = {f.device_id for f in report.failures}
     for worker, chunks in gpu_parts:
         if worker.device_id in failed:
@@ -331,8 +328,6 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
     extent = normalize_extent(extent)
     rows = extent[0]
     if rows <= 1:  # nothing to share out (a one-index launch of sequential code): one device
-        from .forall import run_on
-
         return run_on(bind(kernel, extent, args, _one_row_device(targets, extent)))
     # Each GPU's worker thread stages copies and launches: leave it a core of its own.
     n_gpus = sum(d.kind == "gpu" for d in targets)
@@ -352,13 +347,9 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
         log.log(level, "kernel %s writes %s outside the rows of its launch index, so devices cannot "
                 "split it; running it on %s alone", kernel.name, ", ".join(map(repr, elsewhere)),
                 fastest.device.id)
-        from .forall import run_on
-
         return run_on(fastest)
     held = residents(launches[0]) if launches[0].plan.buffers else []
     if any(r.writes and r.offset is None for r in held):  # written rows not known per chunk
-        from .forall import run_on
-
         return run_on(_fastest(launches))
     workers, gpu_parts = [], []
     for launch in launches:

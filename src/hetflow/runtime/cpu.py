@@ -7,7 +7,9 @@ entry instead (Numba's threading layer, as fast as a hand-written ``prange``).
 A launch of few indices runs on the calling thread when its work is small too: the
 cost of a row on one core is measured (kept per launch plan and in the performance
 model, :mod:`.perfmodel`), and a small launch predicted to take ``INLINE_SECONDS`` or
-more is spread over the cores (1,000 rows each scanning a million samples).
+more is spread over the cores (1,000 rows each scanning a million samples): on a pool
+of threads, or through the parallel entry where it is predicted to take longer than
+``PARALLEL_SECONDS``.
 """
 from __future__ import annotations
 
@@ -30,6 +32,10 @@ INLINE_LIMIT = 1 << 15
 # Fewer indices run on the calling thread unless predicted to take this long there:
 # handing pieces to other threads costs tens of microseconds.
 INLINE_SECONDS = 200e-6
+# Fewer indices whose work on one core is predicted to take longer than this run through
+# Numba's threading layer too, as the largest do: threads of hetflow's own pool would
+# contend with that layer's workers, which spin a while after a user's prange (OpenMP's).
+PARALLEL_SECONDS = 2e-3
 # The first launch of a plan times rows on the calling thread, doubling their number
 # until they took this long, to learn the cost of a row before deciding on the rest.
 PROBE_SECONDS = 20e-6
@@ -132,6 +138,8 @@ def run(launch: Launch, workers: int) -> list[tuple[int, int]]:
             _inline(launch, lo, rows)
             _learn(launch, rows - lo, perf_counter() - began)
         return [(0, rows)]
+    if lo == 0 and rows * cost > PARALLEL_SECONDS and rows >= workers:  # (no probe ran rows)
+        return _parallel(launch, rows)
     return ([(0, lo)] if lo else []) + _threads(launch, lo, rows, workers)
 
 

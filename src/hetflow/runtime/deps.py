@@ -34,7 +34,7 @@ can: they exist, and others may wait for them, before they are submitted, and
 ``submit(event, wait_for=...)`` adds dependencies to an instance that others already
 depend on. ``submit`` therefore searches the pending dependency graph from the new
 ``wait_for`` events; reaching the submitted event means the new edges close a cycle
-(which would never run), and :class:`~hetflow.errors.DependencyCycleError` names it.
+(which would never run), and :class:`~hetflow.errors.ArgumentError` names it.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import DependencyCycleError
+from ..errors import ArgumentError
 from .events import COMPLETE, DONE, add_dependent, cancelled_error, dependents
 from .launch import SCALARS
 
@@ -227,7 +227,7 @@ def host_wrote_locked(obj) -> None:
 
 
 def check_cycle_locked(event, wait_for) -> None:
-    """Raise DependencyCycleError if ``event`` waiting for ``wait_for`` closes a cycle:
+    """Raise ArgumentError if ``event`` waiting for ``wait_for`` closes a cycle:
     if one of them already waits, transitively, for ``event``."""
     if not wait_for:  # nothing new to wait for: no walk over everything that waits
         return
@@ -241,7 +241,7 @@ def check_cycle_locked(event, wait_for) -> None:
             while ev is not None:
                 chain.append(str(ev))
                 ev = parent[ev]
-            raise DependencyCycleError(
+            raise ArgumentError(
                 f"{event} cannot wait for {chain[0]}: that closes a dependency cycle ("
                 + " -> ".join([str(event), *chain]) + "; '->' reads 'waits for')")
         for dep in (*dependents(ev._needs), *dependents(ev._after)):

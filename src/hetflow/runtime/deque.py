@@ -28,7 +28,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.core.extending import intrinsic
 
-from ..errors import ScheduleError
+from ..errors import ArgumentError
 
 # Status codes returned by pop_bottom / steal_top.
 OK = 0      # a chunk was taken
@@ -263,7 +263,7 @@ class DequeSet:
 
     def __init__(self, count: int, capacity: int):
         if count < 1 or capacity < 1:
-            raise ScheduleError(f"need at least one deque of capacity >= 1, got count={count}, "
+            raise ArgumentError(f"need at least one deque of capacity >= 1, got count={count}, "
                              f"capacity={capacity}")
         self.count = count
         self.capacity = capacity

@@ -21,8 +21,7 @@ import numbers
 import threading
 from time import perf_counter
 
-from ..errors import (DependencyCancelledError, EventFailedError, HetflowTimeoutError,
-                      QueueError)
+from ..errors import ArgumentError, EventFailedError, HetflowTimeoutError
 
 QUEUED, RUNNING, COMPLETE, FAILED, CANCELLED = "queued", "running", "complete", "failed", "cancelled"
 DONE = frozenset((COMPLETE, FAILED, CANCELLED))
@@ -108,7 +107,7 @@ class Event:
             raise error
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """Block until done; return the EventFailedError or DependencyCancelledError, or None."""
+        """Block until done; return the EventFailedError (raised or cancelled), or None."""
         self._block(timeout)
         self._retrieved = True
         return self._error
@@ -138,10 +137,10 @@ class Event:
 
 def _seconds(timeout, event) -> float | None:
     """A wait's ``timeout`` as threading takes it: a non-negative number of seconds,
-    infinity meaning none (threading overflows on it); else a QueueError."""
+    infinity meaning none (threading overflows on it); else an ArgumentError."""
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout >= 0:
-        raise QueueError(f"wait on {event}: timeout must be None or a non-negative number of seconds, "
-                         f"not {timeout!r}")
+        raise ArgumentError(f"wait on {event}: timeout must be None or a non-negative number of seconds, "
+                            f"not {timeout!r}")
     return None if timeout == float("inf") else float(timeout)
 
 
@@ -166,7 +165,7 @@ class UserEvent(Event):
     def _set(self, status: str, error) -> None:
         with LOCK:
             if self.status in DONE:
-                raise QueueError(f"{self} is already {self.status}; a user event is set once")
+                raise ArgumentError(f"{self} is already {self.status}; a user event is set once")
             settle_locked(self, status, error)
 
 
@@ -241,14 +240,14 @@ def start_locked(inst, stack: list | None = None) -> None:
         stack.append((inst, CANCELLED, inst.doomed))
 
 
-def cancelled_error(event: Event, cause: Event, cause_error) -> DependencyCancelledError:
+def cancelled_error(event: Event, cause: Event, cause_error) -> EventFailedError:
     """The error of ``event``, cancelled because ``cause`` failed or was cancelled."""
     root = getattr(cause_error, "failed_event", None)
     if root is not None:
         how = f"which was cancelled because {root} failed"
     else:
         how = "which failed" if cause.status is FAILED else "which was cancelled"
-    error = DependencyCancelledError(f"{event} was cancelled: it depends on {cause}, {how}")
+    error = EventFailedError(f"{event} was cancelled: it depends on {cause}, {how}")
     error.failed_event = root or cause
     return error
 

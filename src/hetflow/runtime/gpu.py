@@ -21,7 +21,7 @@ from numba.core import types
 from numba.core.errors import NumbaError
 
 from ..errors import HetflowError, KernelRaisedError
-from ..platform.cuda_compat import cuda_module, cupy_module
+from ..cuda_compat import cuda_module, cupy_module
 from .launch import Launch, is_device_array
 
 THREADS = 256
@@ -196,6 +196,8 @@ def launch_rows(launch: Launch, stream, lo: int, hi: int, dev_args: tuple, point
         (exe.entry[blocks, threads, stream] if stream else exe.entry[blocks, threads])(*args)
     except NumbaError as exc:
         raise exe.compile_error(exc, launch.device, launch.kernel) from None
+    except NotImplementedError as exc:  # numba-cuda cannot lower something (a ufunc's integer loop)
+        raise exe.compile_error(NumbaError(f"NotImplementedError: {exc}"), launch.device, launch.kernel) from exc
     except Exception as exc:
         if launch.device.simulated and not isinstance(exc, HetflowError):
             raise KernelRaisedError.of(launch.kernel.name, launch.device.id, lo, hi, exc) from exc

@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from ..errors import DTypeError, IndexTypeError, KernelArgumentError, ScatteredWriteWarning, ShapeError
+from ..errors import ArgumentError, ArgumentTypeError, ScatteredWriteWarning, ShapeError
 from ..index import views as _views
 from ..index.lowering import shared_lowering
 from ..kernels.kernel import Kernel
@@ -35,7 +35,7 @@ def coherent(x) -> bool:
 
 def normalize_extent(extent) -> tuple[int, ...]:
     """An int, a tuple of ints, an array or a view, as a launch extent. Anything but
-    integers (a float, a string, a bool) is an IndexTypeError (a ShapeError): ``int()`` would truncate
+    integers (a float, a string, a bool) is an ArgumentTypeError (a TypeError): ``int()`` would truncate
     ``9.7`` to 9 and iterate ``"10"`` into (1, 0)."""
     if type(extent) is int and extent >= 0:  # the common case, kept cheap
         return (extent,)
@@ -45,11 +45,11 @@ def normalize_extent(extent) -> tuple[int, ...]:
         extent = tuple(extent.shape)
     try:
         ext = tuple(map(_dimension, extent))
-    except IndexTypeError:
+    except ArgumentTypeError:
         raise
     except TypeError:
-        raise ShapeError(f"launch extent must be an int, a tuple of ints, an array or a view; "
-                         f"got {type(extent).__name__}") from None
+        raise ArgumentTypeError(f"launch extent must be an int, a tuple of ints, an array or a view; "
+                                f"got {type(extent).__name__}") from None
     if not ext:
         raise ShapeError("launch extent has rank 0; give at least one dimension")
     if any(e < 0 for e in ext):
@@ -62,7 +62,7 @@ def _dimension(e) -> int:
     if type(e) is int:
         return e
     if isinstance(e, (bool, np.bool_)) or not isinstance(e, numbers.Integral):
-        raise IndexTypeError(f"launch extent dimension {e!r} ({type(e).__name__}) is not an integer")
+        raise ArgumentTypeError(f"launch extent dimension {e!r} ({type(e).__name__}) is not an integer")
     return int(e)
 
 
@@ -160,16 +160,16 @@ _PLAIN = (np.ndarray, float, int, bool, complex)
 def _check_arguments(kernel: Kernel, ndim: int, args: tuple) -> list[str]:
     data = list(kernel.params[ndim:])
     if len(data) != len(args):
-        raise KernelArgumentError(
+        raise ArgumentTypeError(
             f"kernel {kernel.name!r} takes {len(data)} data argument(s) ({', '.join(data)}) after its "
             f"{ndim} index parameter(s) ({', '.join(kernel.params[:ndim])}), but {len(args)} were given")
     for name, arg in zip(data, args):
         if not (isinstance(arg, (np.ndarray, *SCALARS)) or coherent(arg) or is_device_array(arg) or _views.is_view(arg)):
-            raise KernelArgumentError(
+            raise ArgumentTypeError(
                 f"kernel {kernel.name!r} argument {name!r}: {type(arg).__name__} is not an array, "
                 f"a view or a scalar")
         if type(arg) is int and not _INT_MIN <= arg <= _INT_MAX:
-            raise KernelArgumentError(
+            raise ArgumentError(
                 f"kernel {kernel.name!r} argument {name!r}: the integer {arg} does not fit int64, "
                 f"which compiled code takes; pass a float or a NumPy uint64")
     return data
@@ -181,7 +181,7 @@ def _check_writable(kernel: Kernel, data: list[str], args: tuple, written: tuple
     for k in written:
         flags = getattr(_views.root_of(args[k]), "flags", None)
         if flags is not None and not getattr(flags, "writeable", True):
-            raise KernelArgumentError(
+            raise ArgumentError(
                 f"kernel {kernel.name!r} writes argument {data[k]!r}, but that array is read-only "
                 f"(flags.writeable is False)")
 
@@ -192,14 +192,14 @@ _UNSUPPORTED = {"cpu": frozenset(map(np.dtype, (np.float16, object))), "gpu": fr
 
 
 def _check_dtypes(kernel: Kernel, data: list[str], args: tuple, device) -> None:
-    """DTypeError for an argument whose element type ``device`` cannot run (before
+    """ArgumentTypeError for an argument whose element type ``device`` cannot run (before
     anything is compiled or looked up in the code repository)."""
     unsupported = _UNSUPPORTED.get(device.kind, ())
     for name, arg in zip(data, args):
         dtype = getattr(_views.root_of(arg) if _views.is_view(arg) else arg, "dtype", None)
         if dtype in unsupported:
-            raise DTypeError(f"kernel {kernel.name!r} argument {name!r}: element type {dtype} is not "
-                             f"supported on {device.id}; convert it (e.g. to float32) first")
+            raise ArgumentTypeError(f"kernel {kernel.name!r} argument {name!r}: element type {dtype} is not "
+                                    f"supported on {device.id}; convert it (e.g. to float32) first")
 
 
 def _extent_checks(data: list[str], args: tuple, access) -> tuple:
@@ -304,7 +304,7 @@ FRESH = "lowered afresh"
 def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     """Check and bind one launch of ``kernel`` over ``extent`` on ``device``."""
     if not isinstance(kernel, Kernel):
-        raise KernelArgumentError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
+        raise ArgumentTypeError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
     extent = (extent,) if type(extent) is int and extent >= 0 else normalize_extent(extent)
     ndim = len(extent)
     names = kernel.params[ndim:]

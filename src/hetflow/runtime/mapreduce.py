@@ -29,7 +29,7 @@ from numba.core import types
 from numba.core.errors import NumbaError
 from numba.np.numpy_support import as_dtype
 
-from ..errors import DTypeError, KernelArgumentError, KernelCompileError, ShapeError
+from ..errors import ArgumentTypeError, KernelCompileError, ShapeError
 from ..index import views as _views
 from ..index.arrays import array_module
 from ..kernels import Kernel
@@ -45,6 +45,14 @@ from .reductions import block_plan, folder, planner
 CPU_BLOCKS_PER_CORE = 64
 
 
+def kernel_op(op, axis):
+    """The op of the kernel form, ``reduce(extent, kernel, *args, op="sum")``, which has no axis."""
+    if axis is not None:
+        raise ArgumentTypeError("reduce(extent, kernel, ...) folds every index of the extent; "
+                                "axis= is for the array form")
+    return "sum" if op is None else op
+
+
 def map_reduce(extent, kernel, args, op, device, commutative, identity):
     """``op``'s fold of ``kernel(i, *args)`` over every index ``i`` of ``extent``: a NumPy
     scalar, or a tuple of them for a kernel returning tuples."""
@@ -57,7 +65,7 @@ def map_reduce(extent, kernel, args, op, device, commutative, identity):
     value = dtypes if fields == 0 else np.dtype([(f"f{k}", d) for k, d in enumerate(dtypes)])
     op.check(value)
     if identity is not None and op.builtin:
-        raise KernelArgumentError(f"reduce: identity= is for user-defined ops; {op.name!r} has its own")
+        raise ArgumentTypeError(f"reduce: identity= is for user-defined ops; {op.name!r} has its own")
     size = math.prod(ext)
     if size == 0:
         return _empty(op, value, identity, ext)
@@ -112,16 +120,16 @@ def _empty(op, value, identity, ext):
 
 def _check_kernel(kernel, rank: int, args) -> None:
     if not isinstance(kernel, Kernel):
-        raise KernelArgumentError(f"reduce(extent, kernel, *args): kernel must be a hetflow kernel, "
-                                  f"not {type(kernel).__name__}")
+        raise ArgumentTypeError(f"reduce(extent, kernel, *args): kernel must be a hetflow kernel, "
+                                f"not {type(kernel).__name__}")
     if not kernel.has_source:
-        raise KernelArgumentError(f"reduce: map kernel {kernel.name!r} has no readable source (defined in "
-                                  f"{kernel.filename or 'an exec'}); define it in a file or module")
+        raise ArgumentTypeError(f"reduce: map kernel {kernel.name!r} has no readable source (defined in "
+                                f"{kernel.filename or 'an exec'}); define it in a file or module")
     data = len(kernel.params) - rank
     if data != len(args):
-        raise KernelArgumentError(f"reduce: kernel {kernel.name!r} takes {rank} index parameter(s) and "
-                                  f"{max(data, 0)} argument(s) ({', '.join(kernel.params)}); got "
-                                  f"{len(args)} argument(s) for a rank-{rank} extent")
+        raise ArgumentTypeError(f"reduce: kernel {kernel.name!r} takes {rank} index parameter(s) and "
+                                f"{max(data, 0)} argument(s) ({', '.join(kernel.params)}); got "
+                                f"{len(args)} argument(s) for a rank-{rank} extent")
 
 
 _value_types: dict[tuple, object] = {}
@@ -165,5 +173,5 @@ def _dtypes(kernel, t):
         return tuple(as_dtype(e) for e in t)
     if isinstance(t, (types.Number, types.Boolean)):
         return as_dtype(t)
-    raise DTypeError(f"reduce: map kernel {kernel.name!r} returns {t}; it must return a number, a bool "
-                     f"or a tuple of them (the value at its index)")
+    raise ArgumentTypeError(f"reduce: map kernel {kernel.name!r} returns {t}; it must return a number, a bool "
+                            f"or a tuple of them (the value at its index)")

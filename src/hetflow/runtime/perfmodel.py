@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 
-from ..errors import ScheduleError
+from ..errors import ArgumentError
 from ..platform.repository import default_root, repository
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class PerfModel:
 
     def __init__(self, path: str | os.PathLike | None = None, alpha: float = 0.5):
         if not 0 < alpha <= 1:
-            raise ScheduleError(f"alpha must lie in (0, 1], got {alpha!r}")
+            raise ArgumentError(f"alpha must lie in (0, 1], got {alpha!r}")
         self.path = pathlib.Path(path) if path is not None else default_root() / FILE_NAME
         self.alpha = alpha
         self._entries: dict[str, dict[str, dict]] | None = None
@@ -95,7 +95,7 @@ class PerfModel:
         """
         keys = list(device_keys)
         if not keys:
-            raise ScheduleError("shares needs at least one device key")
+            raise ArgumentError("shares needs at least one device key")
         rates = self.throughputs(kernel_key, keys)
         known = [r for r in rates if r]
         if not known:
@@ -109,7 +109,7 @@ class PerfModel:
     def observe(self, kernel_key: str, device_key: str, throughput: float) -> None:
         """Fold one measured throughput into the moving average (not yet saved)."""
         if not throughput > 0 or throughput == float("inf"):
-            raise ScheduleError(f"throughput must be positive and finite, got {throughput!r}")
+            raise ArgumentError(f"throughput must be positive and finite, got {throughput!r}")
         with self._lock:
             per_kernel = self._table().setdefault(kernel_key, {})
             old = per_kernel.get(device_key)

@@ -11,7 +11,7 @@ over several, and that device's worker threads run it.
 
 Failures: a kernel that raises marks its event ``'failed'`` with an
 :class:`~hetflow.errors.EventFailedError` naming kernel and event; what depends on it
-is ``'cancelled'`` (:class:`~hetflow.errors.DependencyCancelledError`); unrelated work
+is ``'cancelled'`` (:class:`~hetflow.errors.EventFailedError`); unrelated work
 goes on. ``finish()`` waits for everything, then raises the first failure nobody
 retrieved through ``wait``/``exception``.
 
@@ -37,7 +37,7 @@ from time import perf_counter
 
 import numpy as np
 
-from ..errors import HetflowTimeoutError, KernelArgumentError, KernelError, QueueError
+from ..errors import ArgumentError, ArgumentTypeError, EventFailedError, HetflowTimeoutError, KernelError
 from ..kernels.kernel import Kernel
 from ..platform.context import Context
 from ..platform.devices import Device
@@ -77,7 +77,7 @@ _released: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
 
 def _register(kernel) -> _KernelRecord:
     if not isinstance(kernel, Kernel):
-        raise KernelArgumentError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
+        raise ArgumentTypeError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
     if kernel in _released:
         raise KernelError(f"kernel {kernel.name!r} was released; it cannot be enqueued any more")
     with LOCK:
@@ -88,7 +88,7 @@ def release(kernel: Kernel) -> None:
     """Release a kernel object: no new instances; the runtime drops it from its tables
     once its pending instances are done (at once if there are none)."""
     if not isinstance(kernel, Kernel):
-        raise KernelArgumentError(f"{kernel!r} is not a hetflow kernel")
+        raise ArgumentTypeError(f"{kernel!r} is not a hetflow kernel")
     with LOCK:
         if kernel in _released:
             raise KernelError(f"kernel {kernel.name!r} was already released")
@@ -151,10 +151,10 @@ class _Core:
         self.context = context  # one reference of it is ours, released at close
         devices = context.devices
         if not devices:
-            raise QueueError(f"{context!r} has no devices to run on")
+            raise ArgumentError(f"{context!r} has no devices to run on")
         if isinstance(slots, dict) and set(slots) - {d.id for d in devices}:
-            raise QueueError(f"slots name devices outside the queue's context: "
-                             f"{', '.join(sorted(set(slots) - {d.id for d in devices}))}")
+            raise ArgumentError(f"slots name devices outside the queue's context: "
+                                f"{', '.join(sorted(set(slots) - {d.id for d in devices}))}")
         self.lanes = [Lane(d, _slots(d, slots)) for d in devices]
         self.scheduler = Scheduler(self.lanes, **thresholds)
         self.single = self.lanes[0] if len(self.lanes) == 1 else None
@@ -180,13 +180,13 @@ class _Core:
         if device is not None:
             explicit = sched.lane(device.id if isinstance(device, Device) else device)
             if explicit is None:
-                raise QueueError(f"device {device!r} is not in this queue's context "
-                                 f"({', '.join(lane.device.id for lane in self.lanes)})")
+                raise ArgumentError(f"device {device!r} is not in this queue's context "
+                                    f"({', '.join(lane.device.id for lane in self.lanes)})")
         on_gpu = None
         for pos, a in enumerate(args):
             if type(a) is not np.ndarray and (is_device_array(a) or is_device_array(getattr(a, "root", None))):
                 if explicit is not None and explicit.cpu:
-                    raise QueueError(f"argument {pos} is a GPU array: it cannot run on {explicit.device.id}")
+                    raise ArgumentError(f"argument {pos} is a GPU array: it cannot run on {explicit.device.id}")
                 # Several lanes and at most one CPU: there is a GPU.
                 on_gpu = explicit or next(lane for lane in self.lanes if not lane.cpu)
                 break
@@ -297,8 +297,8 @@ class _Core:
             self.closed = True
             for inst in list(self.deferred):
                 if inst.doomed is None:
-                    inst.doomed = QueueError(f"{inst} was enqueued with defer=True and never "
-                                             f"submitted before its queue closed")
+                    inst.doomed = EventFailedError(f"{inst} was enqueued with defer=True and never "
+                                                   f"submitted before its queue closed")
                 self._submit_locked(inst, time.perf_counter())
             if self.outstanding == 0:
                 self._wake_all_locked()
@@ -317,7 +317,7 @@ def _slots(device: Device, slots) -> int:
         # GIL hand-offs between workers.
         return 1
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-        raise QueueError(f"slots for {device.id} must be a positive int, got {n!r}")
+        raise ArgumentError(f"slots for {device.id} must be a positive int, got {n!r}")
     return int(n)
 
 
@@ -385,8 +385,8 @@ class Queue:
     def __init__(self, context=None, *, slots=None, **thresholds):
         unknown = set(thresholds) - _THRESHOLDS
         if unknown:
-            raise QueueError(f"unknown Queue option(s) {', '.join(sorted(unknown))}; the scheduler "
-                             f"takes {', '.join(sorted(_THRESHOLDS))}")
+            raise ArgumentError(f"unknown Queue option(s) {', '.join(sorted(unknown))}; the scheduler "
+                                f"takes {', '.join(sorted(_THRESHOLDS))}")
         if isinstance(context, Context):
             context.retain()
         else:
@@ -454,7 +454,7 @@ class Queue:
         data = accesses(args, modes)
         with LOCK:
             if core.closed:  # checked under the lock: a closing queue's workers may be gone
-                raise QueueError("this queue is closed; create a new one")
+                raise ArgumentError("this queue is closed; create a new one")
             for w in wait_for:
                 depend_locked(inst, w, True)
             track_locked(inst, data)
@@ -471,15 +471,15 @@ class Queue:
     def submit(self, event: Event, wait_for=()) -> None:
         """Start a deferred instance, after ``wait_for`` events too.
 
-        Raises DependencyCycleError when those events (transitively) wait for
+        Raises ArgumentError when those events (transitively) wait for
         ``event`` itself; the instance then stays deferred.
         """
         wait_for = _events(wait_for) if wait_for else ()
         with LOCK:
             if not isinstance(event, Instance) or event.core is not self._core:
-                raise QueueError(f"{event!r} is not a pending instance of this queue")
+                raise ArgumentError(f"{event!r} is not a pending instance of this queue")
             if event.submitted is not None:
-                raise QueueError(f"{event} was already submitted (only defer=True instances are submitted)")
+                raise ArgumentError(f"{event} was already submitted (only defer=True instances are submitted)")
             check_cycle_locked(event, wait_for)
             for w in wait_for:
                 depend_locked(event, w, True)
@@ -496,8 +496,8 @@ class Queue:
         with locked(timeout, "queue finish"):
             if core.deferred:
                 names = ", ".join(str(i) for i in sorted(core.deferred, key=lambda i: i.id))
-                raise QueueError(f"finish() would wait forever: deferred instance(s) never submitted: "
-                                 f"{names}; submit them first")
+                raise ArgumentError(f"finish() would wait forever: deferred instance(s) never submitted: "
+                                    f"{names}; submit them first")
             while core.outstanding:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0 or not core.idle_cond.wait(left):
@@ -530,7 +530,7 @@ class Queue:
         measured again (None); see :func:`hetflow.runtime.status.set_busy`."""
         dev_id = device.id if isinstance(device, Device) else device
         if self._core.scheduler.lane(dev_id) is None:
-            raise QueueError(f"device {device!r} is not in this queue's context")
+            raise ArgumentError(f"device {device!r} is not in this queue's context")
         status.set_busy(dev_id, busy)
 
     def __repr__(self):
@@ -540,7 +540,7 @@ class Queue:
 
 def _priority(priority) -> int:
     if isinstance(priority, bool) or not isinstance(priority, numbers.Integral):
-        raise QueueError(f"priority must be an int, got {type(priority).__name__}")
+        raise ArgumentError(f"priority must be an int, got {type(priority).__name__}")
     return int(priority)
 
 
@@ -550,10 +550,10 @@ def _events(wait_for) -> tuple:
     try:
         events = tuple(wait_for)
     except TypeError:
-        raise QueueError(f"wait_for must be an event or events, got {type(wait_for).__name__}") from None
+        raise ArgumentError(f"wait_for must be an event or events, got {type(wait_for).__name__}") from None
     for e in events:
         if not isinstance(e, Event):
-            raise QueueError(f"wait_for must hold hetflow events, got {type(e).__name__}")
+            raise ArgumentError(f"wait_for must hold hetflow events, got {type(e).__name__}")
     return events
 
 

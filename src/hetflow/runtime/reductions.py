@@ -1,5 +1,6 @@
-"""The ``reduce`` call site (SPEC §1 "Call sites"), and what ``scan`` and ``sort`` share
-with it: operand and axis checks, picking the device, and cutting work into blocks.
+"""What the ``reduce`` call site (SPEC §1 "Call sites", :mod:`hetflow.callsites`) runs for
+arrays, and what ``scan`` and ``sort`` share with it: operand and axis checks, picking the
+device, and cutting work into blocks.
 
 Two paths compute a reduction:
 
@@ -17,16 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import operator
 
 import numpy as np
 
-from ..errors import KernelArgumentError, ShapeError
+from ..errors import ArgumentError, ArgumentTypeError, ShapeError
 from ..index import views as _views
 from ..index.arrays import array_module
-from ..ir.capture import current_graph
-from ..kernels import Kernel
 from . import binops, blockgen
 from .cpu import INLINE_LIMIT
 from ..platform.devices import cpu_device
@@ -65,11 +63,11 @@ def targets(device, x, site: str) -> tuple:
     devs = resolve_devices(device, (x,))
     if is_device_array(_views.root_of(x)):
         if len(devs) > 1:
-            raise KernelArgumentError(f"{site}: the operand lives on a GPU; several devices "
-                                      f"({', '.join(d.id for d in devs)}) co-execute host data only")
+            raise ArgumentError(f"{site}: the operand lives on a GPU; several devices "
+                                f"({', '.join(d.id for d in devs)}) co-execute host data only")
         if devs[0].kind == "cpu":
-            raise KernelArgumentError(f"{site}: the operand lives on a GPU but device {devs[0].id} is a CPU; "
-                                      f"run it on a GPU device or copy it with hetflow.asarray(x, device='cpu')")
+            raise ArgumentError(f"{site}: the operand lives on a GPU but device {devs[0].id} is a CPU; "
+                                f"run it on a GPU device or copy it with hetflow.asarray(x, device='cpu')")
     return devs
 
 
@@ -160,61 +158,8 @@ def _fold_all(x, op, acc, devs, xp):
 
 # -- reduce ---------------------------------------------------------------------------------
 def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=True, identity=None):
-    """Combine the elements of ``x`` with ``op``: all of them (``axis=None``) or along
-    ``axis``; or, as ``reduce(extent, kernel, *args, op="sum")``, combine the values a
-    kernel returns at every index of ``extent``, in one pass (:mod:`.mapreduce`).
-
-    Array form: ``reduce(x, op, axis=None, device=None)``, ``op`` also by keyword.
-
-    ``x``: a NumPy or CuPy array, or a view of one. ``op``: 'sum', 'prod', 'min', 'max',
-    'and', 'or', 'xor' (logical on bools, bitwise on integers; floats are refused), or a
-    hetflow kernel ``op(a, b)`` returning the combination of two elements. A user op
-    must be associative. ``commutative=False`` says it is not commutative: elements and
-    partial results are then combined strictly in index order (grouped differently
-    from a sequential fold, which associativity allows). Commutative ops (all the
-    built-ins) may be combined out of order: interleaved partial folds on a CPU, and
-    round-robin dealing of elements to threads on a GPU (coalesced reads). A user op's
-    result has the input's element type (structured elements included). ``identity``
-    (user ops only) is returned for an empty input; without it an empty input is an
-    error, as for min and max.
-
-    Returns a NumPy scalar (``axis=None``) or a new array; for CuPy input, a 0-d or
-    n-d CuPy array. Sums of ints and bools widen as in NumPy; the compiled path
-    accumulates float32/float16 sums and products in float64.
-
-    ``device``: one device, or several (host data only): the generated kernels' launches
-    over blocks are then co-executed, each block exactly once, and the partials folded
-    in index order on the CPU (the library path is not taken).
-
-    No input is copied: views are lowered into the generated kernel (they never go
-    through NumPy), and a GPU device given host data copies it to the GPU once.
-
-    Kernel form: ``kernel(i, *args)`` (one index parameter per dimension of ``extent``)
-    returns a number, a bool or a tuple of them; nothing is stored but one partial per
-    block. Built-in ops take numbers and bools; tuples need a user op of two tuples
-    (``hetflow.library.minloc`` and ``maxloc`` for ``(value, index)`` pairs). Returns a
-    NumPy scalar, or a tuple of them. ``device`` may name several devices: the blocks
-    are then co-executed as a ``forall`` (each exactly once) and their partials folded
-    in index order.
-
-    Inside ``with hetflow.graph()`` the reduction is recorded, not run: the result is
-    a handle, readable after ``g.run()``.
-    """
-    if isinstance(what, Kernel) and _is_extent(x):
-        return _kernel_form(x, what, args, op, axis, device, commutative, identity)
-    if what is not None:
-        if op is not None:
-            raise KernelArgumentError(f"reduce: op given twice ({what!r} and op={op!r})")
-        op = what
-    if len(args) > 2:
-        raise KernelArgumentError(f"reduce(x, op, axis, device) takes at most 4 positional arguments; "
-                                  f"got {2 + len(args)} (for a kernel, give an extent first)")
-    axis, device = (*args, axis, device)[:2] if args else (axis, device)
-    g = current_graph()
-    if g is not None:
-        binops.resolve(op, commutative)  # a bad op fails here, not when the graph runs
-        return g.record("reduce", fn=reduce, args=(x, op), kwargs=dict(
-            axis=axis, device=device, commutative=commutative, identity=identity))
+    """The array form of :func:`hetflow.reduce` (which documents it), run now."""
+    op, axis, device = array_arguments(what, args, op, axis, device)
     op = binops.resolve(op, commutative)
     operand(x, "reduce")
     dtype = np.dtype(x.dtype)
@@ -224,7 +169,7 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
     devs = targets(device, x, "reduce")
     if identity is not None:
         if op.builtin:
-            raise KernelArgumentError(f"reduce: identity= is for user-defined ops; {op.name!r} has its own")
+            raise ArgumentTypeError(f"reduce: identity= is for user-defined ops; {op.name!r} has its own")
         identity = np.asarray(identity, dtype=dtype)[()]
     if rank == 0:
         value = element(x) if dtype.names is not None else op.result_dtype(dtype).type(element(x))
@@ -240,24 +185,18 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
     return _compiled_reduce(x, op, dtype, axis, devs)
 
 
-def _is_extent(x) -> bool:
-    """An int or a tuple of them: the extent of the kernel form, never an operand."""
-    return isinstance(x, numbers.Integral) or (type(x) is tuple and all(isinstance(e, numbers.Integral) for e in x))
-
-
-def _kernel_form(extent, kernel, args, op, axis, device, commutative, identity):
-    if axis is not None:
-        raise KernelArgumentError("reduce(extent, kernel, ...) folds every index of the extent; "
-                                  "axis= is for the array form")
-    op = "sum" if op is None else op
-    g = current_graph()
-    if g is not None:
-        binops.resolve(op, commutative)
-        return g.record("reduce", fn=reduce, args=(extent, kernel, *args), kwargs=dict(
-            op=op, device=device, commutative=commutative, identity=identity))
-    from .mapreduce import map_reduce  # it builds on this module
-
-    return map_reduce(extent, kernel, args, op, device, commutative, identity)
+def array_arguments(what, args, op, axis, device):
+    """``(op, axis, device)`` of reduce's array form, ``reduce(x, op, axis, device)``, each
+    given by position or by keyword."""
+    if what is not None:
+        if op is not None:
+            raise ArgumentTypeError(f"reduce: op given twice ({what!r} and op={op!r})")
+        op = what
+    if len(args) > 2:
+        raise ArgumentTypeError(f"reduce(x, op, axis, device) takes at most 4 positional arguments; "
+                                f"got {2 + len(args)} (for a kernel, give an extent first)")
+    axis, device = (*args, axis, device)[:2] if args else (axis, device)
+    return op, axis, device
 
 
 def _scalar(value, x):

@@ -1,4 +1,4 @@
-"""The ``scan`` and ``sort`` call sites (SPEC §1 "Call sites").
+"""What the ``scan`` and ``sort`` call sites (SPEC §1 "Call sites", :mod:`hetflow.callsites`) run.
 
 Both write a new array and never modify their operand.
 
@@ -23,10 +23,9 @@ import numpy as np
 from numba.core.errors import NumbaError
 from numba.np.numpy_support import as_dtype
 
-from ..errors import DTypeError, KernelArgumentError, KernelCompileError
+from ..errors import ArgumentTypeError, KernelCompileError
 from ..index import views as _views
 from ..index.arrays import array_module
-from ..ir.capture import current_graph
 from ..kernels import Kernel
 from ..platform.devices import get_device
 from ..platform.repository import repository
@@ -38,27 +37,7 @@ from .reductions import block_plan, element, fold_blocks, folder, normalize_axis
 
 # -- scan ---------------------------------------------------------------------------------
 def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
-    """Prefix combinations of ``x`` by ``op``: ``out[k] = x[0] op ... op x[k]`` (inclusive)
-    or ``x[0] op ... op x[k-1]`` with ``out[0]`` the identity (exclusive).
-
-    ``op`` is one of reduce's built-in names or an associative hetflow kernel ``op(a, b)``
-    (order is always kept: commutativity is not needed). ``axis=None`` scans all
-    elements in C order into a 1-D result (as ``numpy.cumsum``); an int scans along that
-    axis. An exclusive scan with a user op needs ``identity=``; built-ins know theirs
-    (for min and max: +-inf, or the integer type's limits).
-
-    Returns a new array (NumPy for host data, CuPy for GPU data) of NumPy's result
-    type for built-ins (sums of small ints widen), the input's for user ops.
-    ``device``: one device, or several (host data only), co-executing both passes over
-    the blocks (each exactly once) with the block totals scanned on the CPU. Views are
-    read through generated kernels: never materialised. Inside ``with hetflow.graph()``
-    the scan is recorded, not run, and the result is a handle.
-    """
-    g = current_graph()
-    if g is not None:
-        binops.resolve(op)  # a bad op fails here, not when the graph runs
-        return g.record("scan", fn=scan, args=(x, op), kwargs=dict(
-            axis=axis, inclusive=inclusive, device=device, identity=identity))
+    """:func:`hetflow.scan` (which documents it), run now."""
     op = binops.resolve(op, commutative=False)  # prefixes are built strictly in index order
     operand(x, "scan")
     dtype = np.dtype(x.dtype)
@@ -94,13 +73,13 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
 def _scan_init(op, dtype, inclusive, identity):
     if op.builtin:
         if identity is not None:
-            raise KernelArgumentError(f"scan: identity= is for user-defined ops; {op.name!r} has its own")
+            raise ArgumentTypeError(f"scan: identity= is for user-defined ops; {op.name!r} has its own")
         return None if inclusive else op.identity(dtype)
     if identity is None:
         if inclusive:
             return None
-        raise KernelArgumentError(f"scan: an exclusive scan with the user op {op.name!r} needs its "
-                                  f"identity element: pass identity=")
+        raise ArgumentTypeError(f"scan: an exclusive scan with the user op {op.name!r} needs its "
+                                f"identity element: pass identity=")
     return np.asarray(identity, dtype=dtype)[()]
 
 
@@ -165,32 +144,15 @@ def _library_scan(x, op, dtype, axis, inclusive, init, dev):
 
 # -- sort -----------------------------------------------------------------------------------
 def sort(x, axis=-1, descending=False, key=None, device=None):
-    """A sorted copy of ``x`` along ``axis`` (None: all elements, flattened). Stable:
-    elements with equal keys keep their order, in descending sorts too.
-
-    ``key``: a hetflow kernel of one element returning its sort key (a number); the
-    elements are ordered by key. Structured elements need a key. NaN keys sort as the
-    largest: last ascending, first descending.
-
-    ``x`` is never modified. A view is first copied into a new array by a generated
-    kernel on the device (with no key, the sort then works on that copy); keys are
-    computed by a generated kernel on the device (or co-executed on several devices,
-    as ``device=[...]`` says); the ordering itself runs in NumPy
-    for host data and in CuPy for GPU data, whatever the device. Inside
-    ``with hetflow.graph()`` the sort is recorded, not run, and the result is a handle.
-    """
-    g = current_graph()
-    if g is not None:
-        return g.record("sort", fn=sort, args=(x,), kwargs=dict(
-            axis=axis, descending=descending, key=key, device=device))
+    """:func:`hetflow.sort` (which documents it), run now."""
     operand(x, "sort")
     dtype = np.dtype(x.dtype)
     rank = len(x.shape)
     axis = normalize_axis(axis, rank, "sort")
     key_dtype = _key_dtype(key, dtype) if key is not None else None
     if key is None and dtype.names is not None:
-        raise DTypeError("sort: structured elements have no order of their own; pass key=, a kernel "
-                         "returning each element's sort key")
+        raise ArgumentTypeError("sort: structured elements have no order of their own; pass key=, a kernel "
+                                "returning each element's sort key")
     devs = targets(device, x, "sort")
     xp = array_module(_views.root_of(x))
     a = _materialized(x, devs, xp)
@@ -258,11 +220,11 @@ def _argsorted(xp, keys, axis, descending):
 def _key_dtype(key, dtype: np.dtype) -> np.dtype:
     """The element type ``key`` returns for elements of ``dtype`` (compiled to find out)."""
     if not isinstance(key, Kernel):
-        raise KernelArgumentError(f"sort: key must be a hetflow kernel of one element, not "
-                                  f"{type(key).__name__} {key!r}; decorate it with @hetflow.kernel")
+        raise ArgumentTypeError(f"sort: key must be a hetflow kernel of one element, not "
+                                f"{type(key).__name__} {key!r}; decorate it with @hetflow.kernel")
     if len(key.params) != 1:
-        raise KernelArgumentError(f"sort: key kernel {key.name!r} takes {len(key.params)} parameter(s) "
-                                  f"({', '.join(key.params)}); a key takes exactly one element")
+        raise ArgumentTypeError(f"sort: key kernel {key.name!r} takes {len(key.params)} parameter(s) "
+                                f"({', '.join(key.params)}); a key takes exactly one element")
     fn = repository().device_function(key, get_device("cpu0"))
     args = (numba.from_dtype(dtype),)
     try:
@@ -276,6 +238,6 @@ def _key_dtype(key, dtype: np.dtype) -> np.dtype:
     except NumbaError:  # a tuple, a list...: no NumPy dtype
         kd = None
     if kd is None or kd.names is not None or kd.kind not in "biuf":
-        raise KernelArgumentError(f"sort: key kernel {key.name!r} returns {returned} for elements of dtype "
-                                  f"{dtype}; a key must be a number (bool, integer or float)")
+        raise ArgumentTypeError(f"sort: key kernel {key.name!r} returns {returned} for elements of dtype "
+                                f"{dtype}; a key must be a number (bool, integer or float)")
     return kd

@@ -34,7 +34,7 @@ import heapq
 import numbers
 import threading
 
-from ..errors import QueueError
+from ..errors import ArgumentError
 from .events import LOCK
 from .status import Sampler, forced_busy
 
@@ -93,7 +93,7 @@ class Scheduler:
                             ("busy_utilization", busy_utilization), ("gpu_min_work", gpu_min_work),
                             ("split_min", split_min)):
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-                raise QueueError(f"{name} must be a positive number, got {value!r}")
+                raise ArgumentError(f"{name} must be a positive number, got {value!r}")
         self.lanes = lanes
         self.max_depth = max_depth
         self.max_memory = max_memory

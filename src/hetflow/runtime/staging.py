@@ -17,7 +17,7 @@ import numpy as np
 from ..index import views as _views
 from ..index.managed import device_view
 from ..index.operators import section
-from ..platform.cuda_compat import cuda_module
+from ..cuda_compat import cuda_module
 from . import gpu
 from .gpu import FastEntry, launch_rows, stream_pointer
 from .launch import SCALARS, Launch, coherent, is_device_array, warn_scattered
@@ -169,7 +169,7 @@ class GpuChunks:
         all the same (the stream still completes them). When it does not, the rows those
         chunks read and wrote of a coherent array may hold half-applied updates here:
         they stop counting as current on this GPU, and if they are current nowhere else
-        they are lost (DeviceFailure)."""
+        they are lost (DeviceError)."""
         ran = len(self.pending)
         try:
             self.sync()

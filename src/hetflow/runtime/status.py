@@ -32,6 +32,7 @@ import time
 
 import psutil
 
+from ..cuda_compat import cuda_module
 from ..platform.devices import Device
 
 log = logging.getLogger(__name__)
@@ -121,8 +122,6 @@ def _nvml():
 def _handle(nvml, device: Device):
     """The NVML handle of a CUDA device, matched by UUID (CUDA and NVML number GPUs
     differently when CUDA_VISIBLE_DEVICES is set), else by ordinal."""
-    from ..platform.cuda_compat import cuda_module
-
     try:
         cuda = cuda_module()
         with cuda.gpus[device.ordinal]:

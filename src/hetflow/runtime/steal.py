@@ -61,7 +61,7 @@ is re-run only if its results did not land, so a read-modify-write kernel
 (``out[i] += 1``) applies once per index: a GPU worker's results land at ``sync`` (see
 :mod:`hetflow.runtime.coexec`), and a CPU chunk that fails has not run (a fault of its
 kernel's code stops the loop instead, below). If every worker fails,
-:class:`~hetflow.errors.DeviceFailure` is raised.
+:class:`~hetflow.errors.DeviceError` is raised.
 Only faults of the device are recovered so: an exception the kernel's own code raised
 (:class:`~hetflow.errors.KernelRaisedError`, or checked mode's
 :class:`~hetflow.errors.IndexOutOfBoundsError`) would raise on every device, so it stops
@@ -80,7 +80,7 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
-from ..errors import DeviceFailure, IndexOutOfBoundsError, KernelRaisedError, RuntimeFailure, ScheduleError
+from ..errors import ArgumentError, DeviceError, EventFailedError, IndexOutOfBoundsError, KernelRaisedError
 from .deque import (ABORT, EMPTY, OK, DequeSet, aligned_zeros, atomic_load, atomic_store,
                     fetch_add, has_empty_token, pop_bottom, push_bottom, size, steal_top,
                     steal_top_adjacent, write_empty_token)
@@ -126,18 +126,18 @@ class Worker:
 
     def __post_init__(self):
         if self.kind not in ("cpu", "gpu"):
-            raise ScheduleError(f"worker {self.name!r}: kind must be 'cpu' or 'gpu', "
+            raise ArgumentError(f"worker {self.name!r}: kind must be 'cpu' or 'gpu', "
                                 f"got {self.kind!r}")
         if not callable(self.run_chunk):
-            raise ScheduleError(f"worker {self.name!r}: run_chunk must be callable")
+            raise ArgumentError(f"worker {self.name!r}: run_chunk must be callable")
         if not isinstance(self.chunk_size, (int, np.integer)) or self.chunk_size < 1:
-            raise ScheduleError(f"worker {self.name!r}: chunk_size must be a positive "
+            raise ArgumentError(f"worker {self.name!r}: chunk_size must be a positive "
                                 f"integer, got {self.chunk_size!r}")
         if not isinstance(self.inflight, (int, np.integer)) or self.inflight < 1:
-            raise ScheduleError(f"worker {self.name!r}: inflight must be a positive "
+            raise ArgumentError(f"worker {self.name!r}: inflight must be a positive "
                                 f"integer, got {self.inflight!r}")
         if self.inflight > 1 and self.sync is None:
-            raise ScheduleError(f"worker {self.name!r}: inflight={self.inflight} needs a "
+            raise ArgumentError(f"worker {self.name!r}: inflight={self.inflight} needs a "
                                 f"sync callable to complete the chunks in flight")
 
 
@@ -241,10 +241,10 @@ def _check_shares(shares, count):
         return np.full(count, 1.0 / count)
     arr = np.asarray(shares, dtype=float)
     if arr.shape != (count,):
-        raise ScheduleError(f"shares must have one entry per worker ({count}), "
+        raise ArgumentError(f"shares must have one entry per worker ({count}), "
                             f"got shape {arr.shape}")
     if not np.all(np.isfinite(arr)) or np.any(arr < 0) or arr.sum() <= 0:
-        raise ScheduleError(f"shares must be finite, non-negative and not all zero, got "
+        raise ArgumentError(f"shares must be finite, non-negative and not all zero, got "
                             f"{arr.tolist()}")
     return arr / arr.sum()
 
@@ -476,7 +476,7 @@ class _Loop:
         d = self.deques
         if not _push_back(d.state, d.buf, d.capacity, self.ctl, me,
                           np.array(ranges, dtype=np.int64).reshape(-1, 2)):
-            raise RuntimeFailure(f"worker {self.workers[me].name!r}: deque of capacity "
+            raise EventFailedError(f"worker {self.workers[me].name!r}: deque of capacity "
                                  f"{d.capacity} overflowed")
 
     def _fail(self, me, held, exc):
@@ -550,26 +550,26 @@ def run_loop(n: int, workers, *, schedule: str = "steal", shares=None,
     range each worker starts with (equal when None; see
     :meth:`hetflow.runtime.perfmodel.PerfModel.shares`). A worker steals when its own
     deque holds at most ``steal_threshold`` chunks. ``faults='recover'`` moves a failed
-    worker's chunks to the others (raising :class:`DeviceFailure` only if all fail);
+    worker's chunks to the others (raising :class:`DeviceError` only if all fail);
     ``'raise'`` stops the loop at the first failure and raises; the exception carries
     the partial report as ``.report``. ``report=False`` skips
     the per-chunk events (counters are always kept).
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ScheduleError(f"the loop length must be a non-negative integer, got {n!r}")
+        raise ArgumentError(f"the loop length must be a non-negative integer, got {n!r}")
     workers = list(workers)
     if not workers:
-        raise ScheduleError("run_loop needs at least one worker")
+        raise ArgumentError("run_loop needs at least one worker")
     if not all(isinstance(w, Worker) for w in workers):
-        raise ScheduleError("workers must be hetflow.runtime.steal.Worker instances")
+        raise ArgumentError("workers must be hetflow.runtime.steal.Worker instances")
     if len({w.name for w in workers}) != len(workers):
-        raise ScheduleError(f"worker names must be unique, got {[w.name for w in workers]}")
+        raise ArgumentError(f"worker names must be unique, got {[w.name for w in workers]}")
     if schedule not in ("steal", "static"):
-        raise ScheduleError(f"schedule must be 'steal' or 'static', got {schedule!r}")
+        raise ArgumentError(f"schedule must be 'steal' or 'static', got {schedule!r}")
     if faults not in ("recover", "raise"):
-        raise ScheduleError(f"faults must be 'recover' or 'raise', got {faults!r}")
+        raise ArgumentError(f"faults must be 'recover' or 'raise', got {faults!r}")
     if not isinstance(steal_threshold, (int, np.integer)) or steal_threshold < 0:
-        raise ScheduleError(f"steal_threshold must be a non-negative integer, "
+        raise ArgumentError(f"steal_threshold must be a non-negative integer, "
                             f"got {steal_threshold!r}")
     loop = _Loop(int(n), workers, schedule, _check_shares(shares, len(workers)), faults,
                  report, int(steal_threshold))
@@ -582,10 +582,10 @@ def run_loop(n: int, workers, *, schedule: str = "steal", shares=None,
         failed = [f"{w.name} ({w.device_id})" for w, lg in zip(workers, loop.logs) if lg.failed]
         err = None
         if faults == "raise":
-            err = DeviceFailure(f"worker {workers[me].name} on {workers[me].device_id} "
+            err = DeviceError(f"worker {workers[me].name} on {workers[me].device_id} "
                                 f"failed: {exc!r}")
         elif len(failed) == len(workers):
-            err = DeviceFailure(f"every worker failed: {', '.join(failed)}; first error: "
+            err = DeviceError(f"every worker failed: {', '.join(failed)}; first error: "
                                 f"{exc!r}")
         if err is not None:
             err.report = result          # what ran before the loop gave up

@@ -1,4 +1,5 @@
-"""The ``wavefront`` call site: sweeps where element (i, j) depends on (i-1, j) and (i, j-1).
+"""What the ``wavefront`` call site (:mod:`hetflow.callsites`) runs: sweeps where element
+(i, j) depends on (i-1, j) and (i, j-1).
 
 ``hetflow.wavefront(extent, kernel, *args)`` runs ``kernel(i, j, *args)`` at every index
 of a 2-D extent with the results of the sequential loop ``for i: for j: kernel(i, j)``
@@ -31,8 +32,7 @@ from pathlib import Path
 
 import numba
 
-from ..errors import HetflowError, KernelArgumentError, KernelRaisedError, ShapeError
-from ..ir.capture import current_graph
+from ..errors import ArgumentError, ArgumentTypeError, HetflowError, KernelRaisedError, ShapeError
 from ..kernels import Kernel
 from . import cpu
 from .blockgen import kernel_body
@@ -53,27 +53,16 @@ GPU_TILE = (8, 8)
 
 
 def wavefront(extent, kernel, *args, tile=None, device=None):
-    """Run ``kernel(i, j, *args)`` at every index of the 2-D ``extent`` with the results of
-    the sequential row-major loop, tiles on one anti-diagonal in parallel.
-
-    ``tile``: (rows, columns) of a tile, or None for the device's default (on the CPU,
-    about ``TILES_PER_CORE`` tiles per core along each dimension; on a GPU ``GPU_TILE``).
-    ``device``: one device (None: the CPU, or the GPU holding GPU arguments).
-    Returns None; inside ``with hetflow.graph()`` the sweep is recorded instead.
-    """
-    g = current_graph()
-    if g is not None:
-        return g.record("wavefront", fn=wavefront, args=(extent, kernel, *args),
-                        kwargs=dict(tile=tile, device=device))
+    """:func:`hetflow.wavefront` (which documents it), run now."""
     ext = normalize_extent(extent)
     if len(ext) != 2:
         raise ShapeError(f"wavefront: the extent must have rank 2 (rows, columns); got {ext}")
     if not isinstance(kernel, Kernel) or not kernel.has_source:
-        raise KernelArgumentError(f"wavefront: {kernel!r} must be a hetflow kernel with readable source")
+        raise ArgumentTypeError(f"wavefront: {kernel!r} must be a hetflow kernel with readable source")
     devs = resolve_devices(device, args)
     if len(devs) != 1:
-        raise KernelArgumentError(f"wavefront runs on one device; got {len(devs)} "
-                                  f"({', '.join(d.id for d in devs)})")
+        raise ArgumentError(f"wavefront runs on one device; got {len(devs)} "
+                            f"({', '.join(d.id for d in devs)})")
     dev = devs[0]
     if 0 in ext:
         return None

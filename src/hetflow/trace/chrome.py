@@ -28,7 +28,8 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import TraceError
+from .._version import __version__
+from ..errors import ArgumentError
 from .recorder import Phase, RecordedLoop, Recorder
 
 HETFLOW_PROCESS = "hetflow"
@@ -58,8 +59,8 @@ def _normalise(source) -> tuple[list[RecordedLoop], list[Phase], float]:
     try:
         items = list(items)
     except TypeError:
-        raise TraceError(f"expected a Recorder, a RunReport or a list of them, got "
-                         f"{type(source).__name__}") from None
+        raise ArgumentError(f"expected a Recorder, a RunReport or a list of them, got "
+                            f"{type(source).__name__}") from None
     loops, clock = [], 0.0
     for k, item in enumerate(items):
         if isinstance(item, RecordedLoop):
@@ -68,7 +69,7 @@ def _normalise(source) -> tuple[list[RecordedLoop], list[Phase], float]:
             loops.append(RecordedLoop(str(getattr(item, "kernel", None) or f"loop {k}"), clock, item))
             clock += item.wall_s
         else:
-            raise TraceError(f"item {k} is a {type(item).__name__}, not a hetflow RunReport")
+            raise ArgumentError(f"item {k} is a {type(item).__name__}, not a hetflow RunReport")
     return loops, [], min((lp.start for lp in loops), default=0.0)
 
 
@@ -82,7 +83,7 @@ class _Naming:
     def __post_init__(self):
         if self.rank is not None and (isinstance(self.rank, bool) or not isinstance(self.rank, int)
                                       or self.rank < 0):
-            raise TraceError(f"rank must be an integer >= 0 or None, got {self.rank!r}")
+            raise ArgumentError(f"rank must be an integer >= 0 or None, got {self.rank!r}")
 
     @property
     def hetflow(self) -> str:
@@ -183,8 +184,8 @@ def _loop_events(k, lp, processes, clock, flow_ids, naming) -> list[dict]:
 
     def place(worker):
         if worker not in where:
-            raise TraceError(f"loop {lp.label!r}: event for worker {worker!r}, which is not "
-                             f"among the report's workers {sorted(where)}")
+            raise ArgumentError(f"loop {lp.label!r}: event for worker {worker!r}, which is not "
+                                f"among the report's workers {sorted(where)}")
         proc = where[worker]
         return {"pid": proc.pid, "tid": proc.threads[worker].tid}
 
@@ -235,8 +236,6 @@ def to_chrome_trace(source, *, rank: int | None = None) -> dict:
     :class:`~hetflow.runtime.report.RunReport`, or a list of reports (laid end to end).
     ``rank``: this process's rank in a distributed run, for :func:`merge_chrome_traces`.
     """
-    from .. import __version__
-
     naming = _Naming(rank)
     loops, phases, t0 = _normalise(source)
     clock = _Clock(t0)
@@ -261,19 +260,17 @@ def merge_chrome_traces(traces) -> dict:
     Each rank's clock starts when its recording began, so start the recordings together
     (after a barrier): the ranks then line up to within the barrier's skew.
     """
-    from .. import __version__
-
     traces = list(traces)
     meta, timed, owner = [], [], {}
     for k, trace in enumerate(traces):
         events = trace.get("traceEvents") if isinstance(trace, dict) else None
         if not isinstance(events, list):
-            raise TraceError(f"trace {k} is not a Chrome trace (a dict with a 'traceEvents' list)")
+            raise ArgumentError(f"trace {k} is not a Chrome trace (a dict with a 'traceEvents' list)")
         for ev in events:
             first = owner.setdefault(ev.get("pid"), k)
             if first != k:
-                raise TraceError(f"traces {first} and {k} both use process id {ev.get('pid')}: "
-                                 f"make each with to_chrome_trace(..., rank=r), r its own rank")
+                raise ArgumentError(f"traces {first} and {k} both use process id {ev.get('pid')}: "
+                                    f"make each with to_chrome_trace(..., rank=r), r its own rank")
             (meta if ev.get("ph") == "M" else timed).append(ev)
     timed.sort(key=_by_time)
     loops = sum(t.get("otherData", {}).get("loops", 0) for t in traces)
@@ -296,7 +293,7 @@ def write_chrome_trace(path, source) -> Path:
     try:
         path.write_text(json.dumps(trace, separators=(",", ":")))
     except OSError as exc:
-        raise TraceError(f"cannot write the trace to {path}: {exc.strerror or exc}") from exc
+        raise ArgumentError(f"cannot write the trace to {path}: {exc.strerror or exc}") from exc
     return path
 
 
@@ -364,33 +361,33 @@ def _load(source):
         try:
             text = path.read_text()
         except OSError as exc:
-            raise TraceError(f"cannot read trace file {path}: {exc.strerror or exc}") from exc
+            raise ArgumentError(f"cannot read trace file {path}: {exc.strerror or exc}") from exc
         try:
             return json.loads(text), str(path)
         except json.JSONDecodeError as exc:
-            raise TraceError(f"{path} is not JSON: {exc}") from exc
+            raise ArgumentError(f"{path} is not JSON: {exc}") from exc
     return source, "the trace"
 
 
 def _check_event(k, ev, where) -> None:
     if not isinstance(ev, dict):
-        raise TraceError(f"{where}: event {k} is a {type(ev).__name__}, not a JSON object")
+        raise ArgumentError(f"{where}: event {k} is a {type(ev).__name__}, not a JSON object")
     missing = [key for key in ("ph", *_REQUIRED.get(ev.get("ph"), ())) if key not in ev]
     if missing:
-        raise TraceError(f"{where}: event {k} lacks {', '.join(missing)}: {str(ev)[:120]}")
+        raise ArgumentError(f"{where}: event {k} lacks {', '.join(missing)}: {str(ev)[:120]}")
     for key in ("ts", "dur"):
         if key in ev and (isinstance(ev[key], bool) or not isinstance(ev[key], (int, float))):
-            raise TraceError(f"{where}: event {k} has a non-numeric {key!r}: {ev[key]!r}")
+            raise ArgumentError(f"{where}: event {k} has a non-numeric {key!r}: {ev[key]!r}")
     if ev["ph"] == "M" and not isinstance(ev["args"], dict):
-        raise TraceError(f"{where}: metadata event {k} has args that are not an object")
+        raise ArgumentError(f"{where}: metadata event {k} has args that are not an object")
 
 
 def _events(source) -> tuple[list[dict], str]:
     data, where = _load(source)
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
-        raise TraceError(f"{where} is not a Chrome trace: expected a JSON object with a "
-                         f"'traceEvents' list (or a list of events)")
+        raise ArgumentError(f"{where} is not a Chrome trace: expected a JSON object with a "
+                            f"'traceEvents' list (or a list of events)")
     for k, ev in enumerate(events):
         _check_event(k, ev, where)
     return events, where
@@ -422,7 +419,7 @@ def _chunk_range(ev, where) -> tuple[int, int]:
     try:
         return int(args["lo"]), int(args["hi"])
     except (KeyError, TypeError, ValueError):
-        raise TraceError(f"{where}: chunk event {ev['name']!r} lacks integer args lo/hi") from None
+        raise ArgumentError(f"{where}: chunk event {ev['name']!r} lacks integer args lo/hi") from None
 
 
 def read_chrome_trace(source) -> TraceContents:

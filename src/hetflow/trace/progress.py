@@ -16,7 +16,7 @@ import contextlib
 import sys
 import threading
 
-from ..errors import TraceError
+from ..errors import ArgumentError
 
 
 class Progress:
@@ -54,7 +54,7 @@ class Progress:
     def advance(self, k: float = 1) -> None:
         """Count ``k`` more units of work done."""
         if k < 0:
-            raise TraceError(f"progress can only advance by a non-negative amount, got {k!r}")
+            raise ArgumentError(f"progress can only advance by a non-negative amount, got {k!r}")
         with self._lock:
             self._completed += k
 
@@ -86,11 +86,11 @@ class Progress:
 def _check(total, description, refresh_per_second):
     if total is not None and (isinstance(total, bool) or not isinstance(total, (int, float))
                               or not total >= 0):
-        raise TraceError(f"progress total must be a non-negative number or None, got {total!r}")
+        raise ArgumentError(f"progress total must be a non-negative number or None, got {total!r}")
     if not isinstance(description, str):
-        raise TraceError(f"progress description must be a string, got {type(description).__name__}")
+        raise ArgumentError(f"progress description must be a string, got {type(description).__name__}")
     if not isinstance(refresh_per_second, (int, float)) or not 0 < refresh_per_second <= 60:
-        raise TraceError(f"refresh_per_second must be in (0, 60], got {refresh_per_second!r}")
+        raise ArgumentError(f"refresh_per_second must be in (0, 60], got {refresh_per_second!r}")
 
 
 @contextlib.contextmanager

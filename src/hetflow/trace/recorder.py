@@ -21,7 +21,7 @@ import dataclasses
 import threading
 import time
 
-from ..errors import TraceError
+from ..errors import ArgumentError
 
 _lock = threading.Lock()
 _active: tuple[Recorder, ...] = ()   # replaced, never mutated: notify reads it unlocked
@@ -115,8 +115,8 @@ class Recorder:
         global _active
         with _lock:
             if self in _active:
-                raise TraceError("this recorder is already recording; use a new "
-                                 "hetflow.trace.record() for a nested recording")
+                raise ArgumentError("this recorder is already recording; use a new "
+                                    "hetflow.trace.record() for a nested recording")
             if self.t0 is None:
                 self.t0 = time.perf_counter()
             _active = _active + (self,)
@@ -141,8 +141,8 @@ class Recorder:
         """
         for attr in ("wall_s", "events", "workers", "failures"):
             if not hasattr(report, attr):
-                raise TraceError(f"expected a hetflow RunReport, got {type(report).__name__} "
-                                 f"(no {attr!r} attribute)")
+                raise ArgumentError(f"expected a hetflow RunReport, got {type(report).__name__} "
+                                    f"(no {attr!r} attribute)")
         if start is None:
             start = time.perf_counter() - report.wall_s
         with self._lock:
@@ -161,14 +161,14 @@ class Recorder:
         label on leaving.
         """
         if name is not None and not isinstance(name, str):
-            raise TraceError(f"a loop label must be a string or None, got {type(name).__name__}")
+            raise ArgumentError(f"a loop label must be a string or None, got {type(name).__name__}")
         previous, self._label = self._label, name
         return _Label(self, previous)
 
     def phase(self, name: str) -> _PhaseSpan:
         """A context manager marking a span of the program (``"iteration 3"``) on the trace."""
         if not isinstance(name, str) or not name:
-            raise TraceError(f"a phase name must be a non-empty string, got {name!r}")
+            raise ArgumentError(f"a phase name must be a non-empty string, got {name!r}")
         if self.t0 is None:
             self.t0 = time.perf_counter()
         return _PhaseSpan(self, name)

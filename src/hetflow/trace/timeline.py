@@ -22,7 +22,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from ..errors import TraceError
+from ..errors import ArgumentError
 from .chrome import TraceContents, read_chrome_trace, to_chrome_trace
 
 KIND_COLOURS = {"cpu": "#4C72B0", "gpu": "#55A868"}
@@ -261,9 +261,9 @@ def _window(contents, window) -> tuple[float, float]:
     try:
         lo, hi = (float(v) for v in window)
     except (TypeError, ValueError):
-        raise TraceError(f"window must be two numbers (start_ms, end_ms), got {window!r}") from None
+        raise ArgumentError(f"window must be two numbers (start_ms, end_ms), got {window!r}") from None
     if not 0 <= lo < hi:
-        raise TraceError(f"window must satisfy 0 <= start_ms < end_ms, got ({lo}, {hi})")
+        raise ArgumentError(f"window must satisfy 0 <= start_ms < end_ms, got ({lo}, {hi})")
     return lo, hi
 
 
@@ -290,11 +290,11 @@ def plot_timeline(source, path, *, title: str | None = None, window=None, width:
 
     for name, value in (("width", width), ("dpi", dpi)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e5:
-            raise TraceError(f"{name} must be a positive number, got {value!r}")
+            raise ArgumentError(f"{name} must be a positive number, got {value!r}")
     contents = _contents(source)
     if not contents.lanes:
-        raise TraceError("nothing to draw: the trace has no workers. Only co-executed loops "
-                         "(several devices, or schedule='steal'/'static') produce run reports")
+        raise ArgumentError("nothing to draw: the trace has no workers. Only co-executed loops "
+                            "(several devices, or schedule='steal'/'static') produce run reports")
     window = _window(contents, window)
     contents = _clip(contents, window)
     rows = _Rows(contents)
@@ -326,7 +326,7 @@ def plot_timeline(source, path, *, title: str | None = None, window=None, width:
     try:
         fig.savefig(path, dpi=dpi, bbox_inches="tight")
     except (OSError, ValueError) as exc:
-        raise TraceError(f"cannot write the timeline to {path}: {exc}") from exc
+        raise ArgumentError(f"cannot write the timeline to {path}: {exc}") from exc
     return TimelineSummary(path, len(contents.lanes), bars, stolen, steals, failures,
                            len(contents.loops), len(contents.phases), span_ms)
 

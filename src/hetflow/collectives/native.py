@@ -199,7 +199,7 @@ class TreeReduce(NativeCall):
     let a leaf do the same, and every wait keeps its deadline.
     """
 
-    __slots__ = ("ufunc", "parent", "children", "inbox", "partial", "send_to", "recv_from",
+    __slots__ = ("ufunc", "parent", "children", "inbox", "partial", "send_to", "receives",
                  "nbytes")
     path = TREE
 
@@ -219,13 +219,18 @@ class TreeReduce(NativeCall):
         self.inbox = np.empty(x.shape, x.dtype) if self.children else None
         self.partial = np.empty(x.shape, x.dtype) if inner else None
         self.nbytes = x.nbytes * (bool(self.children) + bool(inner))
-        self.send_to, self.recv_from = comm.link.comm.Isend, comm.link.comm.Irecv
+        self.send_to = comm.link.comm.Isend
+        # Persistent receives: the inbox and partners never change (a Start costs less
+        # than an Irecv's argument parsing, on the root that sets the pace).
+        self.receives = [comm.link.comm.Recv_init(self.inbox, child, TREE_TAG)
+                         for child in self.children]
 
     def call(self, send, result):
         mine = result if send is self.in_place else send
         target = result if self.parent is None else self.partial
-        for child in self.children:
-            self.wait(self.recv_from(self.inbox, child, TREE_TAG))
+        for receive in self.receives:
+            receive.Start()
+            self.wait(receive)
             self.ufunc(mine, self.inbox, out=target)
             mine = target
         if self.parent is not None:

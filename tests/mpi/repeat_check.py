@@ -9,8 +9,8 @@ of all ranks' inputs (gathered with MPI's Allgather):
   above each crossover, allreduce and reduce to every root, each called three times
   (the first checked, the others prepared), with out None, out = x and a separate out;
 * repetitions the prepared call declines (a non-contiguous x or out, an out that
-  overlaps x, an out of the wrong shape): the general path takes them, right results
-  and right errors;
+  overlaps x, an out of the wrong shape, a read-only x as its own out): the general
+  path takes them, right results and right errors; 0-d arrays;
 * how many argument checks ran (agreement.agree is counted): one per signature with
   check=True, one per call with check='always', none with check=False;
 * a threshold changed after a call was prepared: the new path is taken;
@@ -127,6 +127,19 @@ def declined():
         assert "shape" in str(exc), exc
     else:
         raise AssertionError("an out of the wrong shape was taken")
+    read_only = data(64, np.float64, "sum", 8)
+    read_only.flags.writeable = False
+    comm.allreduce(read_only)
+    try:
+        comm.allreduce(read_only, out=read_only)  # x itself as out, prepared
+    except ShapeError as exc:
+        assert "read-only" in str(exc), exc
+    else:
+        raise AssertionError("a read-only out was written")
+    for _ in range(3):  # 0-d arrays, prepared too
+        scalar = np.array(rank + 1.0)
+        got = comm.allreduce(scalar)
+        assert got.shape == () and got == size * (size + 1) / 2, got
     comm.allreduce(x)  # every rank made the same calls: still in step
 
 

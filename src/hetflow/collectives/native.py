@@ -148,7 +148,7 @@ class NativeCall:
             result = None  # out is significant at the root only, as in MPI
         elif out is None:
             result = np.empty(self.shape, self.dtype)
-        elif out is x:
+        elif out is x and x.flags.writeable:
             result, send = out, self.in_place
         elif type(out) is np.ndarray and out.shape == self.shape \
                 and out.dtype == self.dtype and (flags := out.flags).c_contiguous \

@@ -21,6 +21,8 @@ from hetflow.errors import ArgumentError
 # calls, argument checks, repetitions served by NativeCall and by TreeReduce, by ranks
 COUNTS = {1: (432, 0, 0, 0), 2: (648, 318, 124, 248), 3: (864, 420, 244, 252),
           4: (1080, 522, 284, 336), 5: (1296, 624, 324, 420)}
+# of the native repetitions, the allreduces run as persistent collectives
+PERSISTENT = {1: 0, 2: 84, 3: 84, 4: 84, 5: 84}
 
 
 @pytest.mark.mpi
@@ -30,6 +32,9 @@ def test_repetitions_are_checked_once_and_match_numpy(ranks):
     calls, checks, natives, trees = COUNTS[ranks]
     assert (f"repeat ok: {calls} calls, {checks} checks, {natives} native and {trees} tree "
             f"repetitions on {ranks} ranks") in output, output
+    # Small allreduces repeat as persistent collectives, freed before MPI finalizes.
+    assert f"persistent repetitions: {PERSISTENT[ranks]}" in output, output
+    assert "freeing inactive persistent request" not in output, output
 
 
 @pytest.mark.mpi

@@ -105,6 +105,9 @@ def repeated(name, n, dtype, op, root):
         assert key in comm._prepared, what
         assert comm.last_path == ("tree" if tree and seed else "native"), what
         prepared[comm.last_path] += seed > 0
+        persistent = isinstance(comm._prepared[key], native.PersistentAllreduce)
+        assert persistent == (name == "allreduce" and x.nbytes <= native.PERSISTENT_BYTES), what
+        prepared["persistent"] += seed > 0 and persistent
 
 
 def declined():
@@ -271,6 +274,7 @@ def main():
         print(f"repeat ok: {calls} calls, {checks} checks, {prepared['native']} native and "
               f"{prepared['tree']} tree repetitions on "
               f"{size} ranks", flush=True)
+        print(f"persistent repetitions: {prepared['persistent']}", flush=True)
 
 
 if __name__ == "__main__":

@@ -145,6 +145,8 @@ class Communicator(abc.ABC):
             self._prepared_bytes += call.nbytes
 
     def _drop_prepared(self):
+        for call in self._prepared.values():
+            call.free()
         self._prepared.clear()
         self._prepared_bytes = 0
 

@@ -14,6 +14,7 @@ a repeated call costs a dictionary lookup, a few comparisons and MPI's own call.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 
@@ -48,6 +49,10 @@ _UNCHECKED = ("; its arguments had been agreed on in an earlier call and were no
 
 NATIVE, TREE = "native", "tree"
 TREE_TAG = 1001  # apart from the schedule's tags (< 5 * 64) and agreement's (1000)
+
+# Repeated allreduces up to this size take PersistentAllreduce (dev box, 2 ranks: 1.3-1.8x
+# MPI_Allreduce from 16 B to 128 KiB; above, its two copies cost more than it saves).
+PERSISTENT_BYTES = 128 << 10
 
 # Repeated reduces up to this size take TreeReduce rather than MPI_Ireduce; at 2 ranks
 # all of them do (a tree of 2 is one message, the least any reduce can move). Dev box,
@@ -107,9 +112,14 @@ def finish(comm, name, request):
 def prepare(comm, name, x, reduce_op, root, to_all, general):
     """The prepared call that repeats an agreed native collective; ``general(x, out)``
     makes the call on the general path."""
-    tree = not to_all and (x.nbytes <= TREE_BYTES or comm.size == 2)
-    kind = TreeReduce if tree else NativeCall
-    return kind(comm, name, x, reduce_op, root, to_all, general)
+    if not to_all and (x.nbytes <= TREE_BYTES or comm.size == 2):
+        return TreeReduce(comm, name, x, reduce_op, root, to_all, general)
+    if to_all and x.nbytes <= PERSISTENT_BYTES and hasattr(comm.link.comm, "Allreduce_init"):
+        try:
+            return PersistentAllreduce(comm, name, x, reduce_op, root, to_all, general)
+        except (NotImplementedError, comm.link.MPI.Exception):  # an MPI before 4.0
+            pass
+    return NativeCall(comm, name, x, reduce_op, root, to_all, general)
 
 
 class NativeCall:
@@ -179,6 +189,9 @@ class NativeCall:
                 break
         return result
 
+    def free(self):
+        """Release what the call holds in MPI (nothing: its requests are per call)."""
+
     def wait(self, request):
         spins = _SPINS
         while not request.Test():
@@ -187,6 +200,54 @@ class NativeCall:
                 self.comm._transport(self.name).wait(
                     [request], f"{self.path} {self.name}{_UNCHECKED}")
                 return
+
+
+class PersistentAllreduce(NativeCall):
+    """A small allreduce whose arguments every rank agreed on, as an MPI-4 persistent
+    collective (``MPI_Allreduce_init``) over buffers of its own: MPICH builds its
+    schedule once, and a ``Start`` then costs less than an ``MPI_Iallreduce`` or even
+    the blocking ``MPI_Allreduce`` (8 bytes, 2 ranks, dev box: 2.8 against 4.3-4.9 us,
+    the copies in and out included). Its request is freed when the communicator drops
+    its prepared calls, and at exit before MPI finalizes."""
+
+    __slots__ = ("request", "inbox", "outbox", "nbytes")
+
+    def __init__(self, comm, name, x, reduce_op, root, to_all, general):
+        super().__init__(comm, name, x, reduce_op, root, to_all, general)
+        self.inbox, self.outbox = np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype)
+        self.request = comm.link.comm.Allreduce_init(self.inbox, self.outbox, op=self.op)
+        self.nbytes = 2 * x.nbytes
+        if not _persistent:  # registered after mpi4py's own: runs before MPI finalizes
+            atexit.register(_free_persistent)
+        _persistent.add(self)
+
+    def call(self, send, result):
+        self.inbox[...] = result if send is self.in_place else send
+        request = self.request
+        request.Start()
+        spins = _SPINS  # self.wait, inline
+        while not request.Test():
+            spins -= 1
+            if not spins:
+                self.wait(request)
+                break
+        result[...] = self.outbox
+        return result
+
+    def free(self):
+        """Free the persistent request (MPI warns of any left at finalize)."""
+        _persistent.discard(self)
+        if not self.comm.link.broken:  # a timed-out request may still be active
+            self.request.Free()
+
+
+_persistent: set = set()  # PersistentAllreduce calls whose requests are not freed
+
+
+def _free_persistent():
+    atexit.unregister(_free_persistent)
+    for call in list(_persistent):
+        call.free()
 
 
 class TreeReduce(NativeCall):

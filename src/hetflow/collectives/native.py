@@ -50,9 +50,10 @@ _UNCHECKED = ("; its arguments had been agreed on in an earlier call and were no
 NATIVE, TREE = "native", "tree"
 TREE_TAG = 1001  # apart from the schedule's tags (< 5 * 64) and agreement's (1000)
 
-# Repeated allreduces up to this size take PersistentAllreduce (dev box, 2 ranks: 1.3-1.8x
-# MPI_Allreduce from 16 B to 128 KiB; above, its two copies cost more than it saves).
-PERSISTENT_BYTES = 128 << 10
+# Repeated allreduces up to this size take PersistentAllreduce. H100 host, 2 ranks:
+# 0.84-1.25x MPI_Allreduce up to 2 KiB (MPI_Iallreduce: 0.52-0.79x), 0.84-0.87x from 4
+# to 32 KiB (0.69-0.83x); from 64 KiB its two copies cost more than they save.
+PERSISTENT_BYTES = 32 << 10
 
 # Repeated reduces up to this size take TreeReduce rather than MPI_Ireduce; at 2 ranks
 # all of them do (a tree of 2 is one message, the least any reduce can move). Dev box,

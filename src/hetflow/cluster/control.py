@@ -73,15 +73,16 @@ class Channel:
         self.usable()
         self._poll_notice(())
 
-    def wait(self, requests, what: str, expired=None) -> None:
-        """Poll ``requests`` until all complete.
+    def wait(self, requests, what: str, expired=None, test=None) -> None:
+        """Poll ``requests`` until all complete (``test()`` polls them, when not
+        ``MPI_Testall``).
 
         RemoteError when a failure notice arrives first, CommTimeoutError after
         ``timeout`` seconds (``expired(reason)`` raises instead, when given). ``what``
         names the wait in the errors.
         """
-        test = self.MPI.Request.Testall
-        self._until(lambda: test(requests), what, requests, expired)
+        testall = self.MPI.Request.Testall
+        self._until(test or (lambda: testall(requests)), what, requests, expired)
 
     def _until(self, ready, what: str, requests=(), expired=None):
         """Call ``ready()`` until it gives something true, and return that; watch for

@@ -39,9 +39,9 @@ class GuardedTransport(Transport):
         super().__init__(link, timeout, collective)
         self.channel = channel
 
-    def wait(self, requests, what) -> None:
+    def wait(self, requests, what, test=None) -> None:
         self.channel.wait(requests, f"{self.collective}: {describe_step(what)}",
-                          expired=self.fail)
+                          expired=self.fail, test=test)
 
 
 class GuardedCommunicator(MPICommunicator):

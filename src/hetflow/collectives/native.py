@@ -211,12 +211,15 @@ class PersistentAllreduce(NativeCall):
     the copies in and out included). Its request is freed when the communicator drops
     its prepared calls, and at exit before MPI finalizes."""
 
-    __slots__ = ("request", "inbox", "outbox", "nbytes")
+    __slots__ = ("request", "status", "inbox", "outbox", "nbytes")
 
     def __init__(self, comm, name, x, reduce_op, root, to_all, general):
         super().__init__(comm, name, x, reduce_op, root, to_all, general)
         self.inbox, self.outbox = np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype)
         self.request = comm.link.comm.Allreduce_init(self.inbox, self.outbox, op=self.op)
+        # MPICH's MPI_Test and MPI_Testall, given no status to fill, at times report an
+        # error "in the status" of a completed persistent collective: it gets one.
+        self.status = comm.link.MPI.Status()
         self.nbytes = 2 * x.nbytes
         if not _persistent:  # registered after mpi4py's own: runs before MPI finalizes
             atexit.register(_free_persistent)
@@ -224,13 +227,14 @@ class PersistentAllreduce(NativeCall):
 
     def call(self, send, result):
         self.inbox[...] = result if send is self.in_place else send
-        request = self.request
+        request, status = self.request, self.status
         request.Start()
-        spins = _SPINS  # self.wait, inline
-        while not request.Test():
+        spins = _SPINS
+        while not request.Test(status):
             spins -= 1
             if not spins:
-                self.wait(request)
+                self.comm._transport(self.name).wait(
+                    [request], f"{self.path} {self.name}{_UNCHECKED}", lambda: request.Test(status))
                 break
         result[...] = self.outbox
         return result

@@ -77,15 +77,13 @@ class Transport:
         """One progress poll: True once every request has completed."""
         return self.link.MPI.Request.Testall(requests)
 
-    def wait(self, requests, what) -> None:
+    def wait(self, requests, what, test=None) -> None:
         """Poll ``requests`` until done; CommTimeoutError after ``timeout`` seconds.
 
-        ``what`` names the wait in the error: a string, or the schedule Step.
+        ``what`` names the wait in the error: a string, or the schedule Step. ``test()``:
+        how to poll them, when not ``MPI_Testall`` (see ``native.PersistentAllreduce``).
         """
-        # One request is tested alone: MPICH's MPI_Testall reports an error in the status
-        # of a completed persistent collective (MPI_Allreduce_init) that MPI_Test does not.
-        test = requests[0].Test if len(requests) == 1 else \
-            functools.partial(self.link.MPI.Request.Testall, requests)
+        test = test or functools.partial(self.link.MPI.Request.Testall, requests)
         if test():
             return
         now = time.monotonic()

@@ -139,12 +139,14 @@ class Channel:
         # Receives cancel reliably; a large send whose receiver is gone may not, and is
         # left behind (MPI_Finalize does not wait for it), as is a collective's request
         # (the collectives' argument check and native path), which MPI cannot cancel.
+        # (Test too may raise: MPICH at times reports a completed persistent collective
+        # tested without a status as an error; the failure being raised is the news.)
         for request in requests:
-            if request != self.MPI.REQUEST_NULL and not request.Test():
-                try:
+            try:
+                if request != self.MPI.REQUEST_NULL and not request.Test():
                     request.Cancel()
-                except self.MPI.Exception:
-                    pass
+            except self.MPI.Exception:
+                pass
 
     def _break(self, error: CommError) -> None:
         self.broken = error

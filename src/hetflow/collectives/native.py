@@ -118,8 +118,8 @@ def prepare(comm, name, x, reduce_op, root, to_all, general):
     if to_all and x.nbytes <= PERSISTENT_BYTES and hasattr(comm.link.comm, "Allreduce_init"):
         try:
             return PersistentAllreduce(comm, name, x, reduce_op, root, to_all, general)
-        except (NotImplementedError, comm.link.MPI.Exception):  # an MPI before 4.0
-            pass
+        except (NotImplementedError, comm.link.MPI.Exception):  # an MPI before 4.0: none
+            return NativeCall(comm, name, x, reduce_op, root, to_all, general)
     return NativeCall(comm, name, x, reduce_op, root, to_all, general)
 
 
@@ -221,8 +221,7 @@ class PersistentAllreduce(NativeCall):
         # error "in the status" of a completed persistent collective: it gets one.
         self.status = comm.link.MPI.Status()
         self.nbytes = 2 * x.nbytes
-        if not _persistent:  # registered after mpi4py's own: runs before MPI finalizes
-            atexit.register(_free_persistent)
+        _free_at_exit()
         _persistent.add(self)
 
     def call(self, send, result):
@@ -249,8 +248,14 @@ class PersistentAllreduce(NativeCall):
 _persistent: set = set()  # PersistentAllreduce calls whose requests are not freed
 
 
+@functools.cache
+def _free_at_exit():
+    """Free the persistent requests at exit: registered on the first one, after mpi4py
+    registered its own finalization, so that it runs before MPI finalizes."""
+    atexit.register(_free_persistent)
+
+
 def _free_persistent():
-    atexit.unregister(_free_persistent)
     for call in list(_persistent):
         call.free()
 

@@ -290,7 +290,7 @@ class DistArray:
     # -- views ---------------------------------------------------------------------------
     def __hetflow_view__(self, op, *params) -> "DistView":
         """``hetflow.cshift``/``interior``/``section`` of this array (see
-        :func:`hetflow.index.operators.own_view`)."""
+        :func:`hetflow.index.views.make_view`)."""
         return _VIEWS[op](self, *params)
 
     def __repr__(self):

@@ -12,7 +12,7 @@ from hetflow.errors import ArgumentTypeError, IndexOutOfBoundsError, ShapeError
 from hetflow.index.expr import Call, cyclic
 from hetflow.index.lowering import function_key
 from hetflow.index.space import extent, index
-from hetflow.index.views import (View, checked_dim, extent_of, insert_at, integer_arg, rank,
+from hetflow.index.views import (View, checked_dim, extent_of, insert_at, integer_arg, make_view, rank,
                                  read_element, set_field, sparse_indices, tuple_arg,
                                  write_element)
 
@@ -324,28 +324,15 @@ def project(parent, dim, value):
     return Project(parent, dim, value)
 
 
-def own_view(parent, op: str, *params):
-    """The view ``op(parent, *params)`` that ``parent`` makes of itself, or None.
-
-    An array type with views of its own (a distributed array, :mod:`hetflow.cluster`)
-    defines ``__hetflow_view__(self, op, *params)``, so that ``cshift``, ``interior`` and
-    ``section`` are one API for every array, as NumPy's ``__array_function__`` lets
-    NumPy's functions take other arrays."""
-    make = getattr(type(parent), "__hetflow_view__", None)
-    return None if make is None else make(parent, op, *params)
-
-
 def cshift(parent, dim, shift):
     """Circular shift by ``shift`` along ``dim``: NumPy's ``np.roll(a, -shift, axis=dim)``."""
-    own = own_view(parent, "cshift", dim, shift)
-    return CShift(parent, dim, shift) if own is None else own
+    return make_view(CShift, parent, dim, shift)
 
 
 def interior(parent, delta):
     """Drops a border of ``delta`` (an int, or one per dimension) on every side:
     NumPy's ``a[d0:n0-d0, d1:n1-d1]``. Interiors nest."""
-    own = own_view(parent, "interior", delta)
-    return Interior(parent, delta) if own is None else own
+    return make_view(Interior, parent, delta)
 
 
 def transpose(parent, d1, d2):
@@ -355,5 +342,4 @@ def transpose(parent, d1, d2):
 
 def section(parent, offset, extent):
     """The box at ``offset`` with ``extent``: NumPy's ``a[o0:o0+e0, o1:o1+e1]``."""
-    own = own_view(parent, "section", offset, extent)
-    return Section(parent, offset, extent) if own is None else own
+    return make_view(Section, parent, offset, extent)

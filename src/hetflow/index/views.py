@@ -153,7 +153,9 @@ class Structure:
     __slots__ = ("key", "extent", "fields")
 
     def __init__(self, key, extent_, fields_):
-        self.key, self.extent, self.fields = key, extent_, fields_
+        # fields: what a view of this structure holds besides its parent and root
+        self.key, self.extent = key, extent_
+        self.fields = {**fields_, "extent": extent_, "signature": self}
 
     def __hash__(self):
         if self.key is None:  # a co_map capturing unhashable values: no structure to share
@@ -199,6 +201,54 @@ def _intern(view, below, given):
     return found
 
 
+def _root_key(root):
+    """What a view's structure takes from its root: type, shape, strides and dtype."""
+    return type(root), root.shape, getattr(root, "strides", None), getattr(root, "dtype", None)
+
+
+# Root types seen without views of their own (``__hetflow_view__``): make_view builds
+# views over them without probing the class.
+_PLAIN_ROOTS = set()
+
+
+def make_view(cls, parent, *params):
+    """The view ``cls(parent, *params)``, or the one ``parent`` makes of itself.
+
+    An array type with views of its own (a distributed array, :mod:`hetflow.cluster`)
+    defines ``__hetflow_view__(self, op, *params)``, so that ``cshift``, ``interior`` and
+    ``section`` are one API for every array, as NumPy's ``__array_function__`` lets
+    NumPy's functions take other arrays.
+
+    Every launch builds its views again: a view equal to one built before (same operator,
+    parameters and parent structure) is filled from the interned structure without the
+    dataclass's constructor and checks, at a quarter of their cost."""
+    kind = type(parent)
+    if kind in _VIEW_TYPES:
+        root, below = parent.root, parent.signature
+    elif kind is np.ndarray:  # _root_key, inlined
+        root, below = parent, (kind, parent.shape, parent.strides, parent.dtype)
+    elif kind in _PLAIN_ROOTS:
+        root, below = parent, _root_key(parent)
+    else:
+        own = getattr(kind, "__hetflow_view__", None)
+        if own is not None:
+            return own(parent, cls.op, *params)
+        view = cls(parent, *params)
+        _PLAIN_ROOTS.add(kind)
+        return view
+    try:
+        found = _STRUCTURES.get((cls, params, below))
+    except TypeError:  # over a co_map capturing unhashable values
+        found = None
+    if found is None or not _exact(params):
+        return cls(parent, *params)
+    view = object.__new__(cls)
+    state = view.__dict__
+    state["parent"], state["root"] = parent, root
+    state.update(found.fields)
+    return view
+
+
 # -- the base view ------------------------------------------------------------------
 @dataclass(frozen=True, eq=False, repr=False)
 class View(abc.ABC):
@@ -223,9 +273,7 @@ class View(abc.ABC):
             root, below = parent.root, parent.signature
         else:
             require_indexable(parent, self.op)
-            root = parent
-            below = (type(parent), parent.shape, getattr(parent, "strides", None),
-                     getattr(parent, "dtype", None))
+            root, below = parent, _root_key(parent)
         state = self.__dict__  # set_field, inlined: every launch builds views
         state["root"] = root
         params = self.parameters()
@@ -236,11 +284,9 @@ class View(abc.ABC):
         if found is None:  # first of its kind: check and normalise the parameters
             pext = parent.extent if type(parent) in _VIEW_TYPES else array_extent(parent)
             state["extent"] = self._check(pext)
-            found = _intern(self, below, params)
+            found = state["signature"] = _intern(self, below, params)
         else:  # an equal view was checked before: take its normalised fields
             state.update(found.fields)
-            state["extent"] = found.extent
-        state["signature"] = found
 
     def on_root(self, root):
         """The same chain of views over ``root`` (an array shaped as this chain's root)."""

@@ -77,6 +77,17 @@ def _pack_array(a, out: list) -> None:
     out += (0, 0, a.size, a.dtype.itemsize, _device_pointer(a), *a.shape, *a.strides)
 
 
+def _pack_cupy(a, out: list) -> None:
+    """:func:`_pack_array` of a CuPy array, read from its attributes directly."""
+    out += (0, 0, a.size, a.itemsize, a.data.ptr, *a.shape, *a.strides)
+
+
+def _array_packer(a):
+    """How a device array of ``a``'s type is packed."""
+    data = getattr(a, "data", None)
+    return _pack_cupy if hasattr(a, "itemsize") and isinstance(getattr(data, "ptr", None), int) else _pack_array
+
+
 # Each launch parameter gets an 8-byte slot (struct codes, padded): see FastEntry.
 _SLOTS = {types.float64: "d", types.float32: "f4x", types.boolean: "?7x", types.int64: "q",
           types.uint64: "Q", types.int32: "i4x", types.uint32: "I4x", types.int16: "h6x",
@@ -94,12 +105,22 @@ def _slots(ty) -> str | None:
     return _SLOTS.get(ty)
 
 
-def _pack_scalar(v, out: list) -> None:
-    out.append(v)
-
-
 def _pack_complex(v, out: list) -> None:
     out += (v.real, v.imag)
+
+
+def _layout(args: tuple, sig: tuple) -> tuple:
+    """How a launch's arguments become parameter values: ``(pack, k)`` packs argument
+    ``k``; ``(None, (lo, hi))`` copies the run of scalars ``args[lo:hi]`` as they are."""
+    steps = []
+    for k, (a, ty) in enumerate(zip(args, sig)):
+        if isinstance(ty, (types.Array, types.Complex)):
+            steps.append((_array_packer(a) if isinstance(ty, types.Array) else _pack_complex, k))
+        elif steps and steps[-1][0] is None:
+            steps[-1] = (None, (steps[-1][1][0], k + 1))
+        else:
+            steps.append((None, (k, k + 1)))
+    return tuple((pack, slice(*k) if pack is None else k) for pack, k in steps)
 
 
 class FastEntry:
@@ -111,7 +132,7 @@ class FastEntry:
     ``cuLaunchKernel`` through CuPy's binding on the given stream.
     """
 
-    def __init__(self, dispatcher, args: tuple):
+    def __init__(self, device, dispatcher, args: tuple):
         import struct
 
         from cupy.cuda import driver
@@ -120,8 +141,7 @@ class FastEntry:
         slots = tuple(_slots(t) for t in sig)
         if None in slots:
             raise TypeError(f"no fast launch for argument types {sig}")
-        self.packers = tuple(_pack_array if isinstance(t, types.Array) else
-                             _pack_complex if isinstance(t, types.Complex) else _pack_scalar for t in sig)
+        self.layout = _layout(args, sig)
         self._struct = struct.Struct("<" + "".join(slots))
         n = self._struct.size // 8
         self._buffer = (ctypes.c_uint64 * n)()
@@ -132,7 +152,8 @@ class FastEntry:
         self._function = int(kernel.handle)
         self._launch = driver.launchKernel
         self._lock = threading.Lock()  # one buffer: filled and launched by one thread at a time
-        self._configs = {}
+        self._device = device
+        self._configs = {}  # (rows, inner) -> the grid and block dimensions
 
     @classmethod
     def of(cls, launch: Launch, args: tuple) -> "FastEntry | None":
@@ -142,28 +163,26 @@ class FastEntry:
         fast = plan.fast_entry
         if fast is False:
             try:
-                fast = None if launch.device.simulated else cls(launch.executable.entry, args)
+                fast = None if launch.device.simulated else cls(launch.device, launch.executable.entry, args)
             except (TypeError, AttributeError, ImportError):
                 fast = None
             plan.fast_entry = fast
         return fast
 
-    def __call__(self, blocks, threads, stream: int, args: tuple) -> None:
-        dims = self._configs.get((blocks, threads))
+    def __call__(self, rows: int, inner: tuple, stream: int, args: tuple) -> None:
+        """Launch ``rows`` rows of extent ``inner`` each over ``args`` on ``stream``."""
+        dims = self._configs.get((rows, inner))
         if dims is None:
-            dims = self._configs[(blocks, threads)] = (*_dim3(blocks), *_dim3(threads))
-        values, packed = [], {}  # views of one root pack it once: reuse its fields
-        for pack, value in zip(self.packers, args):
-            if pack is _pack_array:
-                found = packed.get(id(value))
-                if found is None:
-                    start = len(values)
-                    pack(value, values)
-                    packed[id(value)] = start, len(values)
-                else:
-                    values += values[found[0]:found[1]]
+            if len(self._configs) > 256:  # co-execution launches chunks of many sizes
+                self._configs.clear()
+            blocks, threads = launch_config(self._device, rows, inner)
+            dims = self._configs[(rows, inner)] = (*_dim3(blocks), *_dim3(threads))
+        values = []
+        for pack, k in self.layout:
+            if pack is None:
+                values += args[k]
             else:
-                pack(value, values)
+                pack(args[k], values)
         with self._lock:  # the driver copies the values during the call
             self._struct.pack_into(self._buffer, 0, *values)
             self._launch(self._function, *dims, 0, stream, self._params, 0)
@@ -185,14 +204,17 @@ def stream_pointer(stream) -> int:
 def launch_rows(launch: Launch, stream, lo: int, hi: int, dev_args: tuple, pointer=None) -> None:
     """Launch rows ``[lo, hi)`` of ``launch`` over ``dev_args`` (asynchronous on a real GPU)
     on numba-cuda's ``stream``; ``pointer``: its CUDA handle, when the caller knows it."""
-    blocks, threads = launch_config(launch.device, hi - lo, launch.inner)
-    args = (lo, hi, *launch.inner, *dev_args)
+    inner = launch.inner
+    args = (lo, hi, *inner, *dev_args)
     exe = launch.executable
     try:
-        fast = FastEntry.of(launch, args)
+        fast = launch.plan.fast_entry
+        if fast is False:
+            fast = FastEntry.of(launch, args)
         if fast is not None:
-            fast(blocks, threads, pointer if pointer is not None else stream_pointer(stream), args)
+            fast(hi - lo, inner, pointer if pointer is not None else stream_pointer(stream), args)
             return
+        blocks, threads = launch_config(launch.device, hi - lo, inner)
         (exe.entry[blocks, threads, stream] if stream else exe.entry[blocks, threads])(*args)
     except NumbaError as exc:
         raise exe.compile_error(exc, launch.device, launch.kernel) from None

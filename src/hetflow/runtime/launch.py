@@ -37,8 +37,14 @@ def normalize_extent(extent) -> tuple[int, ...]:
     """An int, a tuple of ints, an array or a view, as a launch extent. Anything but
     integers (a float, a string, a bool) is an ArgumentTypeError (a TypeError): ``int()`` would truncate
     ``9.7`` to 9 and iterate ``"10"`` into (1, 0)."""
-    if type(extent) is int and extent >= 0:  # the common case, kept cheap
+    if type(extent) is int and extent >= 0:  # the common cases, kept cheap
         return (extent,)
+    if type(extent) is tuple and extent:
+        for e in extent:
+            if type(e) is not int or e < 0:
+                break
+        else:
+            return extent
     if isinstance(extent, (numbers.Integral, str, bytes)):
         extent = (extent,)  # np.int64 has a shape (), but is a rank-1 extent
     elif _views.is_view(extent) or hasattr(extent, "shape"):
@@ -84,12 +90,13 @@ class Plan:
     views_only: bool = False    # every extent check is of a view (fixed by the key)
     fits: set = dataclasses.field(default_factory=set)  # launch extents those views fit
     host_arrays: bool = False   # some argument (or view root) is a NumPy array
-    fresh: bool = False         # some view's lowering is made each launch (see _view_key)
+    fresh: bool = False         # some view's lowering is made each launch (see _key)
     scattered: tuple = ()       # arrays written, not atomically, at indices no function of the launch index
     warned: bool = False        # the ScatteredWriteWarning for them was given
     row_cost: float | None = None  # CPU: seconds a row takes on one core, last measured (runtime.cpu)
     aliasing: dict = dataclasses.field(default_factory=dict)  # verdicts of runtime.aliasing
     rows_only: tuple = ()       # when every extent check is of an array's rows: their positions
+    entry_template: tuple = ((), ())  # see _entry_template
 
 
 @dataclasses.dataclass(slots=True)  # one object per launch, no __dict__: made per enqueue
@@ -138,20 +145,30 @@ _INT_MIN, _INT_MAX = -2**63, 2**63 - 1
 _LAYOUT = 0x1 | 0x2 | 0x400
 
 
+# Array types that keep their contiguity as attributes, as CuPy's does: their key is read
+# from those, as ``a.flags`` builds a new object per call (0.5 us of a launch's 20).
+_FLAGGED = set()
+
+
 def _arg_key(a):
     """What an argument contributes to the compiled signature (cheap to compute)."""
-    if type(a) is np.ndarray:
+    t = type(a)
+    if t is np.ndarray:
         return (a.dtype, a.ndim, a.flags.num & _LAYOUT)
-    if type(a) in _BY_TYPE or _views.is_view(a):  # a view's root and lowering: in bind
-        if type(a) is int and not _INT_MIN <= a <= _INT_MAX:
+    if t in _FLAGGED:
+        return (t, a.dtype, a.ndim, a._c_contiguous, a._f_contiguous)
+    if t in _BY_TYPE or t in _views._VIEW_TYPES:  # a view's root and lowering: in bind
+        if t is int and not _INT_MIN <= a <= _INT_MAX:
             return None  # no plan has it: the look-up misses and _check_arguments says why
-        return type(a)
+        return t
     if coherent(a):  # a Buffer: every copy is C-contiguous
-        return (type(a), a.dtype, a.ndim)
+        return (t, a.dtype, a.ndim)
     flags = getattr(a, "flags", None)
     if flags is not None and hasattr(a, "dtype"):  # CuPy and other device arrays
-        return (type(a), a.dtype, a.ndim, flags.c_contiguous, flags.f_contiguous)
-    return type(a)
+        if hasattr(a, "_c_contiguous") and hasattr(a, "_f_contiguous"):
+            _FLAGGED.add(t)
+        return (t, a.dtype, a.ndim, flags.c_contiguous, flags.f_contiguous)
+    return t
 
 
 _PLAIN = (np.ndarray, float, int, bool, complex)
@@ -266,7 +283,7 @@ def _rows_fit(positions: tuple, args: tuple, rows: int) -> bool:
     return bool(positions)
 
 
-def _key(names, args: tuple) -> tuple:
+def _key(params: tuple, ndim: int, args: tuple) -> tuple:
     """What the arguments contribute to a plan's key: a view its interned structure (which
     fixes its extent and lowering), its root's type and which view first passes its root."""
     key = []
@@ -282,20 +299,20 @@ def _key(names, args: tuple) -> tuple:
         return tuple(key)
     if all(type(a) in _PLAIN for a in args):
         return tuple(map(_arg_key, args))
-    first, key = {}, []
-    for k, (n, a) in enumerate(zip(names, args)):
-        if _views.is_view(a):
-            key.append((*_view_key(n, a), first.setdefault(id(a.root), k)))
-        else:
+    roots, key, view_types = {}, [], _views._VIEW_TYPES
+    for k, a in enumerate(args):
+        if type(a) not in view_types:
             key.append(_arg_key(a))
+            continue
+        root = a.root  # keyed once per root: which view first passes it, and its type
+        found = roots.get(id(root))
+        if found is None:
+            found = roots[id(root)] = (k, _arg_key(root))
+        structure = a.signature
+        if structure.key is None:  # a co_map capturing unhashable values: keyed by its lowering,
+            structure = FRESH, shared_lowering(a, f"{params[ndim + k]}__p").key  # made each launch
+        key.append((structure, found))
     return tuple(key)
-
-
-def _view_key(name: str, view) -> tuple:
-    structure = view.signature
-    if structure.key is None:  # a co_map capturing unhashable values: keyed by its lowering,
-        return FRESH, shared_lowering(view, f"{name}__p").key, _arg_key(view.root)  # made each launch
-    return structure, _arg_key(view.root)
 
 
 FRESH = "lowered afresh"
@@ -307,11 +324,10 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         raise ArgumentTypeError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
     extent = (extent,) if type(extent) is int and extent >= 0 else normalize_extent(extent)
     ndim = len(extent)
-    names = kernel.params[ndim:]
-    if len(args) < len(names):
+    if len(args) < len(kernel.params) - ndim:
         args = with_defaults(kernel, ndim, args)
     repo = repository()
-    key = (repo, device.id, ndim, _key(names, args))
+    key = (repo, device.id, ndim, _key(kernel.params, ndim, args))
     plan = kernel.plans.get(key)
     if plan is None:
         plan = kernel.plans[key] = _plan(kernel, ndim, args, device, repo)
@@ -325,16 +341,29 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     if not lowerings:
         return Launch(kernel, extent, device, plan, args, args)
     if plan.fresh:
-        lowerings = _lowerings(names, args)
-    entry_args = []
-    for low, arg in zip(lowerings, args):
-        if low is None:
-            entry_args.append(arg)
-        else:
-            if low.root_name is None:
-                entry_args.append(arg.root)
-            entry_args.extend(low.params)
+        lowerings = _lowerings(kernel.params[ndim:], args)
+        template, fill = _entry_template(lowerings)
+    else:
+        template, fill = plan.entry_template
+    entry_args = list(template)
+    for pos, k, root in fill:
+        entry_args[pos] = args[k].root if root else args[k]
     return Launch(kernel, extent, device, plan, args, tuple(entry_args), lowerings)
+
+
+def _entry_template(lowerings: tuple) -> tuple:
+    """(template, fill): the entry arguments with each view's numbers (fixed by its
+    lowering) in place, and ``(position, k, root)`` for each slot a launch fills from
+    argument ``k`` (its root where ``root``): a view passes its root unless an earlier
+    view passes it, then its numbers."""
+    template, fill = [], []
+    for k, low in enumerate(lowerings):
+        if low is None or low.root_name is None:
+            fill.append((len(template), k, low is not None))
+            template.append(None)
+        if low is not None:
+            template.extend(low.params)
+    return tuple(template), tuple(fill)
 
 
 def _lowerings(names, args: tuple) -> tuple:
@@ -364,7 +393,7 @@ def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
     lowerings = _lowerings(data, args)
     exe = repo.executable(kernel, device, ndim, {n: low for n, low in zip(data, lowerings) if low is not None})
     checks = _extent_checks(data, args, access)
-    return Plan(data, access, checks, exe, written,
+    return Plan(data, access, checks, exe, written, entry_template=_entry_template(lowerings),
                 buffers=any(coherent(_views.root_of(a)) for a in args if not isinstance(a, SCALARS)),
                 host_arrays=any(type(_views.root_of(a)) is np.ndarray for a in args if not isinstance(a, SCALARS)),
                 lowerings=lowerings if any(low is not None for low in lowerings) else (),

@@ -463,7 +463,7 @@ def test_split_range_rounds_cumulative_shares():
 def test_chunk_size_helpers():
     assert gpu_chunk_size(132, 32, 64) == 132 * 32 * 64
     assert gpu_chunk_size(132, 32, 64, waves=2) == 2 * 132 * 32 * 64
-    assert cpu_chunk_size(1000, 2) == 32            # ceil(1000 / (2 * 16))
+    assert cpu_chunk_size(1000, 2) == 8             # ceil(1000 / (2 * 64))
     assert cpu_chunk_size(10, 4, minimum=8) == 8
     assert cpu_chunk_size(0, 4) == 1
 

@@ -6,7 +6,9 @@ Chase–Lev deque per worker (:mod:`hetflow.runtime.deque`), evenly or by predic
 shares (:mod:`hetflow.runtime.perfmodel`). One Python thread per worker then pops from
 its own deque and, when that is empty (or at most ``steal_threshold`` long), steals the
 top entry of the other deques, visited in a fixed order: GPU queues first, then CPU
-queues. Stealing is bidirectional. The chunk functions release the GIL (CPU: Numba
+queues, skipping a queue whose owner would reach that entry before the thief finished
+it (by each worker's measured time per index): a core that took a GPU's last chunks
+would keep the loop running long after the GPU ran dry. Stealing is bidirectional. The chunk functions release the GIL (CPU: Numba
 ``nogil`` functions; GPU: asynchronous launches), so the workers really run at once.
 
 Two refinements keep mixed chunk sizes efficient without giving up exactly-once:
@@ -147,22 +149,38 @@ def gpu_chunk_size(sm_count: int, warp_size: int, warps_per_sm: int, waves: int 
     return max(1, sm_count * warp_size * warps_per_sm * waves)
 
 
-def cpu_chunk_size(n: int, cpu_workers: int, per_worker: int = 16, minimum: int = 1) -> int:
+def cpu_chunk_size(n: int, cpu_workers: int, per_worker: int = 64, minimum: int = 1) -> int:
     """A CPU chunk: about ``per_worker`` chunks per CPU worker's even share of ``n``,
-    enough for stealing to even out irregular costs; never below ``minimum`` (which
+    enough for stealing to even out irregular costs and for a GPU that ran dry to find
+    chunks left in the cores' deques (with 16, a core's last chunk of a 2^27-index loop
+    beside an H100 ran 60 ms after the GPU had finished); never below ``minimum`` (which
     bounds the scheduling overhead per index)."""
     return max(minimum, 1, math.ceil(n / max(1, cpu_workers * per_worker)))
 
 
 # -- the lock-free parts, run without the GIL ----------------------------------------------
 @njit(nogil=True, cache=True)
-def _acquire(state, buf, capacity, ctl, dead, steals, order, me, steal_live, want, low_water):
+def _worth_stealing(state, dead, per_index, chunk_sizes, me, v, want):
+    """Would ``me`` finish a chunk taken from the far end of ``v``'s deque before ``v``
+    reached it? ``v`` reaches it after its range in hand and every chunk below it; a
+    core that took a GPU's last chunks would run long after the GPU ran dry. Yes where
+    either speed is not measured yet, and always from a failed worker."""
+    mine, theirs = per_index[me], per_index[v]
+    if mine <= 0.0 or theirs <= 0.0 or atomic_load(dead, v) != 0:
+        return True
+    return min(want, chunk_sizes[v]) * mine < (size(state, v) + 1) * chunk_sizes[v] * theirs
+
+
+@njit(nogil=True, cache=True)
+def _acquire(state, buf, capacity, ctl, dead, steals, order, me, steal_live, want, low_water,
+             per_index, chunk_sizes):
     """Take a range for worker ``me``: ``(status, lo, hi, victim)``, status OK/EMPTY/STOP.
 
     Pops its own deque when it holds more than ``low_water`` chunks, else steals from
-    the others in ``order`` (from live ones only when ``steal_live``; a dead worker's
-    queue is always open), else pops what is left of its own. ``victim`` is -1 for an
-    own chunk. ``steals[2 * (me * nw + v)]`` counts CAS attempts on ``v``, ``+ 1`` wins.
+    the others in ``order`` (from live ones only when ``steal_live``, and only where it
+    would finish the chunk first: ``_worth_stealing``; a dead worker's queue is always
+    open), else pops what is left of its own. ``victim`` is -1 for an own chunk.
+    ``steals[2 * (me * nw + v)]`` counts CAS attempts on ``v``, ``+ 1`` wins.
     """
     if has_empty_token(state, me):
         return STOP, 0, 0, -1
@@ -177,6 +195,8 @@ def _acquire(state, buf, capacity, ctl, dead, steals, order, me, steal_live, wan
     for k in range(nw):
         v = order[k]
         if v == me or (not steal_live and atomic_load(dead, v) == 0):
+            continue
+        if not _worth_stealing(state, dead, per_index, chunk_sizes, me, v, want):
             continue
         row = 2 * (me * nw + v)
         st = ABORT
@@ -359,6 +379,10 @@ class _Loop:
         self.ctl = aligned_zeros(16)
         self.dead = aligned_zeros(nw)
         self.steals = np.zeros(2 * nw * nw, dtype=np.int64)
+        # Seconds per index each worker took over its last completed ranges (0: none yet),
+        # written by that worker alone; thieves read them (_worth_stealing).
+        self.per_index = np.zeros(nw)
+        self.chunk_sizes = np.array([w.chunk_size for w in workers], dtype=np.int64)
         self.logs = [_WorkerLog() for _ in workers]
         self.failures: list[tuple[float, int, BaseException, list]] = []
         self.crash: BaseException | None = None
@@ -393,7 +417,8 @@ class _Loop:
         while True:
             st, lo, hi, victim = _acquire(d.state, d.buf, d.capacity, self.ctl, self.dead,
                                           self.steals, self.order, me, self.steal_live,
-                                          w.chunk_size, self.low_water)
+                                          w.chunk_size, self.low_water, self.per_index,
+                                          self.chunk_sizes)
             if st == OK:
                 backoff = _MIN_BACKOFF
                 if hi - lo > 2 * w.chunk_size:
@@ -457,6 +482,9 @@ class _Loop:
     def _complete(self, me, log_, held, group_start):
         t_end = time.perf_counter()
         log_.busy += t_end - group_start
+        count = sum(hi - lo for lo, hi, *_ in held)
+        if count:
+            self.per_index[me] = (t_end - group_start) / count
         self._log(me, log_, held, t_end)
         _release(self.ctl, len(held))
         held.clear()

@@ -73,6 +73,28 @@ def test_views_co_executed_merge_rows_back(gpu_device):
     np.testing.assert_array_equal(v, _jacobi_numpy(u))
 
 
+@pytest.mark.simgpu
+def test_streamed_rows_through_pinned_buffers_reused_across_chunks(gpu_device, monkeypatch):
+    # Every chunk's rows move through page-locked buffers, one set per chunk in flight,
+    # reused after each sync: a buffer overwritten too early would corrupt a result.
+    monkeypatch.setattr(coexec.GpuChunks, "PINNED_BYTES", 0)
+    made = []
+    original = coexec.GpuChunks._pinned
+    monkeypatch.setattr(coexec.GpuChunks, "_pinned",
+                        lambda self, key, like: made.append(key) or original(self, key, like))
+    n = 4000
+    x, y = np.random.default_rng(8).random(n), np.random.default_rng(9).random(n)
+    out = np.full(n, np.nan)
+    report = hetflow.forall(n, axpy, 3.0, x, y, out, device=["cpu0", gpu_device.id],
+                            schedule="static", shares=[0.0, 1.0])
+    np.testing.assert_array_equal(out, 3.0 * x + y)
+    gpu_chunks = sum(w.chunks for w in report.workers if w.kind == "gpu")
+    # x, y and out in (out is written: what the kernel leaves alone must come back), out
+    # back; a slot per chunk in flight, reused after each sync
+    assert gpu_chunks > 4 and len(made) == 4 * gpu_chunks
+    assert {slot for *_, slot in made} == set(range(4))
+
+
 @hetflow.kernel
 def transposed_copy(i, j, out, x):
     out[i, j] = x[i, j] + 1.0

@@ -132,7 +132,8 @@ def test_a_dead_gpu_holding_the_only_copy_of_rows_it_was_updating_says_they_are_
     out = hetflow.array(np.zeros(N))
     hetflow.forall(N, bump, out, device=gpu_device.id)
     fail_gpu(monkeypatch, 1, where="sync", every=True)     # it never completes anything again
-    with pytest.raises(hetflow.errors.DeviceError, match=r"rows \[\(51, 179\)\] were current only on gpu0, which failed"):
+    # the 4 chunks of 64 rows in flight at the failing sync (the GPU's inflight) are lost
+    with pytest.raises(hetflow.errors.DeviceError, match=r"rows \[\(51, 307\)\] were current only on gpu0, which failed"):
         both(gpu_device, bump, out)
 
 

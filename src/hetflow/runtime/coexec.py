@@ -134,7 +134,7 @@ def _gpu_worker(launch: Launch, held=()) -> tuple[Worker, GpuChunks]:
     # The simulator runs a launch as OS threads: few, large chunks keep tests quick.
     threads = 64 if dev.simulated else gpu_chunk_size(dev.compute_units, dev.simd_width, 32, waves=4)
     size = max(1, threads // per_row)
-    worker = Worker(dev.id, "gpu", chunks.run_chunk, size, dev.id, inflight=2, sync=chunks.sync,
+    worker = Worker(dev.id, "gpu", chunks.run_chunk, size, dev.id, inflight=4, sync=chunks.sync,
                     setup=chunks.setup, salvage=chunks.salvage)
     return worker, chunks
 
@@ -368,6 +368,9 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
     trace_notify(report, label=kernel.name)  # before merging back: the loop's end is now
     _land(gpu_parts, report, next((L for L in launches if L.device.kind == "cpu"), None), held,
           {w.name: L.device for L in launches for w in workers if w.device_id == L.device.id})
+    for worker, chunks in gpu_parts:
+        if not report.by_name[worker.name].failed:
+            chunks.release()
     by_worker = dict(zip((w.name for w in workers), device_keys))
     staged = {worker.name: chunks.staged_s for worker, chunks in gpu_parts if chunks.staged_s}
     model.update(key, report, device_key=lambda stats: None if stats.name in staged else by_worker[stats.name])

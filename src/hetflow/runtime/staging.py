@@ -10,6 +10,7 @@ copy is used with its rows made current per chunk (``residents``).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import numpy as np
@@ -33,11 +34,42 @@ def run(launch: Launch) -> None:
         gpu.run(launch)
         return
     rows = launch.extent[0]
-    chunks = GpuChunks(launch)
+    chunks = GpuChunks(launch, pinned=False)  # one chunk: nothing to overlap its copies with
     chunks.setup()
     chunks.run_chunk(0, rows)
     chunks.sync()
     chunks.copy_back()
+
+
+class PinnedPool:
+    """Page-locked host buffers kept between co-executed launches, per GPU and size (a
+    power of two): a GPU worker stages ~50 MB through them, and allocating that costs
+    milliseconds per launch."""
+
+    LIMIT = 1 << 30  # bytes kept at most
+
+    def __init__(self):
+        self._free, self._bytes, self._lock = {}, 0, threading.Lock()
+
+    def take(self, cuda, ordinal: int, nbytes: int):
+        """A page-locked byte array of at least ``nbytes``."""
+        size = 1 << max(0, nbytes - 1).bit_length()
+        with self._lock:
+            found = self._free.get((ordinal, size))
+            if found:
+                self._bytes -= size
+                return found.pop()
+        return cuda.pinned_array(size, np.uint8)
+
+    def give(self, ordinal: int, buffers) -> None:
+        with self._lock:
+            for buf in buffers:
+                if self._bytes + buf.nbytes <= self.LIMIT:
+                    self._free.setdefault((ordinal, buf.nbytes), []).append(buf)
+                    self._bytes += buf.nbytes
+
+
+PINNED = PinnedPool()
 
 
 class GpuChunks:
@@ -51,9 +83,14 @@ class GpuChunks:
     """
 
     PIECE_BYTES = 8 << 20
+    # Rows of a chunk of at least this size move through page-locked buffers, so that
+    # the copies are asynchronous: a copy to pageable memory returns only once it is
+    # done, after the chunk's kernel, and left the GPU idle between chunks.
+    PINNED_BYTES = 1 << 20
 
-    def __init__(self, launch: Launch, residents=()):
+    def __init__(self, launch: Launch, residents=(), pinned=True):
         self.launch = launch
+        self.pinned = pinned
         self.residents = residents
         self.staged_s = 0.0   # time spent making coherent arrays' rows current here
         self.compile_s = 0.0  # time spent compiling the entry (not a cost of co-execution)
@@ -64,6 +101,7 @@ class GpuChunks:
         self.pending = []     # (lo, hi, [(host, staged rows)]) launched since the last sync
         self.merged_home = []  # ranges merge_back brought home
         self.dev_args = ()
+        self._pins = {}       # (direction, array, slot in flight) -> page-locked rows
 
     def _context(self):
         return self.cuda.gpus[self.device.ordinal]
@@ -148,12 +186,39 @@ class GpuChunks:
             for r in self.residents:
                 r.buffer.acquire_rows(self.device, r.rows(lo, hi))
             self.staged_s += time.perf_counter() - began
+        slot = len(self.pending)  # pinned buffers of a slot are free again after sync
         with self._context():
-            for host, dev in self.streamed_in:
-                dev[lo:hi].copy_to_device(host[lo:hi], stream=self.stream)
+            for k, (host, dev) in enumerate(self.streamed_in):
+                rows = host[lo:hi]
+                pinned = self._pinned(("in", k, slot), rows)
+                if pinned is not None:
+                    pinned[...] = rows
+                    rows = pinned
+                dev[lo:hi].copy_to_device(rows, stream=self.stream)
             launch_rows(self.launch, self.stream, lo, hi, self.dev_args, self.pointer)
-            staged = [(host, dev[lo:hi].copy_to_host(stream=self.stream)) for host, dev in self.streamed_out]
+            staged = []
+            for k, (host, dev) in enumerate(self.streamed_out):
+                pinned = self._pinned(("out", k, slot), host[lo:hi])
+                staged.append((host, dev[lo:hi].copy_to_host(pinned, stream=self.stream)))
         self.pending.append((lo, hi, staged))
+
+    def _pinned(self, key, like):
+        """A page-locked array shaped as ``like`` (rows of a streamed array), kept under
+        ``key`` and grown as needed; None below ``PINNED_BYTES``."""
+        if not self.pinned or like.nbytes < self.PINNED_BYTES:
+            return None
+        raw = self._pins.get(key)
+        if raw is None or raw.nbytes < like.nbytes:
+            if raw is not None:
+                PINNED.give(self.device.ordinal, [raw])
+            raw = self._pins[key] = PINNED.take(self.cuda, self.device.ordinal, like.nbytes)
+        return raw[:like.nbytes].view(like.dtype).reshape(like.shape)
+
+    def release(self) -> None:
+        """Give the page-locked buffers back for later launches (after a clean loop: a
+        failed GPU's copies into them may still be under way)."""
+        PINNED.give(self.device.ordinal, self._pins.values())
+        self._pins.clear()
 
     def sync(self) -> None:
         """Wait for the chunks launched, then land their results."""

@@ -26,12 +26,15 @@ def best_time(fn, repeat=5, warmup=1, sync=None) -> float:
     return best
 
 
-def per_call(fn, calls) -> float:
-    """Mean seconds per call over ``calls`` calls."""
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - t0) / calls
+def per_call(fn, calls, repeat=5) -> float:
+    """Seconds per call: the best of ``repeat`` means over ``calls`` calls each."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
 
 
 def report(rows, as_json: bool, title: str) -> None:

@@ -110,8 +110,8 @@ def overhead_rows(args):
     direct()
     runs, directs = [], []
     for _ in range(args.repeat):  # interleaved, so that both see the same machine load
-        runs.append(per_call(g.run, calls))
-        directs.append(per_call(direct, calls))
+        runs.append(per_call(g.run, calls, repeat=1))
+        directs.append(per_call(direct, calls, repeat=1))
     t_run, t_direct = min(runs), min(directs)
     np.testing.assert_array_equal(y, 2.0 * x)
     np.testing.assert_array_equal(z, 3.0 * x)

@@ -153,7 +153,7 @@ def least_rows(launch: Launch) -> int:
 
 def _inline(launch: Launch, lo: int, hi: int) -> None:
     try:
-        launch.executable.entry(lo, hi, *launch.inner, *launch.entry_args)
+        launch.plan.executable.entry(lo, hi, *launch.extent[1:], *launch.entry_args)
     except Exception as exc:
         raise _raised(launch, lo, hi, exc)
 

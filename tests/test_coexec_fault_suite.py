@@ -118,8 +118,11 @@ def cases(draw):
     places = [draw(st.sampled_from(PLACES)) for _ in range(arity)]
     where = draw(st.sampled_from(FAULTS))
     every = draw(st.booleans())
-    # a dead GPU may hold the only copy of rows it was updating: those are lost (another test)
-    resident = not every and draw(st.booleans())
+    # a dead GPU may hold the only copy of rows it was updating: those are lost (another
+    # test); so may a GPU whose merge failed, when the kernel also updated a coherent
+    # array there in place: re-running those rows elsewhere would apply them twice, and
+    # the launch raises DeviceError, as coexec's docstring says
+    resident = not every and where not in ("merge_back", "_fetch") and draw(st.booleans())
     return {"name": name, "places": places, "where": where, "at": draw(st.integers(1, 4)), "every": every,
             "resident": resident, "gpu_share": draw(st.sampled_from([0.5, 0.75, 1.0])),
             "schedule": draw(st.sampled_from(["static", "steal"])), "seed": draw(st.integers(0, 2**16))}

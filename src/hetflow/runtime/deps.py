@@ -24,9 +24,13 @@ Data whose last writer failed (or was cancelled) is *poisoned*: an instance read
 it is cancelled however long after the failure it is enqueued, rather than run on
 garbage — until the failure has been reported to the application (``wait`` raised or
 ``exception`` returned it, or ``finish`` raised the queue's failures), from when on the
-application owns the data's state, or until the data is written again. A datum's
-record lives as long as the datum (a weak-reference callback drops it); objects
-without weak references (rare) are forgotten once nothing pending touches them.
+application owns the data's state, or until the data is written again.
+
+A datum's record lives while it tells something: it is dropped when its last writer
+completes with no readers listed since (a fan-out over fresh output arrays would
+otherwise keep a record, and through it the finished instance, per array), and when
+the datum goes (a weak-reference callback). Objects without weak references (rare)
+are forgotten once nothing pending touches them.
 
 **Cycles.** An instance can only wait for events that exist when it is enqueued, so
 plain enqueues can never form a cycle. Deferred instances (``enqueue(..., defer=True)``)
@@ -69,10 +73,11 @@ class _Datum(weakref.ref):
 class _Pinned:
     """The record of a datum without weak references: kept while pending instances use it."""
 
-    __slots__ = ("obj", "writer", "readers", "prune_at", "live")
+    __slots__ = ("obj", "key", "writer", "readers", "prune_at", "live")
 
-    def __init__(self, obj):
+    def __init__(self, obj, key):
         self.obj = obj
+        self.key = key
         self.writer = None
         self.readers = None
         self.prune_at = 32
@@ -98,7 +103,7 @@ def _record(obj):
         try:
             rec = _Datum(obj, key)
         except TypeError:
-            rec = _Pinned(obj)
+            rec = _Pinned(obj, key)
         _data[key] = rec
     return rec
 
@@ -136,13 +141,16 @@ def track_locked(inst, accesses) -> None:
     """Add the implicit dependencies of ``inst`` and record its accesses (caller holds LOCK).
 
     ``accesses`` holds ``(object, mode)`` pairs, mode a mask of READ and WRITE, with each
-    datum once.
+    datum once. ``inst.held`` gets the records :func:`untrack_locked` lets go of when
+    ``inst`` is done (one record, a tuple of them, or None): those it is the last writer
+    of, and those of data without weak references.
     """
+    held = None
     for obj, mode in accesses:
         rec = _data.get(id(obj)) or _record(obj)
-        if type(rec) is _Pinned:
+        pinned = type(rec) is _Pinned
+        if pinned:
             rec.live += 1
-            inst.held = (*(inst.held or ()), obj)
         writer = rec.writer
         if writer is not None and writer.status is not COMPLETE:
             if writer.status not in DONE:
@@ -165,16 +173,32 @@ def track_locked(inst, accesses) -> None:
                 if len(readers) >= rec.prune_at:  # finished readers matter to no one
                     readers[:] = [r for r in readers if r.status not in DONE]
                     rec.prune_at = max(32, 2 * len(readers))
+            if not pinned:
+                continue
+        held = rec if held is None else (*held, rec) if type(held) is tuple else (held, rec)
+    inst.held = held
 
 
-def untrack_locked(held) -> None:
-    """Forget data without weak references once no pending instance touches them."""
-    for obj in held:
-        rec = _data.get(id(obj))
-        if rec is not None:
+def untrack_locked(inst, complete: bool) -> None:
+    """``inst`` is done (``complete``: successfully): let go of the records it holds
+    (caller holds LOCK, and ``inst`` its arguments, so no datum is freed meanwhile).
+
+    A completed last writer is forgotten (it orders nothing and poisons nothing); a
+    record left with no writer and no readers, or a pinned one no pending instance
+    uses, is dropped.
+    """
+    held, inst.held = inst.held, None
+    for rec in (held if type(held) is tuple else (held,)):
+        if rec.writer is inst and complete:
+            rec.writer = None
+        if type(rec) is _Pinned:
             rec.live -= 1
-            if rec.live == 0:
-                del _data[id(obj)]
+            if rec.live:
+                continue
+        elif rec.writer is not None or rec.readers:
+            continue
+        if _data.get(rec.key) is rec:
+            del _data[rec.key]
 
 
 def accesses(args, modes) -> list:

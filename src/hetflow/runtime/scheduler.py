@@ -31,6 +31,7 @@ thousands of times slower than a core), unless ``balance_simulated`` (for tests)
 from __future__ import annotations
 
 import heapq
+import math
 import numbers
 import threading
 
@@ -154,7 +155,7 @@ class Scheduler:
             target = usable[0]  # home, or the CPU standing in for a busy GPU
         else:
             under = [lane for lane in usable if self.under_threshold(lane)]
-            if inst.splittable and inst.work >= self.split_min and len(under) >= 2:
+            if inst.splittable and math.prod(inst.launch.extent) >= self.split_min and len(under) >= 2:
                 first = home if home in under else under[0]
                 first.push_locked(inst, tuple(under))
                 return

@@ -168,6 +168,8 @@ def track_locked(inst, accesses) -> None:
         if mode & WRITE and (rec is None or bare):  # the instance alone stands for the datum
             if bare:
                 depend_locked(inst, rec, bool(mode & READ))
+                if rec.held is obj:  # nothing left for it to let go of (a chain's links)
+                    rec.held = None
             _data[key] = inst
         else:
             if rec is None or bare:

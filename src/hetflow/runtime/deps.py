@@ -86,7 +86,7 @@ class _Pinned:
         self.live = 0
 
 
-_RECORDS = (_Datum, _Pinned)
+_RECORDS = frozenset((_Datum, _Pinned))
 # id(datum) -> its record, or the pending instance that last wrote it while that is all
 # there is to know (no record made: see the module's docstring).
 _data: dict[int, object] = {}
@@ -242,23 +242,21 @@ def accesses(args, modes) -> list:
     """``(datum, mode)`` pairs of the array/view/buffer arguments, each datum once."""
     out = []
     for arg, mode in zip(args, modes):
-        if not mode:
-            continue
-        if type(arg) is np.ndarray and arg.base is None:  # the common cases, kept cheap
-            obj = arg
-        elif type(arg) is float or isinstance(arg, SCALARS):
-            continue
-        else:
-            obj = datum(arg)
-        if out:
-            for k, (seen, m) in enumerate(out):
-                if seen is obj:
-                    out[k] = (obj, m | mode)
-                    break
+        if mode:
+            if type(arg) is not np.ndarray or arg.base is not None:  # not a whole NumPy array
+                if type(arg) is float or isinstance(arg, SCALARS):
+                    continue
+                arg = datum(arg)
+            if out:
+                for pair in out:
+                    if pair[0] is arg:  # passed twice: once, with both modes
+                        k = next(k for k, p in enumerate(out) if p is pair)
+                        out[k] = (arg, pair[1] | mode)
+                        break
+                else:
+                    out.append((arg, mode))
             else:
-                out.append((obj, mode))
-        else:
-            out.append((obj, mode))
+                out.append((arg, mode))
     return out
 
 

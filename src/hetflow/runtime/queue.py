@@ -32,7 +32,6 @@ import queue as stdqueue
 import threading
 import time
 import weakref
-from heapq import heappop
 from time import perf_counter
 
 import numpy as np
@@ -223,7 +222,7 @@ class _Core:
     # -- workers ------------------------------------------------------------------------
     def work(self, lane: Lane) -> None:
         """A worker slot of ``lane``: take the best ready entry, run it, repeat."""
-        heap, device_id = lane.heap, lane.device.id
+        heap, pop_locked, device_id = lane.heap, lane.pop_locked, lane.device.id
         done_locked, execute = self.done_locked, self.execute
         inst = split = error = shape = ended = None
         LOCK.acquire()
@@ -245,7 +244,7 @@ class _Core:
                         return
                     lane.idle += 1
                     lane.cond.wait()
-                _, _, inst, split = heappop(heap)
+                inst, split = pop_locked()
                 inst.status, inst.started = RUNNING, perf_counter()
                 lane.running += 1
                 if split is not None:

@@ -41,16 +41,22 @@ from .status import Sampler, forced_busy
 
 
 class Lane:
-    """One device's worker slots and its heap of ready ``(-priority, seq, inst, split)``
-    entries (``split``: the lanes a split instance runs on, else None)."""
+    """One device's worker slots and its ready instances: a heap of their keys (priority
+    first, then enqueue order), the instance of each key in ``ready``, and in ``splits``
+    the lanes a split instance runs on. Plain int keys, not ``(-priority, id, inst)``
+    tuples: int comparisons are cheap, and a tuple per ready instance is one more object
+    for the cyclic garbage collector to walk while thousands wait."""
 
-    __slots__ = ("device", "slots", "heap", "cond", "idle", "claims", "running", "threads", "cpu")
+    __slots__ = ("device", "slots", "heap", "ready", "splits", "cond", "idle", "claims", "running",
+                 "threads", "cpu")
 
     def __init__(self, device, slots: int):
         self.device = device
         self.slots = slots
         self.cpu = device.kind == "cpu"
         self.heap = []
+        self.ready = {}
+        self.splits = {}
         self.cond = threading.Condition(LOCK)
         self.idle = 0       # workers waiting on cond and not yet notified
         self.claims = 0     # entries a worker about to pop will take itself (no wakeup)
@@ -59,12 +65,21 @@ class Lane:
 
     def push_locked(self, inst, split=None) -> None:
         """Queue a ready instance here, waking an idle worker unless one will take it anyway."""
-        heapq.heappush(self.heap, (-inst.priority, inst.id, inst, split))
+        key = inst.id if inst.priority == 0 else (-inst.priority << 64) + inst.id  # ids stay below 2**64
+        heapq.heappush(self.heap, key)
+        self.ready[key] = inst
+        if split is not None:
+            self.splits[key] = split
         if self.claims:
             self.claims -= 1
         elif self.idle:
             self.idle -= 1
             self.cond.notify()
+
+    def pop_locked(self) -> tuple:
+        """(the best ready instance, its split lanes or None), taken off the lane."""
+        key = heapq.heappop(self.heap)
+        return self.ready.pop(key), self.splits.pop(key, None) if self.splits else None
 
     @property
     def depth(self) -> float:

@@ -69,7 +69,7 @@ class _KernelRecord:
         return modes
 
 
-_kernels: dict[Kernel, _KernelRecord] = {}
+_kernels: dict[int, _KernelRecord] = {}  # by id(kernel): a C-level hash (the record keeps it)
 _released: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
 
 
@@ -79,7 +79,7 @@ def _register(kernel) -> _KernelRecord:
     if kernel in _released:
         raise KernelError(f"kernel {kernel.name!r} was released; it cannot be enqueued any more")
     with LOCK:
-        return _kernels.setdefault(kernel, _KernelRecord(kernel))
+        return _kernels.setdefault(id(kernel), _KernelRecord(kernel))
 
 
 def release(kernel: Kernel) -> None:
@@ -91,7 +91,7 @@ def release(kernel: Kernel) -> None:
         if kernel in _released:
             raise KernelError(f"kernel {kernel.name!r} was already released")
         _released.add(kernel)
-        _kernels.pop(kernel, None)  # pending instances keep the kernel alive (their launch)
+        _kernels.pop(id(kernel), None)  # pending instances keep the kernel alive (their launch)
 
 
 # -- execution instances ------------------------------------------------------------------
@@ -429,7 +429,7 @@ class Queue:
         core = self._core
         if not core.closed:  # released (also by one release too many): InvalidContextError here
             core.context.check()
-        rec = _kernels.get(kernel) if type(kernel) is Kernel else None
+        rec = _kernels.get(id(kernel)) if type(kernel) is Kernel else None
         if rec is None:
             rec = _register(kernel)
         if type(priority) is not int:

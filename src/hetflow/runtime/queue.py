@@ -100,20 +100,19 @@ class Instance(Event):
     event that stands for it (one object: a runtime with thousands of pending instances
     is bound by Python's per-object costs)."""
 
-    __slots__ = ("core", "launch", "args", "modes", "priority", "pending", "doomed",
-                 "held", "lanes", "pinned", "splittable", "buffers")
+    __slots__ = ("core", "launch", "modes", "priority", "pending", "doomed", "held", "lanes",
+                 "pinned", "splittable", "buffers")
 
-    def __init__(self, core, label, launch, args, modes, priority, lanes, pinned, buffers):
+    def __init__(self, core, label, launch, modes, priority, lanes, pinned, buffers):
         Event.__init__(self, label)  # not super(): one object fewer per enqueue
         self.core = core
-        self.launch = launch     # bound for the home device (lanes[0])
-        self.args = args         # as given (Buffers included)
+        self.launch = launch     # bound for the home device (lanes[0]); its args as given
         self.modes = modes       # READ/WRITE mask per data argument
         self.priority = priority
         self.pending = 0         # dependencies not yet met
         self.doomed = None       # its error, if it depends strongly on a failure: cancelled
                                  # instead of run once it waits for nothing else
-        self.held = None         # records of data it lets go of when done (deps.track_locked)
+        self.held = None         # data it lets go of when done (deps.track_locked)
         self.lanes = lanes       # where it may run, home first
         self.pinned = pinned
         self.buffers = buffers   # positions of Buffer arguments, or None
@@ -126,11 +125,11 @@ class Instance(Event):
             return
         if status is not COMPLETE:
             core.failures.append(self)
-        if self.held is not None:  # before the arguments go: they keep the data alive
+        if self.held is not None:  # before the launch goes: its arguments keep the data alive
             untrack_locked(self, status is COMPLETE)
         if self.submitted is None:
             core.deferred.discard(self)
-        self.core = self.launch = self.args = None
+        self.core = self.launch = None
         core.outstanding -= 1
         if core.outstanding == 0:
             core.idle_locked()
@@ -328,7 +327,7 @@ def _with_buffers(inst: Instance, device):
     """The launch of ``inst`` on ``device`` with each Buffer's copy there made current."""
     launch = inst.launch
     if launch.device is not device:
-        launch = bind(launch.kernel, launch.extent, inst.args, device)
+        launch = bind(launch.kernel, launch.extent, launch.args, device)
     return acquired(launch)
 
 
@@ -443,7 +442,7 @@ class Queue:
         launch = bind(kernel, extent, args, lanes[0].device)
         buffers = _buffer_positions(args) if launch.plan.buffers else None
         modes = rec.modes.get(len(launch.extent)) or rec.learn(launch)
-        inst = Instance(core, rec.label, launch, args, modes, priority, lanes, pinned, buffers)
+        inst = Instance(core, rec.label, launch, modes, priority, lanes, pinned, buffers)
         if len(lanes) > 1:
             inst.splittable = _splittable(inst, buffers)
         data = accesses(args, modes)

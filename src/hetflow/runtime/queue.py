@@ -32,6 +32,7 @@ import queue as stdqueue
 import threading
 import time
 import weakref
+from heapq import heappop
 from time import perf_counter
 
 import numpy as np
@@ -221,7 +222,7 @@ class _Core:
     # -- workers ------------------------------------------------------------------------
     def work(self, lane: Lane) -> None:
         """A worker slot of ``lane``: take the best ready entry, run it, repeat."""
-        heap, pop_locked, device_id = lane.heap, lane.pop_locked, lane.device.id
+        heap, ready, splits, device_id = lane.heap, lane.ready, lane.splits, lane.device.id
         done_locked, execute = self.done_locked, self.execute
         inst = split = error = shape = ended = None
         LOCK.acquire()
@@ -243,7 +244,9 @@ class _Core:
                         return
                     lane.idle += 1
                     lane.cond.wait()
-                inst, split = pop_locked()
+                key = heappop(heap)  # the best ready entry (Lane.push_locked)
+                inst = ready.pop(key)
+                split = splits.pop(key, None) if splits else None
                 inst.status, inst.started = RUNNING, perf_counter()
                 lane.running += 1
                 if split is not None:

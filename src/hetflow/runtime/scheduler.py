@@ -76,11 +76,6 @@ class Lane:
             self.idle -= 1
             self.cond.notify()
 
-    def pop_locked(self) -> tuple:
-        """(the best ready instance, its split lanes or None), taken off the lane."""
-        key = heapq.heappop(self.heap)
-        return self.ready.pop(key), self.splits.pop(key, None) if self.splits else None
-
     @property
     def depth(self) -> float:
         return (len(self.heap) + self.running) / self.slots

@@ -15,8 +15,8 @@ is ``'cancelled'`` (:class:`~hetflow.errors.EventFailedError`); unrelated work
 goes on. ``finish()`` waits for everything, then raises the first failure nobody
 retrieved through ``wait``/``exception``.
 
-Kernel objects: the runtime keeps a record per kernel (its access modes, pending
-count) until :func:`release`; released while instances are pending, the kernel lives on
+Kernel objects: the runtime keeps a record per kernel (its label and access modes)
+until :func:`release`; released while instances are pending, the kernel lives on
 in those instances until the last of them is done, then goes (its launch plans live on
 the kernel object itself).
 

@@ -24,9 +24,16 @@ Data whose last writer failed (or was cancelled) is *poisoned*: an instance read
 it is cancelled however long after the failure it is enqueued, rather than run on
 garbage — until the failure has been reported to the application (``wait`` raised or
 ``exception`` returned it, or ``finish`` raised the queue's failures), from when on the
-application owns the data's state, or until the data is written again. A datum's
-record lives as long as the datum (a weak-reference callback drops it); objects
-without weak references (rare) are forgotten once nothing pending touches them.
+application owns the data's state, or until the data is written again.
+
+What the runtime keeps per datum lives while it tells something. A datum whose whole
+state is a pending last writer (no readers since: a fresh output, each link of a chain)
+is represented by that instance alone, and forgotten when it completes; otherwise a
+record holds the last writer and the readers since, dropped when that writer completes
+with no readers listed (a fan-out over fresh arrays must not keep a record, and through
+it a finished instance, per array), and when the datum goes (a weak-reference
+callback). Objects without weak references (rare) are forgotten once nothing pending
+touches them.
 
 **Cycles.** An instance can only wait for events that exist when it is enqueued, so
 plain enqueues can never form a cycle. Deferred instances (``enqueue(..., defer=True)``)
@@ -79,6 +86,9 @@ class _Pinned:
         self.live = 0
 
 
+_RECORDS = frozenset((_Datum, _Pinned))
+# id(datum) -> its record, or the pending instance that last wrote it while that is all
+# there is to know (no record made: see the module's docstring).
 _data: dict[int, object] = {}
 
 
@@ -91,16 +101,26 @@ def datum(arg):
     return root
 
 
-def _record(obj):
-    key = id(obj)
-    rec = _data.get(key)
-    if rec is None:
-        try:
-            rec = _Datum(obj, key)
-        except TypeError:
-            rec = _Pinned(obj)
-        _data[key] = rec
+def _record(obj, key: int, writer):
+    """A new record of ``obj`` (at ``key``) whose last writer is ``writer``."""
+    try:
+        rec = _Datum(obj, key)
+    except TypeError:
+        rec = _Pinned(obj)
+        rec.live = int(writer is not None)  # a pending writer holds the datum (untrack_locked)
+    rec.writer = writer
+    _data[key] = rec
     return rec
+
+
+def _state(obj) -> tuple:
+    """(last writer, readers since) of ``obj`` as the runtime knows them."""
+    entry = _data.get(id(obj))
+    if entry is None:
+        return None, None
+    if type(entry) in _RECORDS:
+        return entry.writer, entry.readers
+    return entry, None
 
 
 def _forget(rec) -> None:
@@ -136,94 +156,134 @@ def track_locked(inst, accesses) -> None:
     """Add the implicit dependencies of ``inst`` and record its accesses (caller holds LOCK).
 
     ``accesses`` holds ``(object, mode)`` pairs, mode a mask of READ and WRITE, with each
-    datum once.
+    datum once. ``inst.held`` gets the data :func:`untrack_locked` lets go of when
+    ``inst`` is done (one object, a tuple of them, or None): those it writes, and those
+    without weak references.
     """
+    held = None
     for obj, mode in accesses:
-        rec = _data.get(id(obj)) or _record(obj)
-        if type(rec) is _Pinned:
-            rec.live += 1
-            inst.held = (*(inst.held or ()), obj)
-        writer = rec.writer
-        if writer is not None and writer.status is not COMPLETE:
-            if writer.status not in DONE:
-                depend_locked(inst, writer, bool(mode & READ))
-            elif mode & READ and inst.doomed is None and poisoned(writer):
-                inst.doomed = cancelled_error(inst, writer, writer._error)
-        if mode & WRITE:
-            if rec.readers:
-                for reader in rec.readers:
-                    if reader.status not in DONE:
-                        depend_locked(inst, reader, False)
-                rec.readers.clear()
-            rec.writer = inst
+        key = id(obj)
+        rec = _data.get(key)
+        bare = rec is not None and type(rec) not in _RECORDS  # a pending last writer, alone
+        if mode & WRITE and (rec is None or bare):  # the instance alone stands for the datum
+            if bare:
+                depend_locked(inst, rec, bool(mode & READ))
+                if rec.held is obj:  # nothing left for it to let go of (a chain's links)
+                    rec.held = None
+            _data[key] = inst
         else:
-            readers = rec.readers
-            if readers is None:
-                rec.readers = [inst]
+            if rec is None or bare:
+                rec = _record(obj, key, rec)
+            pinned = type(rec) is _Pinned
+            if pinned:
+                rec.live += 1
+            writer = rec.writer
+            if writer is not None and writer.status is not COMPLETE:
+                if writer.status not in DONE:
+                    depend_locked(inst, writer, bool(mode & READ))
+                elif mode & READ and inst.doomed is None and poisoned(writer):
+                    inst.doomed = cancelled_error(inst, writer, writer._error)
+            if mode & WRITE:
+                if rec.readers:
+                    for reader in rec.readers:
+                        if reader.status not in DONE:
+                            depend_locked(inst, reader, False)
+                    rec.readers.clear()
+                rec.writer = inst
             else:
-                readers.append(inst)
-                if len(readers) >= rec.prune_at:  # finished readers matter to no one
-                    readers[:] = [r for r in readers if r.status not in DONE]
-                    rec.prune_at = max(32, 2 * len(readers))
+                readers = rec.readers
+                if readers is None:
+                    rec.readers = [inst]
+                else:
+                    readers.append(inst)
+                    if len(readers) >= rec.prune_at:  # finished readers matter to no one
+                        readers[:] = [r for r in readers if r.status not in DONE]
+                        rec.prune_at = max(32, 2 * len(readers))
+                if not pinned:
+                    continue
+        held = obj if held is None else (*held, obj) if type(held) is tuple else (held, obj)
+    inst.held = held
 
 
-def untrack_locked(held) -> None:
-    """Forget data without weak references once no pending instance touches them."""
-    for obj in held:
-        rec = _data.get(id(obj))
-        if rec is not None:
+def untrack_locked(inst, complete: bool) -> None:
+    """``inst`` is done (``complete``: successfully): let go of the data it holds (caller
+    holds LOCK, and ``inst`` its arguments, so none of them is freed meanwhile).
+
+    A completed last writer is forgotten (it orders nothing and poisons nothing); a
+    record left with no writer and no readers, or a pinned one no pending instance
+    uses, is dropped. A failed (or cancelled) last writer that stood alone for its datum
+    gets a record: the datum is poisoned.
+    """
+    held, inst.held = inst.held, None
+    for obj in (held if type(held) is tuple else (held,)):
+        key = id(obj)
+        rec = _data.get(key)
+        if rec is inst:
+            del _data[key]
+            if not complete:
+                rec = _record(obj, key, inst)
+                if type(rec) is _Pinned:  # nothing pending uses it
+                    del _data[key]
+            continue
+        if type(rec) not in _RECORDS:  # a later writer's now, or forgotten by the host
+            continue
+        if rec.writer is inst and complete:
+            rec.writer = None
+        if type(rec) is _Pinned:
             rec.live -= 1
-            if rec.live == 0:
-                del _data[id(obj)]
+            if rec.live:
+                continue
+        elif rec.writer is not None or rec.readers:
+            continue
+        del _data[key]
 
 
 def accesses(args, modes) -> list:
     """``(datum, mode)`` pairs of the array/view/buffer arguments, each datum once."""
     out = []
     for arg, mode in zip(args, modes):
-        if not mode:
-            continue
-        if type(arg) is np.ndarray and arg.base is None:  # the common cases, kept cheap
-            obj = arg
-        elif type(arg) is float or isinstance(arg, SCALARS):
-            continue
-        else:
-            obj = datum(arg)
-        if out:
-            for k, (seen, m) in enumerate(out):
-                if seen is obj:
-                    out[k] = (obj, m | mode)
-                    break
+        if mode:
+            if type(arg) is not np.ndarray or arg.base is not None:  # not a whole NumPy array
+                if type(arg) is float or isinstance(arg, SCALARS):
+                    continue
+                arg = datum(arg)
+            if out:
+                for pair in out:
+                    if pair[0] is arg:  # passed twice: once, with both modes
+                        k = next(k for k, p in enumerate(out) if p is pair)
+                        out[k] = (arg, pair[1] | mode)
+                        break
+                else:
+                    out.append((arg, mode))
             else:
-                out.append((obj, mode))
-        else:
-            out.append((obj, mode))
+                out.append((arg, mode))
     return out
 
 
 def pending_locked(obj, write: bool) -> list:
     """Instances a host access to ``obj`` must wait for: its unfinished last writer, and for
     a write also its unfinished readers (caller holds LOCK)."""
-    rec = _data.get(id(obj))
-    if rec is None:
-        return []
-    events = [rec.writer] if rec.writer is not None and rec.writer.status not in DONE else []
-    if write and rec.readers:
-        events += [r for r in rec.readers if r.status not in DONE]
+    writer, readers = _state(obj)
+    events = [writer] if writer is not None and writer.status not in DONE else []
+    if write and readers:
+        events += [r for r in readers if r.status not in DONE]
     return events
 
 
 def last_writer_locked(obj):
-    """The last instance that wrote ``obj``, or None."""
-    rec = _data.get(id(obj))
-    return None if rec is None else rec.writer
+    """The last instance that wrote ``obj`` and is not known to have completed, or None."""
+    return _state(obj)[0]
 
 
 def host_wrote_locked(obj) -> None:
     """The host overwrote ``obj``: later readers depend on nothing before (caller holds LOCK)."""
     rec = _data.get(id(obj))
-    if rec is not None:
+    if rec is None:
+        return
+    if type(rec) in _RECORDS:
         rec.writer = rec.readers = None
+    else:
+        del _data[id(obj)]
 
 
 def check_cycle_locked(event, wait_for) -> None:

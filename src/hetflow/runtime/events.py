@@ -210,23 +210,29 @@ def _settle_one_locked(ev: Event, status: str, error, stack: list) -> None:
         ev._waiter.set()
     ev._retire_locked(status)
     needs, after = ev._needs, ev._after
-    ev._needs = ev._after = None
     if needs is not None:
+        ev._needs = None
+        failed = status is not COMPLETE
         for dep in (needs if type(needs) is list else (needs,)):  # dependents(), inlined: once per instance
-            if status is not COMPLETE and dep.status is QUEUED and dep.doomed is None:
-                dep.doomed = cancelled_error(dep, ev, error)
-            _release_locked(dep, stack)
+            if dep.status is QUEUED:
+                if failed and dep.doomed is None:
+                    dep.doomed = cancelled_error(dep, ev, error)
+                _release_locked(dep, stack)
     if after is not None:
+        ev._after = None
         for dep in (after if type(after) is list else (after,)):
-            _release_locked(dep, stack)
+            if dep.status is QUEUED:
+                _release_locked(dep, stack)
 
 
 def _release_locked(inst, stack: list) -> None:
-    """One dependency of ``inst`` is over (met, failed or cancelled)."""
-    if inst.status is QUEUED:
-        inst.pending -= 1
-        if inst.pending == 0 and inst.submitted is not None:
-            start_locked(inst, stack)
+    """One dependency of queued ``inst`` is over (met, failed or cancelled)."""
+    inst.pending -= 1
+    if inst.pending == 0 and inst.submitted is not None:
+        if inst.doomed is None:  # start_locked(), inlined: once per instance
+            inst.core.ready_locked(inst)
+        else:
+            stack.append((inst, CANCELLED, inst.doomed))
 
 
 def start_locked(inst, stack: list | None = None) -> None:

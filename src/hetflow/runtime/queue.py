@@ -15,8 +15,8 @@ is ``'cancelled'`` (:class:`~hetflow.errors.EventFailedError`); unrelated work
 goes on. ``finish()`` waits for everything, then raises the first failure nobody
 retrieved through ``wait``/``exception``.
 
-Kernel objects: the runtime keeps a record per kernel (its access modes, pending
-count) until :func:`release`; released while instances are pending, the kernel lives on
+Kernel objects: the runtime keeps a record per kernel (its label and access modes)
+until :func:`release`; released while instances are pending, the kernel lives on
 in those instances until the last of them is done, then goes (its launch plans live on
 the kernel object itself).
 
@@ -51,15 +51,14 @@ from .scheduler import Lane, Scheduler
 
 # -- kernel objects ----------------------------------------------------------------------
 class _KernelRecord:
-    """What the runtime keeps per kernel: access modes per launch rank, pending count."""
+    """What the runtime keeps per kernel: its label and access modes per launch rank."""
 
-    __slots__ = ("kernel", "label", "modes", "pending")
+    __slots__ = ("kernel", "label", "modes")
 
     def __init__(self, kernel: Kernel):
         self.kernel = kernel
         self.label = f"kernel {kernel.name!r}"
         self.modes: dict[int, tuple] = {}
-        self.pending = 0
 
     def learn(self, launch) -> tuple:
         """READ/WRITE masks of the data parameters for ``launch``'s rank."""
@@ -71,7 +70,7 @@ class _KernelRecord:
         return modes
 
 
-_kernels: dict[Kernel, _KernelRecord] = {}
+_kernels: dict[int, _KernelRecord] = {}  # by id(kernel): a C-level hash (the record keeps it)
 _released: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
 
 
@@ -81,19 +80,19 @@ def _register(kernel) -> _KernelRecord:
     if kernel in _released:
         raise KernelError(f"kernel {kernel.name!r} was released; it cannot be enqueued any more")
     with LOCK:
-        return _kernels.setdefault(kernel, _KernelRecord(kernel))
+        return _kernels.setdefault(id(kernel), _KernelRecord(kernel))
 
 
 def release(kernel: Kernel) -> None:
     """Release a kernel object: no new instances; the runtime drops it from its tables
-    once its pending instances are done (at once if there are none)."""
+    at once (pending instances keep the kernel until they are done)."""
     if not isinstance(kernel, Kernel):
         raise ArgumentTypeError(f"{kernel!r} is not a hetflow kernel")
     with LOCK:
         if kernel in _released:
             raise KernelError(f"kernel {kernel.name!r} was already released")
         _released.add(kernel)
-        _kernels.pop(kernel, None)  # pending instances keep their record (and kernel) alive
+        _kernels.pop(id(kernel), None)  # pending instances keep the kernel alive (their launch)
 
 
 # -- execution instances ------------------------------------------------------------------
@@ -102,41 +101,36 @@ class Instance(Event):
     event that stands for it (one object: a runtime with thousands of pending instances
     is bound by Python's per-object costs)."""
 
-    __slots__ = ("core", "rec", "launch", "args", "modes", "work", "priority", "pending", "doomed",
-                 "held", "lanes", "pinned", "splittable", "buffers")
+    __slots__ = ("core", "launch", "modes", "priority", "pending", "doomed", "held", "lanes",
+                 "pinned", "splittable", "buffers")
 
-    def __init__(self, core, rec, launch, args, modes, priority, lanes, pinned, buffers):
-        Event.__init__(self, rec.label)  # not super(): one object fewer per enqueue
+    def __init__(self, core, label, launch, modes, priority, lanes, pinned, buffers):
+        Event.__init__(self, label)  # not super(): one object fewer per enqueue
         self.core = core
-        self.rec = rec
-        self.launch = launch     # bound for the home device (lanes[0])
-        self.args = args         # as given (Buffers included)
+        self.launch = launch     # bound for the home device (lanes[0]); its args as given
         self.modes = modes       # READ/WRITE mask per data argument
-        extent = launch.extent
-        self.work = extent[0] if len(extent) == 1 else _work(extent)
         self.priority = priority
         self.pending = 0         # dependencies not yet met
         self.doomed = None       # its error, if it depends strongly on a failure: cancelled
                                  # instead of run once it waits for nothing else
-        self.held = None         # data without weak references it keeps tracked
+        self.held = None         # data it lets go of when done (deps.track_locked)
         self.lanes = lanes       # where it may run, home first
         self.pinned = pinned
         self.buffers = buffers   # positions of Buffer arguments, or None
         self.splittable = False
 
     def _retire_locked(self, status: str) -> None:
-        """Done (or cancelled): counts, kernel release, let data and kernel go."""
-        core, rec = self.core, self.rec
+        """Done (or cancelled): counts, let data and kernel go."""
+        core = self.core
         if core is None:
             return
-        rec.pending -= 1
         if status is not COMPLETE:
             core.failures.append(self)
-        if self.held:
-            untrack_locked(self.held)
+        if self.held is not None:  # before the launch goes: its arguments keep the data alive
+            untrack_locked(self, status is COMPLETE)
         if self.submitted is None:
             core.deferred.discard(self)
-        self.core = self.rec = self.launch = self.args = None
+        self.core = self.launch = None
         core.outstanding -= 1
         if core.outstanding == 0:
             core.idle_locked()
@@ -207,9 +201,10 @@ class _Core:
             lane.idle = 0
             lane.cond.notify_all()
 
-    def done_locked(self, lane: Lane, inst: Instance, split, error, ended, shape) -> None:
-        """A worker finished running ``inst``: record where and how, settle its event."""
-        inst.ended = ended
+    def done_locked(self, lane: Lane, inst: Instance, split, error, shape) -> None:
+        """A worker finished running ``inst`` (``ended`` set): record where and how,
+        settle its event. The worker loop does the common case itself (run whole, no
+        error): this is the rest."""
         if split is None:
             inst.device = lane.device.id
             inst.blocks, inst.threads = shape
@@ -227,23 +222,31 @@ class _Core:
     # -- workers ------------------------------------------------------------------------
     def work(self, lane: Lane) -> None:
         """A worker slot of ``lane``: take the best ready entry, run it, repeat."""
-        heap = lane.heap
+        heap, ready, splits, device_id = lane.heap, lane.ready, lane.splits, lane.device.id
         done_locked, execute = self.done_locked, self.execute
-        inst = split = outcome = None
+        inst = split = error = shape = ended = None
         LOCK.acquire()
         try:
             while True:
                 if inst is not None:
                     lane.running -= 1
                     lane.claims = 1  # we take one of the entries this releases ourselves
-                    done_locked(lane, inst, split, *outcome)
+                    inst.ended = ended
+                    if split is None and error is None:  # done_locked's common case, inlined
+                        inst.device = device_id
+                        inst.blocks, inst.threads = shape
+                        settle_locked(inst, COMPLETE, None)
+                    else:
+                        done_locked(lane, inst, split, error, shape)
                     lane.claims = 0
                 while not heap:
                     if self.closed and self.outstanding == 0:
                         return
                     lane.idle += 1
                     lane.cond.wait()
-                _, _, inst, split = heappop(heap)
+                key = heappop(heap)  # the best ready entry (Lane.push_locked)
+                inst = ready.pop(key)
+                split = splits.pop(key, None) if splits else None
                 inst.status, inst.started = RUNNING, perf_counter()
                 lane.running += 1
                 if split is not None:
@@ -252,7 +255,8 @@ class _Core:
                             other.running += 1
                 LOCK.release()
                 try:
-                    outcome = execute(lane, inst, split)
+                    error, shape = execute(lane, inst, split)
+                    ended = perf_counter()
                 finally:
                     LOCK.acquire()
         finally:
@@ -260,26 +264,27 @@ class _Core:
 
     def execute(self, lane: Lane, inst: Instance, split) -> tuple:
         """Run an instance on ``lane``'s device, or co-executed over the ``split`` lanes:
-        (error, end time, (blocks, threads) or the split's parts)."""
-        shape = (None, None)
+        (error, (blocks, threads) or the split's parts)."""
         try:
-            device = lane.device
             launch = inst.launch
             if split is not None:
-                shape = _co_execute(launch, [other.device for other in split])
+                return None, _co_execute(launch, [other.device for other in split])
+            device = lane.device
+            buffers = inst.buffers
+            if buffers is not None:
+                launch = _with_buffers(inst, device)
+            elif launch.device is not device:
+                launch = bind(launch.kernel, launch.extent, launch.args, device)
+            if lane.cpu:  # a CPU launch counts its row pieces as blocks of one thread
+                shape = len(cpu.run(launch, device.compute_units)), 1
             else:
-                buffers = inst.buffers
-                if buffers is not None:
-                    launch = _with_buffers(inst, device)
-                elif launch.device is not device:
-                    launch = bind(launch.kernel, launch.extent, launch.args, device)
-                shape = _run_whole(launch, device)
-                if buffers is not None:
-                    wrote(launch, [k for k in buffers if inst.modes[k] & WRITE])
-            error = None
+                staging.run(launch)
+                shape = gpu.launch_config(device, launch.extent[0], launch.inner)
+            if buffers is not None:
+                wrote(launch, [k for k in buffers if inst.modes[k] & WRITE])
+            return None, shape
         except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
-            error = exc
-        return error, perf_counter(), shape
+            return exc, (None, None)
 
     def _submit_locked(self, inst: Instance, now: float) -> None:
         """A deferred instance may start once its dependencies are over."""
@@ -325,16 +330,8 @@ def _with_buffers(inst: Instance, device):
     """The launch of ``inst`` on ``device`` with each Buffer's copy there made current."""
     launch = inst.launch
     if launch.device is not device:
-        launch = bind(launch.kernel, launch.extent, inst.args, device)
+        launch = bind(launch.kernel, launch.extent, launch.args, device)
     return acquired(launch)
-
-
-def _run_whole(launch, device) -> tuple:
-    """Run the whole launch; return the (blocks, threads) it used."""
-    if device.kind == "cpu":
-        return len(cpu.run(launch, device.compute_units)), 1
-    staging.run(launch)
-    return gpu.launch_config(device, launch.extent[0], launch.inner)
 
 
 def _co_execute(launch, devices) -> tuple:
@@ -434,7 +431,7 @@ class Queue:
         core = self._core
         if not core.closed:  # released (also by one release too many): InvalidContextError here
             core.context.check()
-        rec = _kernels.get(kernel) if type(kernel) is Kernel else None
+        rec = _kernels.get(id(kernel)) if type(kernel) is Kernel else None
         if rec is None:
             rec = _register(kernel)
         if type(priority) is not int:
@@ -448,7 +445,7 @@ class Queue:
         launch = bind(kernel, extent, args, lanes[0].device)
         buffers = _buffer_positions(args) if launch.plan.buffers else None
         modes = rec.modes.get(len(launch.extent)) or rec.learn(launch)
-        inst = Instance(core, rec, launch, args, modes, priority, lanes, pinned, buffers)
+        inst = Instance(core, rec.label, launch, modes, priority, lanes, pinned, buffers)
         if len(lanes) > 1:
             inst.splittable = _splittable(inst, buffers)
         data = accesses(args, modes)
@@ -458,7 +455,6 @@ class Queue:
             for w in wait_for:
                 depend_locked(inst, w, True)
             track_locked(inst, data)
-            rec.pending += 1
             core.outstanding += 1
             if defer and inst.doomed is None:
                 core.deferred.add(inst)
@@ -560,13 +556,6 @@ def _events(wait_for) -> tuple:
 def _buffer_positions(args) -> list:
     """Positions of the arguments that are Buffers or views of one."""
     return [k for k, a in enumerate(args) if type(getattr(a, "root", a)) is Buffer]
-
-
-def _work(extent: tuple) -> int:
-    work = extent[0]
-    for e in extent[1:]:
-        work *= e
-    return work
 
 
 def _splittable(inst: Instance, buffers) -> bool:

@@ -31,6 +31,7 @@ thousands of times slower than a core), unless ``balance_simulated`` (for tests)
 from __future__ import annotations
 
 import heapq
+import math
 import numbers
 import threading
 
@@ -40,16 +41,22 @@ from .status import Sampler, forced_busy
 
 
 class Lane:
-    """One device's worker slots and its heap of ready ``(-priority, seq, inst, split)``
-    entries (``split``: the lanes a split instance runs on, else None)."""
+    """One device's worker slots and its ready instances: a heap of their keys (priority
+    first, then enqueue order), the instance of each key in ``ready``, and in ``splits``
+    the lanes a split instance runs on. Plain int keys, not ``(-priority, id, inst)``
+    tuples: int comparisons are cheap, and a tuple per ready instance is one more object
+    for the cyclic garbage collector to walk while thousands wait."""
 
-    __slots__ = ("device", "slots", "heap", "cond", "idle", "claims", "running", "threads", "cpu")
+    __slots__ = ("device", "slots", "heap", "ready", "splits", "cond", "idle", "claims", "running",
+                 "threads", "cpu")
 
     def __init__(self, device, slots: int):
         self.device = device
         self.slots = slots
         self.cpu = device.kind == "cpu"
         self.heap = []
+        self.ready = {}
+        self.splits = {}
         self.cond = threading.Condition(LOCK)
         self.idle = 0       # workers waiting on cond and not yet notified
         self.claims = 0     # entries a worker about to pop will take itself (no wakeup)
@@ -58,7 +65,11 @@ class Lane:
 
     def push_locked(self, inst, split=None) -> None:
         """Queue a ready instance here, waking an idle worker unless one will take it anyway."""
-        heapq.heappush(self.heap, (-inst.priority, inst.id, inst, split))
+        key = inst.id if inst.priority == 0 else (-inst.priority << 64) + inst.id  # ids stay below 2**64
+        heapq.heappush(self.heap, key)
+        self.ready[key] = inst
+        if split is not None:
+            self.splits[key] = split
         if self.claims:
             self.claims -= 1
         elif self.idle:
@@ -154,7 +165,7 @@ class Scheduler:
             target = usable[0]  # home, or the CPU standing in for a busy GPU
         else:
             under = [lane for lane in usable if self.under_threshold(lane)]
-            if inst.splittable and inst.work >= self.split_min and len(under) >= 2:
+            if inst.splittable and math.prod(inst.launch.extent) >= self.split_min and len(under) >= 2:
                 first = home if home in under else under[0]
                 first.push_locked(inst, tuple(under))
                 return

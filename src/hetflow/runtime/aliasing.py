@@ -58,7 +58,11 @@ def check(kernel, extent: tuple, args: tuple, plan) -> None:
     ``plan``: the launch's plan, or its :class:`Uses`."""
     views, ndarray = _VIEW_TYPES, np.ndarray
     for w in plan.written:
-        r = _owner(args[w])
+        r = args[w]  # _owner, inlined: launches run this loop
+        if type(r) in views:
+            r = r.root
+        if type(r) is ndarray and r.base is not None:
+            r = r.base
         n = 0  # arguments over r's memory, args[w] included (the cheapest loop: launches run it)
         for x in args:
             if x is r:

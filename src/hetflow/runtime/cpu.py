@@ -121,10 +121,12 @@ _pool_lock = threading.Lock()
 def run(launch: Launch, workers: int) -> list[tuple[int, int]]:
     """Run the whole launch: on the calling thread when its work is small, else over
     ``workers`` cores; returns the rows ``(lo, hi)`` each thread ran."""
-    compile_launch(launch)
+    if not launch.plan.compiled:
+        compile_launch(launch)
     rows = launch.extent[0]
-    per_row = math.prod(launch.inner)
-    if workers <= 1 or rows <= 1 or per_row == 0:
+    # the cheapest tests first: a one-row launch is common
+    per_row = 0 if rows <= 1 or workers <= 1 else math.prod(launch.extent[1:])
+    if per_row == 0:
         _inline(launch, 0, rows)
         return [(0, rows)]
     if rows * per_row > INLINE_LIMIT:

@@ -178,3 +178,49 @@ def test_stores_inside_a_nested_function_are_not_judged_scattered():
     x, out = np.arange(5.0), np.zeros(5)
     hetflow.forall(5, through_a_nested_function, x, out, device="cpu0")
     np.testing.assert_array_equal(out, 2 * x)
+
+
+@hetflow.kernel
+def overwrites(i, j, out, half, x):
+    out[i, j] = 2.0 * x[i, j]
+    half[i, j] = x[i, j]  # written, then read below: it must come in
+    half[i, j] = half[i, j] * 0.5
+
+
+@hetflow.kernel
+def overwrites_where(i, out, x):
+    if x[i] > 0.5:
+        out[i] = x[i]
+
+
+@hetflow.kernel
+def returns_early(i, out, x):
+    if x[i] > 0.5:
+        return
+    out[i] = x[i]
+
+
+@hetflow.kernel
+def overwrites_in_a_loop(i, out, x):
+    for k in range(1):
+        out[i] = x[i] + k
+
+
+def test_covered_only_where_every_launch_index_overwrites_without_reading():
+    access = overwrites.access(2)
+    assert access.covered == {"out", "half"} and access.reads("half") and not access.reads("out")
+    assert overwrites.access(1).covered == frozenset()          # out[i, j] is not row i whole
+    for kernel in (overwrites_where, returns_early, overwrites_in_a_loop):
+        assert kernel.access(1).covered == frozenset()
+
+
+@pytest.mark.simgpu
+@pytest.mark.parametrize("kernel", [overwrites_where, returns_early])
+def test_co_executed_conditional_writes_keep_the_other_elements(gpu_device, kernel):
+    # the kernel writes some elements only: the others must come back from the GPU as they were
+    x = np.random.default_rng(3).random(600)
+    out = np.full(600, -1.0)
+    hetflow.forall(600, kernel, out, x, device=["cpu0", gpu_device.id], schedule="static",
+                   shares=[0.5, 0.5])
+    want = np.where(x > 0.5, x, -1.0) if kernel is overwrites_where else np.where(x > 0.5, -1.0, x)
+    np.testing.assert_array_equal(out, want)

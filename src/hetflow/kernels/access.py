@@ -36,6 +36,10 @@ class Access:
     # Parameters only ever subscripted as x[i, j, ..., more] (all the launch indices first):
     # the kernel at launch index I touches only their elements x[I, ...].
     aligned: frozenset = frozenset()
+    # Parameters that a statement every launch index runs (top level, in a kernel without
+    # ``return``) assigns at exactly the launch index (``out[i, j] = ...``): the launch
+    # overwrites each of their elements it covers, so a device need not copy them in.
+    covered: frozenset = frozenset()
 
     def reads(self, name) -> bool:
         return "r" in self.modes.get(name, "")
@@ -140,8 +144,11 @@ class _Analysis:
         # a reassigned index variable (None here) says nothing about which elements are touched
         aligned = frozenset() if None in self.index or not self.index else \
             frozenset(touched - self.other - self.unaligned)
+        returns = any(isinstance(n, ast.Return) and id(n) not in nested for n in ast.walk(self.fdef))
+        covered = frozenset() if returns or None in self.index or not self.index else \
+            frozenset(_assigned_at_index(self.fdef, self.index) & self.data)
         return Access(ordered, self.identity, frozenset(touched - self.other), guarded,
-                      frozenset(self.scattered), frozenset(self.atomic), aligned)
+                      frozenset(self.scattered), frozenset(self.atomic), aligned, covered)
 
     def _claimed_names(self, fdef) -> set:
         """Locals bound once, to what an atomic returned (``t = atomic.add(n, 0, 1)``):
@@ -456,6 +463,18 @@ def _base_subscript(target):
 
 def _components(slice_node) -> list:
     return list(slice_node.elts) if isinstance(slice_node, ast.Tuple) else [slice_node]
+
+
+def _assigned_at_index(fdef, index) -> set:
+    """Names assigned at exactly the launch index by a top-level statement of ``fdef``."""
+    found = set()
+    for stmt in fdef.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            t = stmt.targets[0]
+            if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) \
+                    and _identity_rank(t.slice, index) == len(index):
+                found.add(t.value.id)
+    return found
 
 
 def _leads_with(slice_node, index) -> bool:

@@ -141,9 +141,11 @@ class GpuChunks:
                 elif isinstance(arg, np.ndarray):
                     if name in streamed:
                         # allocated only: rows move with their chunk, written ones both
-                        # ways (what the kernel leaves alone must come back unchanged)
+                        # ways (what the kernel leaves alone must come back unchanged),
+                        # unless the kernel overwrites all of them
                         dev = self.cuda.device_array(arg.shape, arg.dtype, stream=self.stream)
-                        self.streamed_in.append((arg, dev))
+                        if not _overwritten(plan.access, name, arg, len(self.launch.extent)):
+                            self.streamed_in.append((arg, dev))
                         if plan.access.writes(name):
                             self.streamed_out.append((arg, dev))
                     else:
@@ -311,6 +313,13 @@ def _streamed(plan, args) -> set:
     if any(plan.access.writes(name) for name in whole):
         return {name for name in rowwise if not plan.access.writes(name)}
     return rowwise
+
+
+def _overwritten(access, name: str, arg, ndim: int) -> bool:
+    """Does the launch overwrite every element of ``arg`` in the rows it runs, without
+    reading it (``out[i] = ...`` at the top of the kernel; see ``Access.covered``)? Then
+    its rows need not be copied in."""
+    return name in access.covered and not access.reads(name) and arg.ndim == ndim
 
 
 def coalesce(ranges):

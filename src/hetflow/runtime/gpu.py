@@ -111,7 +111,7 @@ def _pack_complex(v, out: list) -> None:
 
 def _layout(args: tuple, sig: tuple) -> tuple:
     """How a launch's arguments become parameter values: ``(pack, k)`` packs argument
-    ``k``; ``(None, (lo, hi))`` copies the run of scalars ``args[lo:hi]`` as they are."""
+    ``k``; ``(None, s)`` copies the run of scalars ``args[s]`` (a slice) as they are."""
     steps = []
     for k, (a, ty) in enumerate(zip(args, sig)):
         if isinstance(ty, (types.Array, types.Complex)):

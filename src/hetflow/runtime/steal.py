@@ -6,10 +6,11 @@ Chase–Lev deque per worker (:mod:`hetflow.runtime.deque`), evenly or by predic
 shares (:mod:`hetflow.runtime.perfmodel`). One Python thread per worker then pops from
 its own deque and, when that is empty (or at most ``steal_threshold`` long), steals the
 top entry of the other deques, visited in a fixed order: GPU queues first, then CPU
-queues, skipping a queue whose owner would reach that entry before the thief finished
-it (by each worker's measured time per index): a core that took a GPU's last chunks
-would keep the loop running long after the GPU ran dry. Stealing is bidirectional. The chunk functions release the GIL (CPU: Numba
-``nogil`` functions; GPU: asynchronous launches), so the workers really run at once.
+queues, skipping a queue whose owner would reach that entry before the thief finished it
+(by each worker's measured time per index): a core that took a GPU's last chunks would
+keep the loop running long after the GPU ran dry. Stealing is bidirectional. The chunk
+functions release the GIL (CPU: Numba ``nogil`` functions; GPU: asynchronous launches),
+so the workers really run at once.
 
 Two refinements keep mixed chunk sizes efficient without giving up exactly-once:
 a worker that obtains a range larger than twice its own chunk size (a CPU that stole a

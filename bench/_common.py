@@ -26,6 +26,25 @@ def best_time(fn, repeat=5, warmup=1, sync=None) -> float:
     return best
 
 
+def race(*fns, repeat, sync=None):
+    """Best time of each of ``fns``, run in alternating rounds after one warm-up each.
+
+    Each round starts with the next contender in turn, so that none always runs first or
+    always after the same one. Race parallel code in pairs: one that runs after a
+    single-threaded contender (NumPy) finds the threading layer's workers asleep."""
+    best = [float("inf")] * len(fns)
+    for r in range(repeat + 1):
+        for k in (*range(r % len(fns), len(fns)), *range(r % len(fns))):
+            fn = fns[k]
+            t0 = time.perf_counter()
+            fn()
+            if sync:
+                sync()
+            if r:
+                best[k] = min(best[k], time.perf_counter() - t0)
+    return best
+
+
 def per_call(fn, calls, repeat=5) -> float:
     """Seconds per call: the best of ``repeat`` means over ``calls`` calls each."""
     best = float("inf")

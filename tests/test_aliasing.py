@@ -124,6 +124,21 @@ def test_the_cached_verdict_follows_the_offsets():
             np.testing.assert_array_equal(u[:3], squares()[start:start + 3])
 
 
+def test_the_cached_verdict_follows_the_strides_of_slices():
+    """Slices of one array at one offset, of one shape and layout, stepping differently:
+    the even elements written, the odd ones read (fine), then elements 1, 4, 7, 10 read
+    (element 4 is written at index 2 and read at index 1)."""
+    for step, overlaps in ((2, False), (3, True), (2, False)):
+        a = np.arange(16.0)
+        out, src = a[0:8:2], a[1:1 + 4 * step:step]
+        if overlaps:
+            with pytest.raises(ShapeError):
+                hetflow.forall(4, copy, out, src)
+        else:
+            hetflow.forall(4, copy, out, src)
+            np.testing.assert_array_equal(a[0:8:2], np.arange(16.0)[1:9:2])
+
+
 def test_a_captured_graph_keeps_snapshot():
     u, expected = squares(), squares()
     expected[1:-1] = (expected[:-2] + expected[2:]) / 2

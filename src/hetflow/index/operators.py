@@ -12,7 +12,7 @@ from hetflow.errors import ArgumentTypeError, IndexOutOfBoundsError, ShapeError
 from hetflow.index.expr import Call, cyclic
 from hetflow.index.lowering import function_key
 from hetflow.index.space import extent, index
-from hetflow.index.views import (View, checked_dim, extent_of, insert_at, integer_arg, make_view, rank,
+from hetflow.index.views import (View, exact_params, checked_dim, extent_of, insert_at, integer_arg, make_view, rank,
                                  read_element, set_field, sparse_indices, tuple_arg,
                                  write_element)
 
@@ -326,13 +326,13 @@ def project(parent, dim, value):
 
 def cshift(parent, dim, shift):
     """Circular shift by ``shift`` along ``dim``: NumPy's ``np.roll(a, -shift, axis=dim)``."""
-    return make_view(CShift, parent, dim, shift)
+    return make_view(CShift, parent, (dim, shift), type(dim) is int is type(shift))
 
 
 def interior(parent, delta):
     """Drops a border of ``delta`` (an int, or one per dimension) on every side:
     NumPy's ``a[d0:n0-d0, d1:n1-d1]``. Interiors nest."""
-    return make_view(Interior, parent, delta)
+    return make_view(Interior, parent, (delta,), type(delta) is int or exact_params((delta,)))
 
 
 def transpose(parent, d1, d2):
@@ -342,4 +342,5 @@ def transpose(parent, d1, d2):
 
 def section(parent, offset, extent):
     """The box at ``offset`` with ``extent``: NumPy's ``a[o0:o0+e0, o1:o1+e1]``."""
-    return make_view(Section, parent, offset, extent)
+    params = (offset, extent)
+    return make_view(Section, parent, params, exact_params(params))

@@ -143,7 +143,7 @@ def describe(x):
 # -- view structures ------------------------------------------------------------------
 class Structure:
     """What lowering a chain of views depends on: each operator's type and normalised
-    ``parameters()`` down to the root's type, shape, strides and dtype (not the root).
+    ``parameters()`` down to the root's type and shape (not the root).
 
     Structures are interned: equal chains share one object, which hashes by identity, so
     launches key plans and lowerings by a view's structure at the cost of a pointer, and
@@ -157,23 +157,26 @@ class Structure:
         self.key, self.extent = key, extent_
         self.fields = {**fields_, "extent": extent_, "signature": self}
 
-    def __hash__(self):
-        if self.key is None:  # a co_map capturing unhashable values: no structure to share
-            raise TypeError("unhashable view structure")
-        return id(self)
-
     def __repr__(self):
         return f"Structure{self.key!r}"
 
 
+class Unshared(Structure):
+    """The structure of a view over a co_map capturing unhashable values: nothing to share,
+    so unhashable (``key`` None), and every cache keyed by it looks it up in vain."""
+
+    __slots__ = ()
+    __hash__ = None
+
+
 # (view type, parameters, parent's structure or root description) -> Structure, both as
-# given (integers only: see _exact) and normalised. Bounded: a structure dropped here
+# given (integers only: see exact_params) and normalised. Bounded: a structure dropped here
 # stays valid for the views holding it; an equal one made later only misses caches.
 _STRUCTURES = {}
 _STRUCTURES_LIMIT = 1 << 16
 
 
-def _exact(params):
+def exact_params(params):
     """Parameters that may key an interned structure as given: Python ints and tuples of
     them only (``1.0 == 1`` hashes alike, but a float delta must still be rejected)."""
     for p in params:
@@ -189,29 +192,30 @@ def _intern(view, below, given):
         key = (type(view), view.parameters(), below)
         found = _STRUCTURES.get(key)
     except TypeError:  # a co_map function that captures unhashable values
-        return Structure(None, view.extent, {})
+        return Unshared(None, view.extent, {})
     if found is None:
         if len(_STRUCTURES) >= _STRUCTURES_LIMIT:
             _STRUCTURES.clear()
         state = view.__dict__
         found = _STRUCTURES[key] = Structure(
             key, state["extent"], {f.name: state[f.name] for f in fields(view)[1:]})
-    if _exact(given):
+    if exact_params(given):
         _STRUCTURES[(type(view), given, below)] = found
     return found
 
 
 def _root_key(root):
-    """What a view's structure takes from its root: type, shape, strides and dtype."""
-    return type(root), root.shape, getattr(root, "strides", None), getattr(root, "dtype", None)
+    """What a view's structure takes from its root: its type and shape, which views'
+    checks and lowerings read. (Launches key the root's dtype and layout beside it.)"""
+    return type(root), root.shape
 
 
 # Root types seen without views of their own (``__hetflow_view__``): make_view builds
 # views over them without probing the class.
-_PLAIN_ROOTS = set()
+_PLAIN_ROOTS = {np.ndarray}
 
 
-def make_view(cls, parent, *params):
+def make_view(cls, parent, params, exact):
     """The view ``cls(parent, *params)``, or the one ``parent`` makes of itself.
 
     An array type with views of its own (a distributed array, :mod:`hetflow.cluster`)
@@ -221,32 +225,31 @@ def make_view(cls, parent, *params):
 
     Every launch builds its views again: a view equal to one built before (same operator,
     parameters and parent structure) is filled from the interned structure without the
-    dataclass's constructor and checks, at a quarter of their cost."""
+    dataclass's constructor and checks, at a third of their cost. Only parameters given
+    as Python ints (``exact``, which each operator tells cheaply; see :func:`exact_params`)
+    are looked up as given."""
     kind = type(parent)
     if kind in _VIEW_TYPES:
         root, below = parent.root, parent.signature
-    elif kind is np.ndarray:  # _root_key, inlined
-        root, below = parent, (kind, parent.shape, parent.strides, parent.dtype)
     elif kind in _PLAIN_ROOTS:
-        root, below = parent, _root_key(parent)
+        root, below = parent, (kind, parent.shape)  # _root_key, inlined
     else:
         own = getattr(kind, "__hetflow_view__", None)
         if own is not None:
             return own(parent, cls.op, *params)
-        view = cls(parent, *params)
-        _PLAIN_ROOTS.add(kind)
-        return view
-    try:
-        found = _STRUCTURES.get((cls, params, below))
-    except TypeError:  # over a co_map capturing unhashable values
-        found = None
-    if found is None or not _exact(params):
-        return cls(parent, *params)
-    view = object.__new__(cls)
-    state = view.__dict__
-    state["parent"], state["root"] = parent, root
-    state.update(found.fields)
-    return view
+        return cls(parent, *params)  # checks the parent; its __post_init__ learns the type
+    if exact:
+        try:
+            found = _STRUCTURES.get((cls, params, below))
+        except TypeError:  # over a co_map capturing unhashable values
+            found = None
+        if found is not None:
+            view = object.__new__(cls)
+            state = view.__dict__
+            state["parent"], state["root"] = parent, root
+            state.update(found.fields)
+            return view
+    return cls(parent, *params)
 
 
 # -- the base view ------------------------------------------------------------------
@@ -274,11 +277,13 @@ class View(abc.ABC):
         else:
             require_indexable(parent, self.op)
             root, below = parent, _root_key(parent)
+            if not hasattr(type(parent), "__hetflow_view__"):
+                _PLAIN_ROOTS.add(type(parent))
         state = self.__dict__  # set_field, inlined: every launch builds views
         state["root"] = root
         params = self.parameters()
         try:
-            found = _STRUCTURES.get((type(self), params, below)) if _exact(params) else None
+            found = _STRUCTURES.get((type(self), params, below)) if exact_params(params) else None
         except TypeError:  # over a co_map capturing unhashable values
             found = None
         if found is None:  # first of its kind: check and normalise the parameters

@@ -112,7 +112,7 @@ def conflicts(kernel, extent: tuple, args: tuple, plan) -> tuple:
     """The pairs (written position, other position) of arguments that alias; cached in
     ``plan.aliasing`` by the extent, which arguments share memory (numbered in order of
     appearance) and what each one's footprint depends on (a view's signature, an
-    array's shape; where an array is a slice of another, its address)."""
+    array's shape; where an array is a slice of another, its address and strides)."""
     if not kernel.has_source:  # no source to read its accesses from: not checked
         return ()
     groups, key, seen = [], [extent], {}
@@ -126,7 +126,7 @@ def conflicts(kernel, extent: tuple, args: tuple, plan) -> tuple:
         g = seen.setdefault(id(owner), len(seen))
         groups.append(g)
         key.append((g, a.signature if t in _VIEW_TYPES else tuple(a.shape),
-                    None if root is owner else _offset(root, owner)))
+                    None if root is owner else (_offset(root, owner), root.strides)))
     known = plan.aliasing
     try:
         found = None if known is None else known.get(key := tuple(key))

@@ -297,9 +297,10 @@ def _key(params: tuple, ndim: int, args: tuple) -> tuple:
             break
     else:
         return tuple(key)
-    if all(type(a) in _PLAIN for a in args):
+    view_types = _views._VIEW_TYPES
+    if type(a) not in view_types and all(type(a) in _PLAIN for a in args):
         return tuple(map(_arg_key, args))
-    roots, key, view_types = {}, [], _views._VIEW_TYPES
+    roots, key = {}, []
     for k, a in enumerate(args):
         if type(a) not in view_types:
             key.append(_arg_key(a))

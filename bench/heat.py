@@ -70,7 +70,7 @@ def cpu_rows(n, steps):
     a, b, c, d, e, f, g, h = (start.copy() for _ in range(8))
     # Raced in pairs, rounds alternating: the one after NumPy's single thread would find
     # the threading layer's workers asleep.
-    t_het, t_prange = race(lambda: hetflow_steps(a, b, steps, "cpu0"), lambda: prange_steps(c, d, steps), repeat=3)
+    t_het, t_prange = race(lambda: hetflow_steps(a, b, steps, "cpu0"), lambda: prange_steps(c, d, steps), repeat=5)
     t_numpy, t_het2 = race(lambda: slicing_steps(e, f, steps), lambda: hetflow_steps(g, h, steps, "cpu0"), repeat=1)
     assert np.allclose(a, c) and np.allclose(e, g)  # each pair's contenders ran as often: same result
     return [row("cpu0 vs numba prange", t_prange, t_het, cells, ">= 0.95x"),

@@ -1,6 +1,8 @@
 """Coherent arrays (hetflow.array / Buffer): launches on cpu0, the (simulated) GPU and
 both, interleaved with host reads and writes, give NumPy's sequential result, and data
 moves only when a launch or a read needs it."""
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -8,6 +10,7 @@ from hypothesis import strategies as st
 
 import hetflow
 from hetflow import cshift, interior, transpose
+from hetflow.errors import HostCopyWarning
 
 N = 5
 
@@ -156,3 +159,41 @@ def test_a_co_executed_program_moves_halo_rows_not_the_grid(gpu_device):
     # the GPU's block once in, then a row each way per array and step (and u out at the end)
     assert moved <= 2 * start.nbytes + (4 * steps + 8) * row, moved / row
     assert moved >= steps * row  # halo rows did cross: both devices ran every step
+
+
+@hetflow.kernel
+def double(i, out, x):
+    out[i] = 2.0 * x[i]
+
+
+def _launches_warned(monkeypatch, device, make, launches=4):
+    """Which of ``launches`` launches of ``double`` (over ``make(array)``) gave a
+    HostCopyWarning, with the hint's threshold lowered to these arrays' size."""
+    from hetflow.runtime import staging
+
+    monkeypatch.setattr(staging, "HINT_BYTES", 64)
+    monkeypatch.setattr(staging, "_copies", {})
+    monkeypatch.setattr(staging, "_hinted", __import__("threading").Event())
+    x, out = np.arange(16.0), np.zeros(16)
+    warned = []
+    for k in range(launches):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            hetflow.forall(16, double, make(out), make(x), device=device)
+        warned += [(k, str(w.message)) for w in caught if issubclass(w.category, HostCopyWarning)]
+    np.testing.assert_array_equal(np.asarray(make(out)), 2.0 * x)  # out itself, or its coherent array
+    return warned
+
+
+@pytest.mark.simgpu
+def test_a_numpy_array_copied_to_a_gpu_again_and_again_gets_one_hint(monkeypatch, gpu_device):
+    warned = _launches_warned(monkeypatch, gpu_device.id, lambda a: a)
+    assert [k for k, _ in warned] == [2]  # the third copy, and only once
+    assert "'double'" in warned[0][1] and "hetflow.array" in warned[0][1]
+
+
+@pytest.mark.simgpu
+def test_coherent_arrays_and_the_cpu_get_no_hint(monkeypatch, gpu_device):
+    assert _launches_warned(monkeypatch, "cpu0", lambda a: a) == []
+    kept = {}
+    assert _launches_warned(monkeypatch, gpu_device.id, lambda a: kept.setdefault(id(a), hetflow.array(a))) == []

@@ -27,7 +27,7 @@ Families, and why each exists (docs/guide/errors.md has the table of who raises 
 """
 
 __all__ = ["ArgumentError", "ArgumentTypeError", "CommError", "CommTimeoutError", "DeviceError",
-           "EventFailedError", "HetflowError", "HetflowTimeoutError", "IndexOutOfBoundsError",
+           "EventFailedError", "HetflowError", "HetflowTimeoutError", "HostCopyWarning", "IndexOutOfBoundsError",
            "InvalidContextError", "KernelCompileError", "KernelError", "KernelRaisedError", "RemoteError",
            "RuleError", "RuleSyntaxError", "ScatteredWriteWarning", "ShapeError"]
 
@@ -141,3 +141,8 @@ class RemoteError(CommError):
 class ScatteredWriteWarning(UserWarning):
     """A parallel launch writes an array at indices that are no function of its launch
     index, without :mod:`hetflow.atomic`: updates of one element race and may be lost."""
+
+
+class HostCopyWarning(UserWarning):
+    """Launches keep copying one large NumPy array to a GPU: ``hetflow.array`` would keep
+    it there between launches."""

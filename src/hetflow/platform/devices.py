@@ -55,6 +55,9 @@ _table: tuple[Device, ...] | None = None
 def devices(refresh: bool = False) -> tuple[Device, ...]:
     """Return the device table, rebuilding it when ``refresh`` is true."""
     global _table
+    table = _table  # built once: read without the lock (a tuple, replaced whole)
+    if table is not None and not refresh:
+        return table
     with _lock:
         if _table is None or refresh:
             if refresh:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 
 import numpy as np
 
@@ -19,11 +20,33 @@ from ..index import views as _views
 from ..index.managed import device_view
 from ..index.operators import section
 from ..cuda_compat import cuda_module
+from ..errors import HostCopyWarning
 from . import gpu
 from .gpu import FastEntry, launch_rows, stream_pointer
 from .launch import SCALARS, Launch, coherent, is_device_array, warn_scattered
 
 log = logging.getLogger(__name__)
+
+# A NumPy argument this large that launches of one kernel copied to a GPU this many times
+# earns a hint, once per process: hetflow.array would keep it there between launches.
+HINT_BYTES = 16 << 20
+HINT_COPIES = 3
+_copies: dict = {}  # (kernel, parameter) -> launches that copied its NumPy array to a GPU
+_hinted = threading.Event()
+
+
+def hint_residency(launch: Launch, name: str, host: np.ndarray) -> None:
+    """Count a copy of NumPy argument ``name`` to the launch's GPU; the third of a large
+    one warns (HostCopyWarning), once per process."""
+    if host.nbytes < HINT_BYTES or _hinted.is_set():
+        return
+    key = (launch.kernel.name, name)
+    count = _copies[key] = _copies.get(key, 0) + 1
+    if count >= HINT_COPIES and not _hinted.is_set():
+        _hinted.set()
+        warnings.warn(f"kernel {launch.kernel.name!r} argument {name!r}: {count} launches copied its "
+                      f"{host.nbytes >> 20} MiB NumPy array to {launch.device.id}; hetflow.array(x) keeps "
+                      f"it there between launches, moving only what changed", HostCopyWarning, stacklevel=2)
 
 
 def run(launch: Launch) -> None:
@@ -130,6 +153,7 @@ class GpuChunks:
                 elif _views.is_view(arg) and _in_place(arg.root) is not None:
                     dev_args.extend(self.launch.view_arguments(k, _in_place(arg.root)))
                 elif _views.is_view(arg):
+                    hint_residency(self.launch, name, arg.root)
                     dev = whole(arg.root)
                     if dev is None:
                         return
@@ -139,6 +163,7 @@ class GpuChunks:
                 elif _in_place(arg) is not None:
                     dev_args.append(_in_place(arg))
                 elif isinstance(arg, np.ndarray):
+                    hint_residency(self.launch, name, arg)
                     if name in streamed:
                         # allocated only: rows move with their chunk, written ones both
                         # ways (what the kernel leaves alone must come back unchanged),

@@ -111,6 +111,21 @@ def test_two_written_arguments_that_overlap_raise_even_with_snapshot():
                            snapshot=snapshot)
 
 
+def test_views_of_coherent_arrays_are_checked_per_plan(device):
+    """Views over hetflow arrays only (roots that are no NumPy slices): a plan whose
+    written view's root no other argument passes skips the scan; one that shares it
+    raises, launch after launch."""
+    u, w = hetflow.array(squares()), hetflow.array(np.zeros(6))
+    for _ in range(2):
+        with pytest.raises(ShapeError):
+            hetflow.forall(*smoothing(u), device=device)
+        hetflow.forall(4, avg, interior(w, 1), section(u, (0,), (4,)), section(u, (2,), (4,)), device=device)
+    expected = np.zeros(6)
+    expected[1:-1] = (squares()[:-2] + squares()[2:]) / 2
+    np.testing.assert_array_equal(w.numpy(), expected)
+    np.testing.assert_array_equal(u.numpy(), squares())  # refused before anything ran
+
+
 def test_the_cached_verdict_follows_the_offsets():
     """Views of one structure and other numbers are judged again: disjoint, then not."""
     for start, overlaps in ((3, False), (2, True), (3, False), (1, True)):

@@ -97,6 +97,7 @@ class Plan:
     aliasing: dict = dataclasses.field(default_factory=dict)  # verdicts of runtime.aliasing
     rows_only: tuple = ()       # when every extent check is of an array's rows: their positions
     entry_template: tuple = ((), ())  # see _entry_template
+    alias_free: bool = False    # no argument can alias a written one (see _alias_free)
 
 
 @dataclasses.dataclass(slots=True)  # one object per launch, no __dict__: made per enqueue
@@ -336,7 +337,7 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         _check_extent(kernel, extent, args, plan.checks)
         if plan.views_only:  # views' extents are fixed by the key: this extent fits them always
             plan.fits.add(extent)
-    if plan.written and len(args) > 1:
+    if plan.written and len(args) > 1 and not plan.alias_free:
         _aliasing.check(kernel, extent, args, plan)
     lowerings = plan.lowerings
     if not lowerings:
@@ -381,6 +382,19 @@ def _lowerings(names, args: tuple) -> tuple:
     return tuple(found)
 
 
+def _alias_free(args: tuple, written: tuple) -> bool:
+    """Can no argument alias a written one in any launch of this plan? So when every array
+    argument is a view whose root is no NumPy array (slices of one NumPy array share its
+    memory under roots of their own) and no other argument passes a written view's
+    root: the plan's key fixes which views share a root (see _key)."""
+    if not all(_views.is_view(a) or isinstance(a, SCALARS) for a in args):
+        return False
+    if any(type(a.root) is np.ndarray for a in args if _views.is_view(a)):
+        return False
+    roots = [id(a.root) for a in args if _views.is_view(a)]
+    return all(roots.count(id(args[k].root)) == 1 for k in written)
+
+
 def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
     """Check the arguments, lower the views and find the executable: once per key."""
     data = _check_arguments(kernel, ndim, args)
@@ -402,4 +416,5 @@ def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
                 rows_only=(tuple(pos for pos, *_ in checks)
                            if all(axes == (0,) and not view for _, _, axes, view in checks) else ()),
                 fresh=any(_views.is_view(a) and a.signature.key is None for a in args),
+                alias_free=_alias_free(args, written),
                 scattered=tuple(data[k] for k in written if data[k] in access.scattered))

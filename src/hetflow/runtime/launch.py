@@ -98,6 +98,7 @@ class Plan:
     rows_only: tuple = ()       # when every extent check is of an array's rows: their positions
     entry_template: tuple = ((), ())  # see _entry_template
     alias_free: bool = False    # no argument can alias a written one (see _alias_free)
+    column_shift: int | None = None  # GPU, rank 2: see runtime.gpu.column_shift (None: not yet known)
 
 
 @dataclasses.dataclass(slots=True)  # one object per launch, no __dict__: made per enqueue

@@ -22,7 +22,7 @@ from ..index.operators import section
 from ..cuda_compat import cuda_module
 from ..errors import HostCopyWarning
 from . import gpu
-from .gpu import FastEntry, launch_rows, stream_pointer
+from .gpu import FastEntry, entry_head, launch_rows, stream_pointer
 from .launch import SCALARS, Launch, coherent, is_device_array, warn_scattered
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ class GpuChunks:
             # compile now, off the clock of the chunks: a first chunk that compiles would
             # teach the performance model a GPU a hundred times slower than it is
             began = time.perf_counter()
-            FastEntry.of(self.launch, (0, 0, *self.launch.inner, *self.dev_args))
+            FastEntry.of(self.launch, (*entry_head(self.launch, 0, 0), *self.dev_args))
             self.compile_s = time.perf_counter() - began
 
     def _copy_in(self, host, stopped):

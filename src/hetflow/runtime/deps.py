@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import weakref
 
-import numpy as np
+from numpy import ndarray
 
 from ..errors import ArgumentError
 from .events import COMPLETE, DONE, add_dependent, cancelled_error, dependents
@@ -94,7 +94,7 @@ _data: dict[int, object] = {}
 
 def datum(arg):
     """The object whose identity names the data ``arg`` accesses."""
-    root = arg if type(arg) is np.ndarray else getattr(arg, "root", arg)
+    root = arg if type(arg) is ndarray else getattr(arg, "root", arg)
     base = getattr(root, "base", None)
     while base is not None and type(base) is type(root):  # slices share their base's memory
         root, base = base, getattr(base, "base", None)
@@ -123,10 +123,11 @@ def _state(obj) -> tuple:
     return entry, None
 
 
-def _forget(rec) -> None:
+def _forget(rec, _data=_data) -> None:
     # Runs when the datum is freed, before its id can be reused. It must not take LOCK (it
     # may run while that is held, when a finished instance drops the last reference) and
-    # needs none: the record can only be replaced once the id is free again.
+    # needs none: the record can only be replaced once the id is free again. The table
+    # is bound here: at interpreter exit a datum may outlive this module's globals.
     if _data.get(rec.key) is rec:
         _data.pop(rec.key, None)
 
@@ -152,22 +153,33 @@ def poisoned(writer) -> bool:
     return writer.status is not COMPLETE and writer.status in DONE and not writer._retrieved
 
 
-def track_locked(inst, accesses) -> None:
+def track_locked(inst, args, modes) -> None:
     """Add the implicit dependencies of ``inst`` and record its accesses (caller holds LOCK).
 
-    ``accesses`` holds ``(object, mode)`` pairs, mode a mask of READ and WRITE, with each
-    datum once. ``inst.held`` gets the data :func:`untrack_locked` lets go of when
-    ``inst`` is done (one object, a tuple of them, or None): those it writes, and those
-    without weak references.
+    ``args`` are its data arguments and ``modes`` their masks of READ and WRITE (as
+    :func:`accesses` takes them). ``inst.held`` gets the data :func:`untrack_locked`
+    lets go of when ``inst`` is done (one object, a tuple of them, or None): those it
+    writes, and those without weak references.
     """
     held = None
-    for obj, mode in accesses:
+    # One argument needs no merging of arguments over one datum: no list of pairs made.
+    for obj, mode in (zip(args, modes) if len(args) < 2 else accesses(args, modes)):
+        if type(obj) is not ndarray or obj.base is not None:  # accesses(), inlined for one
+            if not mode or type(obj) is float or isinstance(obj, SCALARS):
+                continue
+            obj = datum(obj)  # the same object again for a datum accesses() found
+        elif not mode:
+            continue
         key = id(obj)
         rec = _data.get(key)
         bare = rec is not None and type(rec) not in _RECORDS  # a pending last writer, alone
         if mode & WRITE and (rec is None or bare):  # the instance alone stands for the datum
-            if bare:
-                depend_locked(inst, rec, bool(mode & READ))
+            if bare:  # depend_locked(), inlined (a chain's every link): rec is pending
+                if mode & READ:
+                    rec._needs = inst if rec._needs is None else add_dependent(rec._needs, inst)
+                else:
+                    rec._after = inst if rec._after is None else add_dependent(rec._after, inst)
+                inst.pending += 1
                 if rec.held is obj:  # nothing left for it to let go of (a chain's links)
                     rec.held = None
             _data[key] = inst
@@ -243,7 +255,7 @@ def accesses(args, modes) -> list:
     out = []
     for arg, mode in zip(args, modes):
         if mode:
-            if type(arg) is not np.ndarray or arg.base is not None:  # not a whole NumPy array
+            if type(arg) is not ndarray or arg.base is not None:  # not a whole NumPy array
                 if type(arg) is float or isinstance(arg, SCALARS):
                     continue
                 arg = datum(arg)

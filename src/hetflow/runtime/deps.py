@@ -162,19 +162,23 @@ def track_locked(inst, args, modes) -> None:
     writes, and those without weak references.
     """
     held = None
-    # One argument needs no merging of arguments over one datum: no list of pairs made.
-    for obj, mode in (zip(args, modes) if len(args) < 2 else accesses(args, modes)):
-        if type(obj) is not ndarray or obj.base is not None:  # accesses(), inlined for one
-            if not mode or type(obj) is float or isinstance(obj, SCALARS):
+    for obj, mode in (zip(args, modes) if _apart(args) else accesses(args, modes)):
+        if type(obj) is not ndarray or obj.base is not None:  # accesses(), inlined
+            if not mode or type(obj) in _SCALAR_TYPES or isinstance(obj, SCALARS):
                 continue
             obj = datum(obj)  # the same object again for a datum accesses() found
         elif not mode:
             continue
         key = id(obj)
         rec = _data.get(key)
-        bare = rec is not None and type(rec) not in _RECORDS  # a pending last writer, alone
-        if mode & WRITE and (rec is None or bare):  # the instance alone stands for the datum
-            if bare:  # depend_locked(), inlined (a chain's every link): rec is pending
+        if rec is None:
+            if mode & WRITE:  # a fresh datum written: the instance alone stands for it
+                _data[key] = inst
+                held = obj if held is None else (*held, obj) if type(held) is tuple else (held, obj)
+                continue
+            rec = _record(obj, key, None)
+        elif type(rec) not in _RECORDS:  # a pending last writer, alone
+            if mode & WRITE:  # it stays alone: depend_locked(), inlined (a chain's every link)
                 if mode & READ:
                     rec._needs = inst if rec._needs is None else add_dependent(rec._needs, inst)
                 else:
@@ -182,39 +186,53 @@ def track_locked(inst, args, modes) -> None:
                 inst.pending += 1
                 if rec.held is obj:  # nothing left for it to let go of (a chain's links)
                     rec.held = None
-            _data[key] = inst
+                _data[key] = inst
+                held = obj if held is None else (*held, obj) if type(held) is tuple else (held, obj)
+                continue
+            rec = _record(obj, key, rec)
+        pinned = type(rec) is _Pinned
+        if pinned:
+            rec.live += 1
+        writer = rec.writer
+        if writer is not None and writer.status is not COMPLETE:
+            if writer.status not in DONE:
+                depend_locked(inst, writer, bool(mode & READ))
+            elif mode & READ and inst.doomed is None and poisoned(writer):
+                inst.doomed = cancelled_error(inst, writer, writer._error)
+        if mode & WRITE:
+            if rec.readers:
+                for reader in rec.readers:
+                    if reader.status not in DONE:
+                        depend_locked(inst, reader, False)
+                rec.readers.clear()
+            rec.writer = inst
         else:
-            if rec is None or bare:
-                rec = _record(obj, key, rec)
-            pinned = type(rec) is _Pinned
-            if pinned:
-                rec.live += 1
-            writer = rec.writer
-            if writer is not None and writer.status is not COMPLETE:
-                if writer.status not in DONE:
-                    depend_locked(inst, writer, bool(mode & READ))
-                elif mode & READ and inst.doomed is None and poisoned(writer):
-                    inst.doomed = cancelled_error(inst, writer, writer._error)
-            if mode & WRITE:
-                if rec.readers:
-                    for reader in rec.readers:
-                        if reader.status not in DONE:
-                            depend_locked(inst, reader, False)
-                    rec.readers.clear()
-                rec.writer = inst
+            readers = rec.readers
+            if readers is None:
+                rec.readers = [inst]
             else:
-                readers = rec.readers
-                if readers is None:
-                    rec.readers = [inst]
-                else:
-                    readers.append(inst)
-                    if len(readers) >= rec.prune_at:  # finished readers matter to no one
-                        readers[:] = [r for r in readers if r.status not in DONE]
-                        rec.prune_at = max(32, 2 * len(readers))
-                if not pinned:
-                    continue
+                readers.append(inst)
+                if len(readers) >= rec.prune_at:  # finished readers matter to no one
+                    readers[:] = [r for r in readers if r.status not in DONE]
+                    rec.prune_at = max(32, 2 * len(readers))
+            if not pinned:
+                continue
         held = obj if held is None else (*held, obj) if type(held) is tuple else (held, obj)
     inst.held = held
+
+
+_SCALAR_TYPES = frozenset((float, int))
+
+
+def _apart(args) -> bool:
+    """Are the arguments (at most two) surely over different data, so that none has to
+    be merged with another (:func:`accesses`)? Whole NumPy arrays other than each other,
+    and Python numbers, are."""
+    if len(args) != 2:
+        return len(args) < 2
+    a, b = args
+    return a is not b and (type(a) in _SCALAR_TYPES or type(a) is ndarray and a.base is None) \
+        and (type(b) in _SCALAR_TYPES or type(b) is ndarray and b.base is None)
 
 
 def untrack_locked(inst, complete: bool) -> None:
@@ -227,6 +245,9 @@ def untrack_locked(inst, complete: bool) -> None:
     gets a record: the datum is poisoned.
     """
     held, inst.held = inst.held, None
+    if complete and type(held) is not tuple and _data.get(id(held)) is inst:
+        del _data[id(held)]  # the common case first: a lone writer done (each fan-out output)
+        return
     for obj in (held if type(held) is tuple else (held,)):
         key = id(obj)
         rec = _data.get(key)

@@ -194,27 +194,37 @@ def settle_locked(event: Event, status: str, error) -> None:
     (write-after-read, write-after-write: only an ordering) just stop waiting on it.
     A doomed instance is cancelled when its *last* dependency is over, not at once: it
     keeps its place in the order, so a later writer of its data, ordered after it, still
-    runs after the earlier work it was itself ordered after. Iterative, so a chain of
-    any length is fine; one Python call per completed instance in the common case (every
-    worker completion comes through here).
+    runs after the earlier work it was itself ordered after.
     """
+    event.status, event._error = status, error
+    if event._waiter is not None:
+        event._waiter.set()
+    event._retire_locked(status)
+    if event._needs is not None or event._after is not None:
+        release_locked(event)
+
+
+def release_locked(event: Event) -> None:
+    """Release the dependents of ``event``, just settled (caller holds LOCK; see
+    :func:`settle_locked`), and settle the cancellations that follow. Iterative, so a
+    chain of any length is fine."""
     cancelled = None  # doomed dependents released, settled in turn (a list, made on demand)
     while True:
-        event.status, event._error = status, error
-        if event._waiter is not None:
-            event._waiter.set()
-        event._retire_locked(status)
         needs, after = event._needs, event._after
         if needs is not None:
             event._needs = None
-            cancelled = _release_locked(needs, event if status is not COMPLETE else None, error, cancelled)
+            cancelled = _release_locked(needs, event if event.status is not COMPLETE else None,
+                                        event._error, cancelled)
         if after is not None:
             event._after = None
             cancelled = _release_locked(after, None, None, cancelled)
         if not cancelled:
             return
         event = cancelled.pop()
-        status, error = CANCELLED, event.doomed
+        event.status, event._error = CANCELLED, event.doomed  # settle_locked's first half
+        if event._waiter is not None:
+            event._waiter.set()
+        event._retire_locked(CANCELLED)
 
 
 def _release_locked(slot, failed, error, cancelled):

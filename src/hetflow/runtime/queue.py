@@ -44,8 +44,8 @@ from ..platform.devices import Device
 from . import coexec, cpu, gpu, staging, status
 from .buffers import Buffer, acquired, wrote
 from .deps import READ, WRITE, check_cycle_locked, depend_locked, track_locked, untrack_locked
-from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locked, settle_locked,
-                     start_locked)
+from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locked, release_locked,
+                     settle_locked, start_locked)
 from .launch import bind, is_device_array, normalize_extent
 from .scheduler import Lane, Scheduler
 
@@ -236,7 +236,18 @@ class _Core:
                     if split is None and error is None:  # done_locked's common case, inlined
                         inst.device = device_id
                         inst.blocks, inst.threads = shape
-                        settle_locked(inst, COMPLETE, None)
+                        # settle_locked(inst, COMPLETE, None) and _retire_locked, inlined
+                        inst.status = COMPLETE
+                        if inst._waiter is not None:
+                            inst._waiter.set()
+                        if inst.held is not None:  # before the launch goes: it keeps the data alive
+                            untrack_locked(inst, True)
+                        inst.core = inst.launch = None
+                        self.outstanding -= 1
+                        if self.outstanding == 0:
+                            self.idle_locked()
+                        if inst._needs is not None or inst._after is not None:
+                            release_locked(inst)
                     else:
                         done_locked(lane, inst, split, error, shape)
                     lane.claims = 0
@@ -467,7 +478,10 @@ class Queue:
             else:  # a doomed instance is never held back: it only waits for its turn
                 inst.submitted = inst.queued
                 if inst.pending == 0:
-                    start_locked(inst)
+                    if inst.doomed is None:  # start_locked()'s common case, inlined
+                        core.ready_locked(inst)
+                    else:
+                        start_locked(inst)
         return inst
 
     def submit(self, event: Event, wait_for=()) -> None:

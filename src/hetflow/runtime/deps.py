@@ -153,6 +153,9 @@ def poisoned(writer) -> bool:
     return writer.status is not COMPLETE and writer.status in DONE and not writer._retrieved
 
 
+_SCALAR_TYPES = frozenset((float, int))  # arguments that are no data, told by their type alone
+
+
 def track_locked(inst, args, modes) -> None:
     """Add the implicit dependencies of ``inst`` and record its accesses (caller holds LOCK).
 
@@ -219,9 +222,6 @@ def track_locked(inst, args, modes) -> None:
                 continue
         held = obj if held is None else (*held, obj) if type(held) is tuple else (held, obj)
     inst.held = held
-
-
-_SCALAR_TYPES = frozenset((float, int))
 
 
 def _apart(args) -> bool:

@@ -92,10 +92,10 @@ def test_pinned_data_order_like_any_and_are_forgotten_once_unused():
     obj = _Opaque()
     w, r1, r2, w2 = _Inst(), _Inst(), _Inst(), _Inst()
     with LOCK:
-        deps.track_locked(w, [(obj, deps.WRITE)])
-        deps.track_locked(r1, [(obj, deps.READ)])
-        deps.track_locked(r2, [(obj, deps.READ)])
-        deps.track_locked(w2, [(obj, deps.READ | deps.WRITE)])
+        deps.track_locked(w, (obj,), (deps.WRITE,))
+        deps.track_locked(r1, (obj,), (deps.READ,))
+        deps.track_locked(r2, (obj,), (deps.READ,))
+        deps.track_locked(w2, (obj,), (deps.READ | deps.WRITE,))
         # r1, r2 read after w; w2 reads after w and writes after the readers.
         assert (r1.pending, r2.pending, w2.pending) == (1, 1, 3)
         assert set(dependents(w._needs)) == {r1, r2, w2}
@@ -106,7 +106,7 @@ def test_pinned_data_order_like_any_and_are_forgotten_once_unused():
         _done(w2)
         assert deps.pending_locked(obj, write=True) == [] and deps.last_writer_locked(obj) is None
         late = _Inst()
-        deps.track_locked(late, [(obj, deps.READ)])
+        deps.track_locked(late, (obj,), (deps.READ,))
         assert late.pending == 0 and late.doomed is None
         _done(late)
 
@@ -115,14 +115,14 @@ def test_a_failed_lone_writer_poisons_weakly_referenced_data_only():
     for obj, poisons in ((np.zeros(2), True), (_Opaque(), False)):
         w, r = _Inst(), _Inst()
         with LOCK:
-            deps.track_locked(w, [(obj, deps.WRITE)])
+            deps.track_locked(w, (obj,), (deps.WRITE,))
             w._error = RuntimeError("failed")
             _done(w, FAILED)
-            deps.track_locked(r, [(obj, deps.READ)])
+            deps.track_locked(r, (obj,), (deps.READ,))
             assert (r.doomed is not None) is poisons and r.pending == 0
             _done(r, CANCELLED if poisons else COMPLETE)
             deps.host_wrote_locked(obj)  # the application writes it: no longer poisoned
             again = _Inst()
-            deps.track_locked(again, [(obj, deps.READ)])
+            deps.track_locked(again, (obj,), (deps.READ,))
             assert again.doomed is None
             _done(again)

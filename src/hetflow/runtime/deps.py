@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import weakref
 
-import numpy as np
+from numpy import ndarray
 
 from ..errors import ArgumentError
 from .events import COMPLETE, DONE, add_dependent, cancelled_error, dependents
@@ -94,7 +94,7 @@ _data: dict[int, object] = {}
 
 def datum(arg):
     """The object whose identity names the data ``arg`` accesses."""
-    root = arg if type(arg) is np.ndarray else getattr(arg, "root", arg)
+    root = arg if type(arg) is ndarray else getattr(arg, "root", arg)
     base = getattr(root, "base", None)
     while base is not None and type(base) is type(root):  # slices share their base's memory
         root, base = base, getattr(base, "base", None)
@@ -123,10 +123,11 @@ def _state(obj) -> tuple:
     return entry, None
 
 
-def _forget(rec) -> None:
+def _forget(rec, _data=_data) -> None:
     # Runs when the datum is freed, before its id can be reused. It must not take LOCK (it
     # may run while that is held, when a finished instance drops the last reference) and
-    # needs none: the record can only be replaced once the id is free again.
+    # needs none: the record can only be replaced once the id is free again. The table
+    # is bound here: at interpreter exit a datum may outlive this module's globals.
     if _data.get(rec.key) is rec:
         _data.pop(rec.key, None)
 
@@ -152,57 +153,86 @@ def poisoned(writer) -> bool:
     return writer.status is not COMPLETE and writer.status in DONE and not writer._retrieved
 
 
-def track_locked(inst, accesses) -> None:
+_SCALAR_TYPES = frozenset((float, int))  # arguments that are no data, told by their type alone
+
+
+def track_locked(inst, args, modes) -> None:
     """Add the implicit dependencies of ``inst`` and record its accesses (caller holds LOCK).
 
-    ``accesses`` holds ``(object, mode)`` pairs, mode a mask of READ and WRITE, with each
-    datum once. ``inst.held`` gets the data :func:`untrack_locked` lets go of when
-    ``inst`` is done (one object, a tuple of them, or None): those it writes, and those
-    without weak references.
+    ``args`` are its data arguments and ``modes`` their masks of READ and WRITE (as
+    :func:`accesses` takes them). ``inst.held`` gets the data :func:`untrack_locked`
+    lets go of when ``inst`` is done (one object, a tuple of them, or None): those it
+    writes, and those without weak references.
     """
     held = None
-    for obj, mode in accesses:
+    for obj, mode in (zip(args, modes) if _apart(args) else accesses(args, modes)):
+        if type(obj) is not ndarray or obj.base is not None:  # accesses(), inlined
+            if not mode or type(obj) in _SCALAR_TYPES or isinstance(obj, SCALARS):
+                continue
+            obj = datum(obj)  # the same object again for a datum accesses() found
+        elif not mode:
+            continue
         key = id(obj)
         rec = _data.get(key)
-        bare = rec is not None and type(rec) not in _RECORDS  # a pending last writer, alone
-        if mode & WRITE and (rec is None or bare):  # the instance alone stands for the datum
-            if bare:
-                depend_locked(inst, rec, bool(mode & READ))
+        if rec is None:
+            if mode & WRITE:  # a fresh datum written: the instance alone stands for it
+                _data[key] = inst
+                held = obj if held is None else (*held, obj) if type(held) is tuple else (held, obj)
+                continue
+            rec = _record(obj, key, None)
+        elif type(rec) not in _RECORDS:  # a pending last writer, alone
+            if mode & WRITE:  # it stays alone: depend_locked(), inlined (a chain's every link)
+                if mode & READ:
+                    rec._needs = inst if rec._needs is None else add_dependent(rec._needs, inst)
+                else:
+                    rec._after = inst if rec._after is None else add_dependent(rec._after, inst)
+                inst.pending += 1
                 if rec.held is obj:  # nothing left for it to let go of (a chain's links)
                     rec.held = None
-            _data[key] = inst
+                _data[key] = inst
+                held = obj if held is None else (*held, obj) if type(held) is tuple else (held, obj)
+                continue
+            rec = _record(obj, key, rec)
+        pinned = type(rec) is _Pinned
+        if pinned:
+            rec.live += 1
+        writer = rec.writer
+        if writer is not None and writer.status is not COMPLETE:
+            if writer.status not in DONE:
+                depend_locked(inst, writer, bool(mode & READ))
+            elif mode & READ and inst.doomed is None and poisoned(writer):
+                inst.doomed = cancelled_error(inst, writer, writer._error)
+        if mode & WRITE:
+            if rec.readers:
+                for reader in rec.readers:
+                    if reader.status not in DONE:
+                        depend_locked(inst, reader, False)
+                rec.readers.clear()
+            rec.writer = inst
         else:
-            if rec is None or bare:
-                rec = _record(obj, key, rec)
-            pinned = type(rec) is _Pinned
-            if pinned:
-                rec.live += 1
-            writer = rec.writer
-            if writer is not None and writer.status is not COMPLETE:
-                if writer.status not in DONE:
-                    depend_locked(inst, writer, bool(mode & READ))
-                elif mode & READ and inst.doomed is None and poisoned(writer):
-                    inst.doomed = cancelled_error(inst, writer, writer._error)
-            if mode & WRITE:
-                if rec.readers:
-                    for reader in rec.readers:
-                        if reader.status not in DONE:
-                            depend_locked(inst, reader, False)
-                    rec.readers.clear()
-                rec.writer = inst
+            readers = rec.readers
+            if readers is None:
+                rec.readers = [inst]
             else:
-                readers = rec.readers
-                if readers is None:
-                    rec.readers = [inst]
-                else:
-                    readers.append(inst)
-                    if len(readers) >= rec.prune_at:  # finished readers matter to no one
-                        readers[:] = [r for r in readers if r.status not in DONE]
-                        rec.prune_at = max(32, 2 * len(readers))
-                if not pinned:
-                    continue
+                readers.append(inst)
+                if len(readers) >= rec.prune_at:  # finished readers matter to no one
+                    readers[:] = [r for r in readers if r.status not in DONE]
+                    rec.prune_at = max(32, 2 * len(readers))
+            if not pinned:
+                continue
         held = obj if held is None else (*held, obj) if type(held) is tuple else (held, obj)
     inst.held = held
+
+
+def _apart(args) -> bool:
+    """Are the arguments (at most two) surely over different data, so that none has to
+    be merged with another (:func:`accesses`)? Whole NumPy arrays other than each other,
+    and Python numbers, are."""
+    if len(args) != 2:
+        return len(args) < 2
+    a, b = args
+    return a is not b and (type(a) in _SCALAR_TYPES or type(a) is ndarray and a.base is None) \
+        and (type(b) in _SCALAR_TYPES or type(b) is ndarray and b.base is None)
 
 
 def untrack_locked(inst, complete: bool) -> None:
@@ -215,6 +245,9 @@ def untrack_locked(inst, complete: bool) -> None:
     gets a record: the datum is poisoned.
     """
     held, inst.held = inst.held, None
+    if complete and type(held) is not tuple and _data.get(id(held)) is inst:
+        del _data[id(held)]  # the common case first: a lone writer done (each fan-out output)
+        return
     for obj in (held if type(held) is tuple else (held,)):
         key = id(obj)
         rec = _data.get(key)
@@ -243,7 +276,7 @@ def accesses(args, modes) -> list:
     out = []
     for arg, mode in zip(args, modes):
         if mode:
-            if type(arg) is not np.ndarray or arg.base is not None:  # not a whole NumPy array
+            if type(arg) is not ndarray or arg.base is not None:  # not a whole NumPy array
                 if type(arg) is float or isinstance(arg, SCALARS):
                     continue
                 arg = datum(arg)

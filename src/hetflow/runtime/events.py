@@ -194,56 +194,65 @@ def settle_locked(event: Event, status: str, error) -> None:
     (write-after-read, write-after-write: only an ordering) just stop waiting on it.
     A doomed instance is cancelled when its *last* dependency is over, not at once: it
     keeps its place in the order, so a later writer of its data, ordered after it, still
-    runs after the earlier work it was itself ordered after. Iterative, so a chain of
-    any length is fine.
+    runs after the earlier work it was itself ordered after.
     """
-    stack: list = []
-    _settle_one_locked(event, status, error, stack)
-    while stack:  # cancellations that follow from it
-        _settle_one_locked(*stack.pop(), stack)
+    event.status, event._error = status, error
+    if event._waiter is not None:
+        event._waiter.set()
+    event._retire_locked(status)
+    if event._needs is not None or event._after is not None:
+        release_locked(event)
 
 
-def _settle_one_locked(ev: Event, status: str, error, stack: list) -> None:
-    """Set the outcome, wake waiters, retire the instance, release its dependents."""
-    ev.status, ev._error = status, error
-    if ev._waiter is not None:
-        ev._waiter.set()
-    ev._retire_locked(status)
-    needs, after = ev._needs, ev._after
-    if needs is not None:
-        ev._needs = None
-        failed = status is not COMPLETE
-        for dep in (needs if type(needs) is list else (needs,)):  # dependents(), inlined: once per instance
-            if dep.status is QUEUED:
-                if failed and dep.doomed is None:
-                    dep.doomed = cancelled_error(dep, ev, error)
-                _release_locked(dep, stack)
-    if after is not None:
-        ev._after = None
-        for dep in (after if type(after) is list else (after,)):
-            if dep.status is QUEUED:
-                _release_locked(dep, stack)
+def release_locked(event: Event) -> None:
+    """Release the dependents of ``event``, just settled (caller holds LOCK; see
+    :func:`settle_locked`), and settle the cancellations that follow. Iterative, so a
+    chain of any length is fine."""
+    cancelled = None  # doomed dependents released, settled in turn (a list, made on demand)
+    while True:
+        needs, after = event._needs, event._after
+        if needs is not None:
+            event._needs = None
+            cancelled = _release_locked(needs, event if event.status is not COMPLETE else None,
+                                        event._error, cancelled)
+        if after is not None:
+            event._after = None
+            cancelled = _release_locked(after, None, None, cancelled)
+        if not cancelled:
+            return
+        event = cancelled.pop()
+        event.status, event._error = CANCELLED, event.doomed  # settle_locked's first half
+        if event._waiter is not None:
+            event._waiter.set()
+        event._retire_locked(CANCELLED)
 
 
-def _release_locked(inst, stack: list) -> None:
-    """One dependency of queued ``inst`` is over (met, failed or cancelled)."""
-    inst.pending -= 1
-    if inst.pending == 0 and inst.submitted is not None:
-        if inst.doomed is None:  # start_locked(), inlined: once per instance
-            inst.core.ready_locked(inst)
-        else:
-            stack.append((inst, CANCELLED, inst.doomed))
+def _release_locked(slot, failed, error, cancelled):
+    """One dependency of each queued instance in a dependents ``slot`` is over: met, or
+    ``failed`` (the event that failed or was cancelled, with ``error``: dooms them).
+    Those left waiting for nothing become ready; doomed ones are added to ``cancelled``
+    (made on demand), which is returned."""
+    for dep in (slot if type(slot) is list else (slot,)):  # dependents(), inlined
+        if dep.status is QUEUED:
+            if failed is not None and dep.doomed is None:
+                dep.doomed = cancelled_error(dep, failed, error)
+            dep.pending -= 1
+            if dep.pending == 0 and dep.submitted is not None:
+                if dep.doomed is None:  # start_locked(), inlined: once per instance
+                    dep.core.ready_locked(dep)
+                elif cancelled is None:
+                    cancelled = [dep]
+                else:
+                    cancelled.append(dep)
+    return cancelled
 
 
-def start_locked(inst, stack: list | None = None) -> None:
-    """``inst`` waits for nothing any more: make it ready, or cancel it if it is doomed
-    (pushed on ``stack`` when given, to be settled by the caller's loop)."""
+def start_locked(inst) -> None:
+    """``inst`` waits for nothing any more: make it ready, or cancel it if it is doomed."""
     if inst.doomed is None:
         inst.core.ready_locked(inst)
-    elif stack is None:
-        settle_locked(inst, CANCELLED, inst.doomed)
     else:
-        stack.append((inst, CANCELLED, inst.doomed))
+        settle_locked(inst, CANCELLED, inst.doomed)
 
 
 def cancelled_error(event: Event, cause: Event, cause_error) -> EventFailedError:

@@ -43,9 +43,9 @@ from ..platform.context import Context
 from ..platform.devices import Device
 from . import coexec, cpu, gpu, staging, status
 from .buffers import Buffer, acquired, wrote
-from .deps import READ, WRITE, accesses, check_cycle_locked, depend_locked, track_locked, untrack_locked
-from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locked, settle_locked,
-                     start_locked)
+from .deps import READ, WRITE, check_cycle_locked, depend_locked, track_locked, untrack_locked
+from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locked, release_locked,
+                     settle_locked, start_locked)
 from .launch import bind, is_device_array, normalize_extent
 from .scheduler import Lane, Scheduler
 
@@ -222,8 +222,9 @@ class _Core:
     # -- workers ------------------------------------------------------------------------
     def work(self, lane: Lane) -> None:
         """A worker slot of ``lane``: take the best ready entry, run it, repeat."""
-        heap, ready, splits, device_id = lane.heap, lane.ready, lane.splits, lane.device.id
-        done_locked, execute = self.done_locked, self.execute
+        heap, ready, splits, device, device_id = lane.heap, lane.ready, lane.splits, lane.device, lane.device.id
+        done_locked, execute, cpu_run = self.done_locked, self.execute, cpu.run
+        cores = device.compute_units if lane.cpu else 0  # 0: not a CPU, run through execute()
         inst = split = error = shape = ended = None
         LOCK.acquire()
         try:
@@ -235,7 +236,18 @@ class _Core:
                     if split is None and error is None:  # done_locked's common case, inlined
                         inst.device = device_id
                         inst.blocks, inst.threads = shape
-                        settle_locked(inst, COMPLETE, None)
+                        # settle_locked(inst, COMPLETE, None) and _retire_locked, inlined
+                        inst.status = COMPLETE
+                        if inst._waiter is not None:
+                            inst._waiter.set()
+                        if inst.held is not None:  # before the launch goes: it keeps the data alive
+                            untrack_locked(inst, True)
+                        inst.core = inst.launch = None
+                        self.outstanding -= 1
+                        if self.outstanding == 0:
+                            self.idle_locked()
+                        if inst._needs is not None or inst._after is not None:
+                            release_locked(inst)
                     else:
                         done_locked(lane, inst, split, error, shape)
                     lane.claims = 0
@@ -255,7 +267,13 @@ class _Core:
                             other.running += 1
                 LOCK.release()
                 try:
-                    error, shape = execute(lane, inst, split)
+                    if cores and split is None and inst.buffers is None and inst.launch.device is device:
+                        try:  # execute()'s common case, inlined: a CPU launch bound here
+                            shape, error = (len(cpu_run(inst.launch, cores)), 1), None
+                        except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
+                            shape, error = (None, None), exc
+                    else:
+                        error, shape = execute(lane, inst, split)
                     ended = perf_counter()
                 finally:
                     LOCK.acquire()
@@ -448,20 +466,22 @@ class Queue:
         inst = Instance(core, rec.label, launch, modes, priority, lanes, pinned, buffers)
         if len(lanes) > 1:
             inst.splittable = _splittable(inst, buffers)
-        data = accesses(args, modes)
         with LOCK:
             if core.closed:  # checked under the lock: a closing queue's workers may be gone
                 raise ArgumentError("this queue is closed; create a new one")
             for w in wait_for:
                 depend_locked(inst, w, True)
-            track_locked(inst, data)
+            track_locked(inst, args, modes)
             core.outstanding += 1
             if defer and inst.doomed is None:
                 core.deferred.add(inst)
             else:  # a doomed instance is never held back: it only waits for its turn
                 inst.submitted = inst.queued
                 if inst.pending == 0:
-                    start_locked(inst)
+                    if inst.doomed is None:  # start_locked()'s common case, inlined
+                        core.ready_locked(inst)
+                    else:
+                        start_locked(inst)
         return inst
 
     def submit(self, event: Event, wait_for=()) -> None:

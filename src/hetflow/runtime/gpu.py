@@ -77,6 +77,13 @@ def column_shift(launch: Launch) -> int:
     return plan.column_shift
 
 
+def launch_shape(launch: Launch, rows: int) -> tuple:
+    """(blocks, threads) of ``rows`` rows of ``launch``: :func:`launch_config` with the
+    launch's :func:`column_shift`."""
+    inner = launch.inner
+    return launch_config(launch.device, rows, inner, column_shift(launch) if len(inner) == 1 else 0)
+
+
 def entry_head(launch: Launch, lo: int, hi: int) -> tuple:
     """The GPU entry's arguments before the data: rows ``[lo, hi)``, the inner extents
     and, for rank 2, the :func:`column_shift`."""
@@ -245,7 +252,7 @@ def launch_rows(launch: Launch, stream, lo: int, hi: int, dev_args: tuple, point
         if fast is not None:
             fast(hi - lo, inner, pointer if pointer is not None else stream_pointer(stream), args)
             return
-        blocks, threads = launch_config(launch.device, hi - lo, inner, column_shift(launch) if len(inner) == 1 else 0)
+        blocks, threads = launch_shape(launch, hi - lo)
         (exe.entry[blocks, threads, stream] if stream else exe.entry[blocks, threads])(*args)
     except NumbaError as exc:
         raise exe.compile_error(exc, launch.device, launch.kernel) from None

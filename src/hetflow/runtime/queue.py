@@ -297,7 +297,7 @@ class _Core:
                 shape = len(cpu.run(launch, device.compute_units)), 1
             else:
                 staging.run(launch)
-                shape = gpu.launch_config(device, launch.extent[0], launch.inner)
+                shape = gpu.launch_shape(launch, launch.extent[0])
             if buffers is not None:
                 wrote(launch, [k for k in buffers if inst.modes[k] & WRITE])
             return None, shape

@@ -167,8 +167,9 @@ def test_a_kernel_compiled_from_its_function_object_uses_atomics():
 # -- the warning for scattered writes ---------------------------------------------------------
 def test_scattered_writes_without_atomics_warn_naming_kernel_and_array():
     _parallel_cpu()
-    with pytest.warns(hetflow.errors.ScatteredWriteWarning, match=r"'racy_histogram' writes 'h'.*hetflow\.atomic"):
+    with pytest.warns(hetflow.errors.ScatteredWriteWarning, match=r"'racy_histogram' writes 'h'.*hetflow\.atomic") as caught:
         hetflow.forall(N, racy_histogram, _samples(), np.zeros(BINS, np.int64), device="cpu0")
+    assert caught[0].filename == __file__  # the user's call, not hetflow's code
 
 
 def test_atomics_silence_the_warning():

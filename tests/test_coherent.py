@@ -181,6 +181,7 @@ def _launches_warned(monkeypatch, device, make, launches=4):
             warnings.simplefilter("always")
             hetflow.forall(16, double, make(out), make(x), device=device)
         warned += [(k, str(w.message)) for w in caught if issubclass(w.category, HostCopyWarning)]
+        assert all(w.filename == __file__ for w in caught if issubclass(w.category, HostCopyWarning))
     np.testing.assert_array_equal(np.asarray(make(out)), 2.0 * x)  # out itself, or its coherent array
     return warned
 

@@ -24,7 +24,13 @@ Families, and why each exists (docs/guide/errors.md has the table of who raises 
   ``SyntaxError``) a rule file or expression that does not parse, with its position.
 - :class:`CommError`: a collective or distributed run failed; :class:`CommTimeoutError` a
   peer died or never arrived, :class:`RemoteError` another rank raised.
+
+Warnings go through :func:`warn_user`, which names the user's line that led to them.
 """
+
+import os
+import sys
+import warnings
 
 __all__ = ["ArgumentError", "ArgumentTypeError", "CommError", "CommTimeoutError", "DeviceError",
            "EventFailedError", "HetflowError", "HetflowTimeoutError", "HostCopyWarning", "IndexOutOfBoundsError",
@@ -146,3 +152,16 @@ class ScatteredWriteWarning(UserWarning):
 class HostCopyWarning(UserWarning):
     """Launches keep copying one large NumPy array to a GPU: ``hetflow.array`` would keep
     it there between launches."""
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_user(message: str, category: type[Warning]) -> None:
+    """``warnings.warn`` naming the line outside hetflow that led here (the user's call),
+    not hetflow's own; a warning from a worker thread, with no such line, names its
+    caller in hetflow."""
+    frame, level = sys._getframe(1), 2  # stacklevel 2: warn_user's caller
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level if frame is not None else 2)

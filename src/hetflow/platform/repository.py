@@ -42,12 +42,11 @@ import tempfile
 import threading
 import time
 import types
-import warnings
 from pathlib import Path
 
 import numba
 
-from ..errors import KernelError
+from ..errors import KernelError, warn_user
 from ..kernels import checks, viewtypes
 from ..kernels.codegen import BODY, ENTRY, NONNEG, PARALLEL, constructor, expanded, generate
 from ..kernels.kernel import Kernel, function_digest
@@ -153,8 +152,8 @@ class CodeRepository:
             for key, value in list(self._memo.items()):
                 if value is exe:
                     del self._memo[key]
-            warnings.warn(f"hetflow: could not load the machine code stored in {exe.path} "
-                          f"({type(exc).__name__}: {exc}); compiling it again", RuntimeWarning, stacklevel=3)
+            warn_user(f"hetflow: could not load the machine code stored in {exe.path} "
+                      f"({type(exc).__name__}: {exc}); compiling it again", RuntimeWarning)
             shutil.rmtree(Path(exe.path) / "__pycache__", ignore_errors=True)
             self.replaced += 1
 
@@ -194,8 +193,8 @@ class CodeRepository:
         except FileNotFoundError:
             return None
         except CorruptEntry as exc:
-            warnings.warn(f"hetflow: corrupt code repository entry {entry} ({exc}) removed; recompiling",
-                          RuntimeWarning, stacklevel=5)
+            warn_user(f"hetflow: corrupt code repository entry {entry} ({exc}) removed; recompiling",
+                      RuntimeWarning)
             _remove(entry)
             self.replaced += 1
             return None
@@ -362,9 +361,9 @@ def _usable(root: Path):
         return root, None
     except OSError as exc:
         private = tempfile.TemporaryDirectory(prefix="hetflow-code-")
-        warnings.warn(f"hetflow: the code repository {root} cannot be used ({exc}); this process "
-                      f"keeps its executables in {private.name}, removed at exit (set HETFLOW_CACHE_DIR "
-                      f"to a writable folder to keep them)", RuntimeWarning, stacklevel=4)
+        warn_user(f"hetflow: the code repository {root} cannot be used ({exc}); this process "
+                  f"keeps its executables in {private.name}, removed at exit (set HETFLOW_CACHE_DIR "
+                  f"to a writable folder to keep them)", RuntimeWarning)
         return Path(private.name), private
 
 

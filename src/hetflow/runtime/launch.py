@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import warnings
 
 import numpy as np
 
-from ..errors import ArgumentError, ArgumentTypeError, ScatteredWriteWarning, ShapeError
+from ..errors import ArgumentError, ArgumentTypeError, ScatteredWriteWarning, ShapeError, warn_user
 from ..index import views as _views
 from ..index.lowering import shared_lowering
 from ..kernels.kernel import Kernel
@@ -269,10 +268,9 @@ def warn_scattered(launch: "Launch") -> None:
         return
     plan.warned = True
     names = ", ".join(map(repr, plan.scattered))
-    warnings.warn(f"kernel {launch.kernel.name!r} writes {names} at indices that are no function of its "
-                  f"launch index, from parallel workers on {launch.device.id}: updates of one element race "
-                  f"and can be lost; update them with hetflow.atomic.add/min/max/cas", ScatteredWriteWarning,
-                  stacklevel=2)
+    warn_user(f"kernel {launch.kernel.name!r} writes {names} at indices that are no function of its "
+              f"launch index, from parallel workers on {launch.device.id}: updates of one element race "
+              f"and can be lost; update them with hetflow.atomic.add/min/max/cas", ScatteredWriteWarning)
 
 
 def _rows_fit(positions: tuple, args: tuple, rows: int) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import warnings
 
 import numpy as np
 
@@ -20,7 +19,7 @@ from ..index import views as _views
 from ..index.managed import device_view
 from ..index.operators import section
 from ..cuda_compat import cuda_module
-from ..errors import HostCopyWarning
+from ..errors import HostCopyWarning, warn_user
 from . import gpu
 from .gpu import FastEntry, entry_head, launch_rows, stream_pointer
 from .launch import SCALARS, Launch, coherent, is_device_array, warn_scattered
@@ -44,9 +43,9 @@ def hint_residency(launch: Launch, name: str, host: np.ndarray) -> None:
     count = _copies[key] = _copies.get(key, 0) + 1
     if count >= HINT_COPIES and not _hinted.is_set():
         _hinted.set()
-        warnings.warn(f"kernel {launch.kernel.name!r} argument {name!r}: {count} launches copied its "
-                      f"{host.nbytes >> 20} MiB NumPy array to {launch.device.id}; hetflow.array(x) keeps "
-                      f"it there between launches, moving only what changed", HostCopyWarning, stacklevel=2)
+        warn_user(f"kernel {launch.kernel.name!r} argument {name!r}: {count} launches copied its "
+                  f"{host.nbytes >> 20} MiB NumPy array to {launch.device.id}; hetflow.array(x) keeps "
+                  f"it there between launches, moving only what changed", HostCopyWarning)
 
 
 def run(launch: Launch) -> None:

@@ -67,13 +67,12 @@ def column_shift(launch: Launch) -> int:
     its views' numbers are fixed by its key."""
     plan = launch.plan
     if plan.column_shift is None:
+        low = plan.lowerings[plan.written[0]] if plan.written and plan.lowerings else None
+        shifts = low.shifts if low is not None else None
         plan.column_shift = 0
-        for k in plan.written[:1]:
-            low = plan.lowerings[k] if plan.lowerings else None
-            shifts = low.shifts if low is not None else None
-            if shifts and shifts[-1][0] == 1:  # the root's last (contiguous) axis follows the launch's columns
-                _, const, added = shifts[-1]
-                plan.column_shift = (const + sum(low.params[j] for j in added)) % WARP
+        if shifts and shifts[-1][0] == 1:  # the root's last (contiguous) axis follows the launch's columns
+            _, const, added = shifts[-1]
+            plan.column_shift = (const + sum(low.params[j] for j in added)) % WARP
     return plan.column_shift
 
 
@@ -213,7 +212,8 @@ class FastEntry:
         if dims is None:
             if len(self._configs) > 256:  # co-execution launches chunks of many sizes
                 self._configs.clear()
-            blocks, threads = launch_config(self._device, rows, inner, args[3] if len(inner) == 1 else 0)
+            shift = args[3] if len(inner) == 1 else 0  # entry_head's column shift
+            blocks, threads = launch_config(self._device, rows, inner, shift)
             dims = self._configs[(rows, inner)] = (*_dim3(blocks), *_dim3(threads))
         values = []
         for pack, k in self.layout:

@@ -108,20 +108,14 @@ def _device_pointer(a) -> int:
     return dptr.value or 0 if dptr is not None else a.__cuda_array_interface__["data"][0]
 
 
-def _pack_array(a, out: list) -> None:
+def _array_fields(a) -> tuple:
     """Numba's array ABI: meminfo, parent, nitems, itemsize, data, shape, strides."""
-    out += (0, 0, a.size, a.dtype.itemsize, _device_pointer(a), *a.shape, *a.strides)
+    return (0, 0, a.size, a.dtype.itemsize, _device_pointer(a), *a.shape, *a.strides)
 
 
-def _pack_cupy(a, out: list) -> None:
-    """:func:`_pack_array` of a CuPy array, read from its attributes directly."""
-    out += (0, 0, a.size, a.itemsize, a.data.ptr, *a.shape, *a.strides)
-
-
-def _array_packer(a):
-    """How a device array of ``a``'s type is packed."""
-    data = getattr(a, "data", None)
-    return _pack_cupy if hasattr(a, "itemsize") and isinstance(getattr(data, "ptr", None), int) else _pack_array
+def _is_cupy(a) -> bool:
+    """A CuPy array (or one alike): its fields are read from its attributes directly."""
+    return hasattr(a, "itemsize") and isinstance(getattr(getattr(a, "data", None), "ptr", None), int)
 
 
 # Each launch parameter gets an 8-byte slot (struct codes, padded): see FastEntry.
@@ -141,22 +135,26 @@ def _slots(ty) -> str | None:
     return _SLOTS.get(ty)
 
 
-def _pack_complex(v, out: list) -> None:
-    out += (v.real, v.imag)
-
-
-def _layout(args: tuple, sig: tuple) -> tuple:
-    """How a launch's arguments become parameter values: ``(pack, k)`` packs argument
-    ``k``; ``(None, s)`` copies the run of scalars ``args[s]`` (a slice) as they are."""
-    steps = []
-    for k, (a, ty) in enumerate(zip(args, sig)):
-        if isinstance(ty, (types.Array, types.Complex)):
-            steps.append((_array_packer(a) if isinstance(ty, types.Array) else _pack_complex, k))
-        elif steps and steps[-1][0] is None:
-            steps[-1] = (None, (steps[-1][1][0], k + 1))
+def _filler(args: tuple, sig: tuple, head: int):
+    """``fill(pack_into, buffer, h, a)``: packs the entry head ``h`` and the data
+    arguments ``a`` (typed ``sig[head:]``) into ``buffer``, generated for these types as
+    one call of ``pack_into`` (a loop over the arguments, building a list of ~40 values,
+    cost as much host time as the driver's launch)."""
+    lines, values = [], ["*h"]
+    for k, (a, ty) in enumerate(zip(args[head:], sig[head:])):
+        if isinstance(ty, types.Array):
+            lines.append(f"    x{k} = a[{k}]")
+            values.append(f"0, 0, x{k}.size, x{k}.itemsize, x{k}.data.ptr, *x{k}.shape, *x{k}.strides"
+                          if _is_cupy(a) else f"*_array_fields(x{k})")
+        elif isinstance(ty, types.Complex):
+            values.append(f"a[{k}].real, a[{k}].imag")
         else:
-            steps.append((None, (k, k + 1)))
-    return tuple((pack, slice(*k) if pack is None else k) for pack, k in steps)
+            values.append(f"a[{k}]")
+    source = "def fill(pack_into, buffer, h, a):\n" + "\n".join(lines) + \
+        f"\n    pack_into(buffer, 0, {', '.join(values)})\n"
+    namespace = {"_array_fields": _array_fields}
+    exec(compile(source, "<hetflow.runtime.gpu fast entry>", "exec"), namespace)
+    return namespace["fill"]
 
 
 class FastEntry:
@@ -168,18 +166,19 @@ class FastEntry:
     ``cuLaunchKernel`` through CuPy's binding on the given stream.
     """
 
-    def __init__(self, device, dispatcher, args: tuple):
+    def __init__(self, device, dispatcher, head: tuple, args: tuple):
         import struct
 
         from cupy.cuda import driver
 
-        sig = tuple(_array_type(a) if is_device_array(a) else numba.typeof(a) for a in args)
+        full = (*head, *args)
+        sig = tuple(_array_type(a) if is_device_array(a) else numba.typeof(a) for a in full)
         slots = tuple(_slots(t) for t in sig)
         if None in slots:
             raise TypeError(f"no fast launch for argument types {sig}")
-        self.layout = _layout(args, sig)
-        self._struct = struct.Struct("<" + "".join(slots))
-        n = self._struct.size // 8
+        self._fill = _filler(full, sig, len(head))
+        self._pack_into = struct.Struct("<" + "".join(slots)).pack_into
+        n = struct.calcsize("<" + "".join(slots)) // 8
         self._buffer = (ctypes.c_uint64 * n)()
         base = ctypes.addressof(self._buffer)
         self._pointers = (ctypes.c_void_p * n)(*range(base, base + 8 * n, 8))
@@ -192,37 +191,31 @@ class FastEntry:
         self._configs = {}  # (rows, inner) -> the grid and block dimensions
 
     @classmethod
-    def of(cls, launch: Launch, args: tuple) -> "FastEntry | None":
+    def of(cls, launch: Launch, head: tuple, args: tuple) -> "FastEntry | None":
         """The launch's plan's fast entry (built on first use), or None where the
         dispatcher must launch (the simulator, argument types it alone handles)."""
         plan = launch.plan
         fast = plan.fast_entry
         if fast is False:
             try:
-                fast = None if launch.device.simulated else cls(launch.device, launch.executable.entry, args)
+                fast = None if launch.device.simulated else cls(launch.device, launch.executable.entry, head, args)
             except (TypeError, AttributeError, ImportError):
                 fast = None
             plan.fast_entry = fast
         return fast
 
-    def __call__(self, rows: int, inner: tuple, stream: int, args: tuple) -> None:
-        """Launch ``rows`` rows of extent ``inner`` each over ``args`` (the entry's, from
-        :func:`entry_head` on) on ``stream``."""
+    def __call__(self, rows: int, inner: tuple, stream: int, head: tuple, args: tuple) -> None:
+        """Launch ``rows`` rows of extent ``inner`` each on ``stream``: the entry's
+        :func:`entry_head` ``head``, then its data arguments ``args``."""
         dims = self._configs.get((rows, inner))
         if dims is None:
             if len(self._configs) > 256:  # co-execution launches chunks of many sizes
                 self._configs.clear()
-            shift = args[3] if len(inner) == 1 else 0  # entry_head's column shift
+            shift = head[3] if len(inner) == 1 else 0  # entry_head's column shift
             blocks, threads = launch_config(self._device, rows, inner, shift)
             dims = self._configs[(rows, inner)] = (*_dim3(blocks), *_dim3(threads))
-        values = []
-        for pack, k in self.layout:
-            if pack is None:
-                values += args[k]
-            else:
-                pack(args[k], values)
         with self._lock:  # the driver copies the values during the call
-            self._struct.pack_into(self._buffer, 0, *values)
+            self._fill(self._pack_into, self._buffer, head, args)
             self._launch(self._function, *dims, 0, stream, self._params, 0)
 
 
@@ -243,17 +236,17 @@ def launch_rows(launch: Launch, stream, lo: int, hi: int, dev_args: tuple, point
     """Launch rows ``[lo, hi)`` of ``launch`` over ``dev_args`` (asynchronous on a real GPU)
     on numba-cuda's ``stream``; ``pointer``: its CUDA handle, when the caller knows it."""
     inner = launch.inner
-    args = (*entry_head(launch, lo, hi), *dev_args)
+    head = entry_head(launch, lo, hi)
     exe = launch.executable
     try:
         fast = launch.plan.fast_entry
         if fast is False:
-            fast = FastEntry.of(launch, args)
+            fast = FastEntry.of(launch, head, dev_args)
         if fast is not None:
-            fast(hi - lo, inner, pointer if pointer is not None else stream_pointer(stream), args)
+            fast(hi - lo, inner, pointer if pointer is not None else stream_pointer(stream), head, dev_args)
             return
         blocks, threads = launch_shape(launch, hi - lo)
-        (exe.entry[blocks, threads, stream] if stream else exe.entry[blocks, threads])(*args)
+        (exe.entry[blocks, threads, stream] if stream else exe.entry[blocks, threads])(*head, *dev_args)
     except NumbaError as exc:
         raise exe.compile_error(exc, launch.device, launch.kernel) from None
     except NotImplementedError as exc:  # numba-cuda cannot lower something (a ufunc's integer loop)

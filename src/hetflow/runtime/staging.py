@@ -185,7 +185,7 @@ class GpuChunks:
             # compile now, off the clock of the chunks: a first chunk that compiles would
             # teach the performance model a GPU a hundred times slower than it is
             began = time.perf_counter()
-            FastEntry.of(self.launch, (*entry_head(self.launch, 0, 0), *self.dev_args))
+            FastEntry.of(self.launch, entry_head(self.launch, 0, 0), self.dev_args)
             self.compile_s = time.perf_counter() - began
 
     def _copy_in(self, host, stopped):

@@ -273,16 +273,6 @@ def warn_scattered(launch: "Launch") -> None:
               f"and can be lost; update them with hetflow.atomic.add/min/max/cas", ScatteredWriteWarning)
 
 
-def _rows_fit(positions: tuple, args: tuple, rows: int) -> bool:
-    """Have the arrays at ``positions`` (a plan's ``rows_only``) ``rows`` rows or more? The
-    common check, kept cheap; False (check in full) when there are none or one is short."""
-    for pos in positions:
-        shape = args[pos].shape
-        if not shape or shape[0] < rows:
-            return False
-    return bool(positions)
-
-
 def _key(params: tuple, ndim: int, args: tuple) -> tuple:
     """What the arguments contribute to a plan's key: a view its interned structure (which
     fixes its extent and lowering), its root's type and which view first passes its root."""
@@ -332,7 +322,13 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     plan = kernel.plans.get(key)
     if plan is None:
         plan = kernel.plans[key] = _plan(kernel, ndim, args, device, repo)
-    if plan.checks and extent not in plan.fits and not _rows_fit(plan.rows_only, args, extent[0]):
+    if plan.rows_only:  # the common check, kept cheap: each array has enough rows
+        rows = extent[0]
+        for pos in plan.rows_only:
+            shape = args[pos].shape
+            if not shape or shape[0] < rows:
+                _check_extent(kernel, extent, args, plan.checks)
+    elif plan.checks and extent not in plan.fits:
         _check_extent(kernel, extent, args, plan.checks)
         if plan.views_only:  # views' extents are fixed by the key: this extent fits them always
             plan.fits.add(extent)

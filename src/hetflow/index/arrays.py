@@ -19,9 +19,27 @@ from hetflow.index.managed import managed
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2
 
 
-def is_device_array(x):
-    """True for GPU arrays: anything exposing ``__cuda_array_interface__``."""
-    return hasattr(x, "__cuda_array_interface__")
+# GPU array types of the libraries whose every instance lives on a GPU (CuPy's, Numba's
+# device arrays), learned on first sight: telling one then costs a set lookup, not the
+# hasattr that evaluates CuPy's ``__cuda_array_interface__`` property (it builds a dict
+# and asks for the current stream: microseconds, on every launch). Other libraries'
+# types are asked each time (a PyTorch tensor has the property, but raises on the CPU).
+_DEVICE_TYPES = set()
+_GPU_LIBRARIES = frozenset(("cupy", "numba", "numba_cuda"))
+
+
+def is_device_array(x) -> bool:
+    """True for GPU arrays: anything exposing ``__cuda_array_interface__`` (CuPy's and
+    Numba's device arrays; not the CUDA simulator's, which are host memory); never a
+    NumPy array."""
+    kind = type(x)
+    if kind in _DEVICE_TYPES:
+        return True
+    if kind is np.ndarray or isinstance(x, np.ndarray) or not hasattr(x, "__cuda_array_interface__"):
+        return False
+    if kind.__module__.partition(".")[0] in _GPU_LIBRARIES:
+        _DEVICE_TYPES.add(kind)
+    return True
 
 
 def is_host_array(x):

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, ScatteredWriteWarning, ShapeError, warn_user
 from ..index import views as _views
+from ..index import arrays as _arrays
 from ..index.lowering import shared_lowering
 from ..kernels.kernel import Kernel
 from ..platform.repository import repository
@@ -22,9 +23,9 @@ SCALARS = (numbers.Number, np.generic)
 
 
 def is_device_array(x) -> bool:
-    """A GPU array: CuPy and anything with the CUDA array interface, or the simulator's."""
-    return (hasattr(x, "__cuda_array_interface__") or hasattr(x, "__cuda_ndarray__")) \
-        and not isinstance(x, np.ndarray)
+    """An array a launch runs on a GPU: one with the CUDA array interface
+    (:func:`hetflow.index.arrays.is_device_array`), or the CUDA simulator's."""
+    return _arrays.is_device_array(x) or hasattr(x, "__cuda_ndarray__") and not isinstance(x, np.ndarray)
 
 
 def coherent(x) -> bool:

@@ -77,3 +77,49 @@ def test_a_launch_writing_rows_beyond_its_extent_brings_them_home(gpu_device):
     x, out = np.arange(4.0), np.full(7, -1.0)
     hetflow.forall(4, shifted_copy, x, out, device=gpu_device.id)
     np.testing.assert_array_equal(out, [-1, -1, -1, 0, 1, 2, 3])
+
+
+@hetflow.kernel
+def many_live(i, x, out):
+    """Sixteen float64 values live across a loop: more registers than the occupancy bound
+    leaves (32 a thread), so compiled under it the entry would spill."""
+    v = x[i]
+    a0, a1, a2, a3, a4, a5, a6, a7 = v, v + 1.0, v + 2.0, v + 3.0, v + 4.0, v + 5.0, v + 6.0, v + 7.0
+    b0, b1, b2, b3, b4, b5, b6, b7 = v * 2.0, v * 3.0, v * 4.0, v * 5.0, v * 6.0, v * 7.0, v * 8.0, v * 9.0
+    for _ in range(8):
+        a0, a1, a2, a3 = a0 * 0.5 + b7, a1 * 0.5 + a0, a2 * 0.5 + a1, a3 * 0.5 + a2
+        a4, a5, a6, a7 = a4 * 0.5 + a3, a5 * 0.5 + a4, a6 * 0.5 + a5, a7 * 0.5 + a6
+        b0, b1, b2, b3 = b0 * 0.25 + a7, b1 * 0.25 + b0, b2 * 0.25 + b1, b3 * 0.25 + b2
+        b4, b5, b6, b7 = b4 * 0.25 + b3, b5 * 0.25 + b4, b6 * 0.25 + b5, b7 * 0.25 + b6
+    out[i] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + b0 + b1 + b2 + b3 + b4 + b5 + b6 + b7
+
+
+@pytest.mark.gpu
+def test_entries_run_at_full_occupancy_unless_they_need_their_registers():
+    """GPU entries are compiled for 8 blocks of 256 threads a multiprocessor (32 registers
+    a thread); one that would spill more than a few registers under that bound is
+    compiled again without it. Both give NumPy's result."""
+    from hetflow.cli.demo import heat_step
+    from hetflow.runtime import gpu
+    from hetflow.runtime.launch import bind
+
+    cp = pytest.importorskip("cupy")
+    dev = hetflow.get_device("gpu0")
+    u, v = np.random.default_rng(5).random((70, 70)), np.zeros((70, 70))
+    gu, gv = cp.asarray(u), cp.asarray(v)
+    args = (interior(gv, 1), interior(gu, 1), interior(cshift(gu, 0, -1), 1), interior(cshift(gu, 0, 1), 1),
+            interior(cshift(gu, 1, -1), 1), interior(cshift(gu, 1, 1), 1), 0.1)
+    hetflow.forall((68, 68), heat_step, *args, device=dev)
+    c = u[1:-1, 1:-1]
+    want = c + 0.1 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4.0 * c)
+    np.testing.assert_allclose(gv.get()[1:-1, 1:-1], want)
+    assert bind(heat_step, (68, 68), args, dev).plan.fast_entry.compiled.regs_per_thread <= 32
+
+    x = np.random.default_rng(6).random(1000)
+    out = cp.zeros(1000)
+    hetflow.forall(1000, many_live, cp.asarray(x), out, device=dev)
+    want = np.zeros(1000)
+    many_live.pyfunc(np.arange(1000), x, want)  # the kernel's own code, run by NumPy on whole arrays
+    np.testing.assert_allclose(out.get(), want)
+    fast = bind(many_live, 1000, (cp.asarray(x), out), dev).plan.fast_entry
+    assert fast.compiled.local_mem_per_thread <= gpu.SPILL_BYTES

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import inspect
 import json
 import logging
 import os
@@ -51,7 +52,7 @@ from ..kernels import checks, viewtypes
 from ..kernels.codegen import BODY, ENTRY, NONNEG, PARALLEL, constructor, expanded, generate
 from ..kernels.kernel import Kernel, function_digest
 from ..cuda_compat import cuda_module
-from .executable import ERROR_MODEL, Description, Executable
+from .executable import BLOCK_THREADS, BLOCKS_PER_SM, ERROR_MODEL, Description, Executable
 
 try:
     import fcntl
@@ -467,7 +468,18 @@ def _entry_wrapper(device, checked=False, fastmath=False):
         return numba.njit(nogil=True, cache=True, error_model=ERROR_MODEL, boundscheck=checked or None,
                           fastmath=fastmath)
     # numba-cuda's error model is ERROR_MODEL already (not debug builds)
-    return cuda_module().jit(cache=not device.simulated, fastmath=fastmath)
+    return gpu_entry_jit(fastmath, cache=not device.simulated, bounded=not device.simulated)
+
+
+def gpu_entry_jit(fastmath=False, cache=False, bounded=True):
+    """numba-cuda's ``jit`` for a GPU entry: ``bounded``, under the occupancy bound of
+    BLOCKS_PER_SM blocks of BLOCK_THREADS threads (where numba-cuda takes launch bounds;
+    the CUDA simulator does not)."""
+    jit = cuda_module().jit
+    options = dict(cache=cache, fastmath=fastmath)
+    if bounded and "launch_bounds" in inspect.signature(jit).parameters:
+        options["launch_bounds"] = (BLOCK_THREADS, BLOCKS_PER_SM)
+    return jit(**options)
 
 
 def _checked(entry_fn, device, bounds):

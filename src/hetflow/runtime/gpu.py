@@ -22,9 +22,11 @@ from numba.core.errors import NumbaError
 
 from ..errors import HetflowError, KernelRaisedError
 from ..cuda_compat import cuda_module, cupy_module
+from ..platform.executable import BLOCK_THREADS
+from ..platform.repository import gpu_entry_jit
 from .launch import Launch, is_device_array
 
-THREADS = 256
+THREADS = BLOCK_THREADS  # what the entries are compiled for (platform.executable)
 SIM_THREADS = 16   # the simulator runs one OS thread per GPU thread: keep it small
 MAX_GRID_X, MAX_GRID_Y = 2**31 - 1, 65535  # CUDA's grid limits
 BLOCKS_2D = 8192
@@ -43,7 +45,7 @@ def launch_config(device, rows: int, inner: tuple, shift: int = 0):
     (:func:`column_shift`), which takes ``shift`` more threads.
     """
     if len(inner) == 1:  # the entry runs one column per x thread: the grid covers them all
-        tx, ty = (8, 2) if device.simulated else (128, 2)
+        tx, ty = (8, 2) if device.simulated else (128, THREADS // 128)
         bx = max(1, -(-(inner[0] + shift) // tx))
         by = 1 if device.simulated else max(1, min((rows + 1) // 2, BLOCKS_2D // bx, MAX_GRID_Y))
         return (bx, by), (tx, ty)
@@ -157,6 +159,22 @@ def _filler(args: tuple, sig: tuple, head: int):
     return namespace["fill"]
 
 
+# Local memory a thread of an entry may use before its occupancy bound counts as costing
+# more than it gives (platform.executable.BLOCKS_PER_SM): a few registers spilled.
+SPILL_BYTES = 64
+
+
+def _compiled(dispatcher, sig):
+    """``dispatcher`` compiled for ``sig``; compiled again without its occupancy bound
+    where the bound made it spill more than ``SPILL_BYTES`` (a kernel that needs its
+    registers), not cached: the bounded code stays what the repository keeps."""
+    compiled = dispatcher.compile(sig)
+    if compiled.local_mem_per_thread > SPILL_BYTES and "launch_bounds" in dispatcher.targetoptions:
+        unbounded = gpu_entry_jit(dispatcher.targetoptions.get("fastmath", False), bounded=False)
+        compiled = unbounded(dispatcher.py_func).compile(sig)
+    return compiled
+
+
 class FastEntry:
     """A plan's entry compiled for its argument types, launched by the driver directly.
 
@@ -183,7 +201,8 @@ class FastEntry:
         base = ctypes.addressof(self._buffer)
         self._pointers = (ctypes.c_void_p * n)(*range(base, base + 8 * n, 8))
         self._params = ctypes.addressof(self._pointers)
-        kernel = dispatcher.compile(sig)._codelibrary.get_cufunc().kernel
+        self.compiled = _compiled(dispatcher, sig)  # numba-cuda's kernel (its registers, local memory)
+        kernel = self.compiled._codelibrary.get_cufunc().kernel
         self._function = int(kernel.handle)
         self._launch = driver.launchKernel
         self._lock = threading.Lock()  # one buffer: filled and launched by one thread at a time

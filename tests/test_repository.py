@@ -382,3 +382,24 @@ def test_the_default_repository_follows_the_cache_dir_setting(tmp_path, monkeypa
     hetflow.forall(4, negate, x, out)  # launches store into the directory set now
     np.testing.assert_array_equal(out, -x)
     assert repository().root == first and any(first.iterdir())
+
+
+@pytest.mark.parametrize("module", ["codegen", "checks", "viewtypes", "atomic"])
+def test_an_edit_to_any_of_hetflows_numba_extensions_makes_entries_stale(module, monkeypatch):
+    """The description data's compiler versions cover every module whose Numba lowering
+    ends up in machine code without showing in a generated module's text."""
+    import importlib
+    import inspect
+
+    from hetflow.platform.executable import compiler_versions
+
+    edited, real = importlib.import_module(f"hetflow.kernels.{module}"), inspect.getsource
+    compiler_versions.cache_clear()
+    before = compiler_versions("cpu")["hetflow-codegen"]
+    monkeypatch.setattr(inspect, "getsource", lambda obj: real(obj) + ("# edited\n" if obj is edited else ""))
+    compiler_versions.cache_clear()
+    try:
+        assert compiler_versions("cpu")["hetflow-codegen"] != before
+    finally:
+        monkeypatch.undo()
+        compiler_versions.cache_clear()

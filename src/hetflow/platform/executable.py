@@ -23,7 +23,7 @@ from pathlib import Path
 import numba
 
 from ..errors import KernelCompileError
-from ..kernels import checks, codegen, viewtypes
+from ..kernels import atomic, checks, codegen, viewtypes
 
 
 ERROR_MODEL = "numpy"
@@ -45,9 +45,10 @@ def compiler_versions(kind: str) -> dict:
 
     import llvmlite
 
-    # hetflow's own code generator (with the view types and checks it compiles in)
-    # counts as a compiler: entries it wrote differently are stale.
-    text = inspect.getsource(codegen) + inspect.getsource(checks) + inspect.getsource(viewtypes)
+    # hetflow's own code generator (with the view types, checks and atomics it compiles
+    # in: Numba extensions that no generated module's text shows) counts as a compiler:
+    # entries it wrote differently are stale.
+    text = "".join(inspect.getsource(m) for m in (codegen, checks, viewtypes, atomic))
     generator = hashlib.sha1(text.encode()).hexdigest()[:12]
     versions = {"numba": numba.__version__, "llvmlite": llvmlite.__version__, "hetflow-codegen": generator}
     if kind == "gpu":

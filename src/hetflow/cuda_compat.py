@@ -122,18 +122,7 @@ def cuda_available():
 
 @functools.lru_cache(maxsize=1)
 def cupy_module():
-    """Return CuPy when it imports and sees a real GPU, else None (checked once: every
-    GPU launch asks, and the check reads the environment and calls the CUDA runtime)."""
-    global _cupy
-    if _cupy is False:
-        _cupy = _find_cupy()
-    return _cupy
-
-
-_cupy = False  # cupy_module's answer; False: not looked for yet
-
-
-def _find_cupy():
+    """Return CuPy when it imports and sees a real GPU, else None (checked once)."""
     if simulated():
         return None
     try:

@@ -123,15 +123,11 @@ def run(launch: Launch, workers: int) -> list[tuple[int, int]]:
     ``workers`` cores; returns the rows ``(lo, hi)`` each thread ran."""
     if not launch.plan.compiled:
         compile_launch(launch)
-    extent = launch.extent
-    rows = extent[0]
+    rows = launch.extent[0]
     # the cheapest tests first: a one-row launch is common
-    per_row = 0 if rows <= 1 or workers <= 1 else math.prod(extent[1:])
+    per_row = 0 if rows <= 1 or workers <= 1 else math.prod(launch.extent[1:])
     if per_row == 0:
-        try:  # _inline's body: a small launch's every call counts
-            launch.plan.executable.entry(0, rows, *extent[1:], *launch.entry_args)
-        except Exception as exc:
-            raise _raised(launch, 0, rows, exc)
+        _inline(launch, 0, rows)
         return [(0, rows)]
     if rows * per_row > INLINE_LIMIT:
         return _parallel(launch, rows)

@@ -167,12 +167,19 @@ SPILL_BYTES = 64
 def _compiled(dispatcher, sig):
     """``dispatcher`` compiled for ``sig``; compiled again without its occupancy bound
     where the bound made it spill more than ``SPILL_BYTES`` (a kernel that needs its
-    registers), not cached: the bounded code stays what the repository keeps."""
+    registers), once per process and entry (every plan of the entry shares it), not
+    stored: the bounded code stays what the repository keeps."""
     compiled = dispatcher.compile(sig)
     if compiled.local_mem_per_thread > SPILL_BYTES and "launch_bounds" in dispatcher.targetoptions:
-        unbounded = gpu_entry_jit(dispatcher.targetoptions.get("fastmath", False), bounded=False)
-        compiled = unbounded(dispatcher.py_func).compile(sig)
+        unbounded = _UNBOUNDED.get(dispatcher)
+        if unbounded is None:
+            fastmath = dispatcher.targetoptions.get("fastmath", False)
+            unbounded = _UNBOUNDED[dispatcher] = gpu_entry_jit(fastmath, bounded=False)(dispatcher.py_func)
+        compiled = unbounded.compile(sig)  # numba-cuda keeps what it compiled per signature
     return compiled
+
+
+_UNBOUNDED: dict = {}  # a bounded entry's dispatcher -> the same entry without the bound
 
 
 class FastEntry:

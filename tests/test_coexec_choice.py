@@ -42,7 +42,7 @@ def test_a_launch_runs_alone_where_co_execution_costs_more_than_it_gains(gpu_dev
     report = hetflow.forall(n, triple, x, out, device=["cpu0", gpu_device.id])
     assert isinstance(report, LaunchReport) and report.workers[0].device_id == gpu_device.id
     np.testing.assert_array_equal(out, 3.0 * x)
-    # every PROBE_EVERY-th launch co-executes anyway, to measure again
+    # once in a while a launch co-executes anyway, to measure again
     monkeypatch.setattr(coexec, "probe_interval", lambda together, alone: 2)
     report = hetflow.forall(n, triple, x, out, device=["cpu0", gpu_device.id])
     assert isinstance(report, RunReport) and not isinstance(report, LaunchReport)
@@ -83,3 +83,47 @@ def test_a_gpu_runs_alone_once_then_the_fastest_alone_runs(gpu_device):
     report = hetflow.forall(n, thrice, x, out, device=["cpu0", gpu_device.id])
     assert report.workers[0].device_id == gpu_device.id
     np.testing.assert_allclose(out, 3 * x)
+
+
+@hetflow.kernel
+def quadruple(i, x, out):
+    out[i] = 4.0 * x[i]
+
+
+def test_probing_costs_a_small_share_of_the_time_alone_and_comes_within_probe_seconds():
+    # a co-executed launch costing 300 launches alone (a memory-bound stencil on an H100)
+    alone = 1.3e-4
+    k = coexec.probe_interval(300 * alone, alone)
+    assert 300 * alone / (k * alone) <= coexec.PROBE_SHARE * 1.001
+    assert 300 * alone / ((k + 1) * alone) < coexec.PROBE_SHARE <= 300 * alone / ((k - 1) * alone)
+    # a co-executed launch of seconds: probed once in PROBE_SECONDS of launches alone
+    assert coexec.probe_interval(5.0, alone) * alone <= coexec.PROBE_SECONDS
+    assert coexec.probe_interval(5.0, alone) * alone > 0.99 * coexec.PROBE_SECONDS
+    # launches alone of seconds each: every few
+    assert coexec.probe_interval(40.0, 4.0) == 2
+
+
+@pytest.mark.simgpu
+def test_what_co_execution_last_cost_spaces_the_probes(gpu_device):
+    """The model may think co-executing cheap where its last run was dear (rows that had
+    to cross the bus): the launches alone between probes follow the dearer figure."""
+    n = 4096
+    targets = [hetflow.get_device("cpu0"), gpu_device]
+    counts = [1, 1]
+    model = coexec.perf_model()
+
+    def launches_alone_before_a_probe(limit):
+        coexec._launches_alone.pop(key, None)
+        for k in range(limit):
+            if coexec._alone(model, key, targets, counts, n) is None:
+                return k
+        return limit
+
+    key = _teach(quadruple, {"cpu0": 1e6, gpu_device.id: 1e9}, 1e-6, n)
+    coexec._probe_cost.pop(key, None)
+    cheap = launches_alone_before_a_probe(100_000)
+    coexec._probe_cost[key] = 1e-3
+    dear = launches_alone_before_a_probe(100_000)
+    alone = n / 1e9
+    assert cheap == coexec.probe_interval(n / (1e6 + 1e9) + 1e-6, alone) - 1
+    assert dear == coexec.probe_interval(1e-3, alone) - 1 > 10 * cheap

@@ -39,6 +39,7 @@ import dataclasses
 import logging
 import math
 import threading
+import time
 
 
 from ..errors import ArgumentError, DeviceError
@@ -150,9 +151,11 @@ def _worker_shares(shares, targets, workers) -> list[float]:
     return [per_device[w.device_id] / counts[w.device_id] for w in workers]
 
 
-PROBE_EVERY = 32   # a kernel run alone is co-executed again every so often: speeds change
-PROBE_LIMIT = 1024
-_launches_alone: dict[str, int] = {}
+# A kernel run alone is co-executed again every so often, as speeds change: costing the
+PROBE_SHARE = 0.02    # program about this share of its time alone,
+PROBE_SECONDS = 10.0  # and at least once in this much time alone
+_launches_alone: dict[str, int] = {}  # kernel key -> launches alone since it last co-executed
+_probe_cost: dict[str, float] = {}    # kernel key -> wall time of its last co-executed launch
 
 
 ALONE = "/alone"     # model entries of a device's rate running a whole launch by itself
@@ -184,8 +187,12 @@ def _alone(model, key, targets, counts, rows):
     together = rows / sum(r * c for r, c in zip(rates, counts)) + overhead
     if together < alone[best]:
         return None
-    seen = _launches_alone[key] = _launches_alone.get(key, 0) + 1
-    return None if seen % probe_interval(together, alone[best]) == 0 else targets[best]
+    seen = _launches_alone.get(key, 0) + 1
+    if seen >= probe_interval(max(together, _probe_cost.get(key, 0.0)), alone[best]):
+        _launches_alone[key] = 0
+        return None
+    _launches_alone[key] = seen
+    return targets[best]
 
 
 _timings: dict = {}  # kernel key -> (rows, gpu.Timing) of a GPU launch alone being timed
@@ -219,9 +226,12 @@ def _run_alone(model, key, launch):
 
 def probe_interval(together: float, alone: float) -> int:
     """How many launches run alone between two co-executed ones (which measure again):
-    seldom enough that probing costs a program about 5% of its time alone, and at most
-    ``PROBE_LIMIT``: a history gone wrong (a loaded machine) is corrected within it."""
-    return min(PROBE_LIMIT, max(PROBE_EVERY, int(20 * together / alone)))
+    seldom enough that probing costs a program ``PROBE_SHARE`` of its time alone, and
+    often enough that a history gone wrong (a loaded machine) is corrected within
+    ``PROBE_SECONDS``. ``together``: what a co-executed launch costs, the larger of the
+    model's figure and the last one measured (on a memory-bound stencil, 300 times a
+    launch alone on an H100, whose rows then cross the bus)."""
+    return max(1, int(min(together / PROBE_SHARE, PROBE_SECONDS) / alone))
 
 
 def _speed_rank(device):
@@ -338,6 +348,7 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
         alone = _alone(model, key, targets, counts, rows)
         if alone is not None:  # decided before binding: the other devices' launches cost time
             return _run_alone(model, key, bind(kernel, extent, args, alone))
+    began = time.perf_counter()
     launches = [bind(kernel, extent, args, dev) for dev in targets]
     if not co_executable(launches[0]):
         fastest, plan = _fastest(launches), launches[0].plan
@@ -379,7 +390,9 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
         if stats.name in staged and not stats.failed and stats.indices and compute > 0:
             model.observe(key, by_worker[stats.name], stats.indices / compute)
     rate = sum(w.throughput for w in report.workers if not w.failed and w.indices > 0 and w.busy_s > 0)
-    if rate > 0:  # a first launch compiles its GPU entry inside the loop: not an overhead
-        compiled = max((chunks.compile_s for _, chunks in gpu_parts), default=0.0)
+    # a first launch compiles its GPU entry inside the loop: not a cost of co-executing
+    compiled = max((chunks.compile_s for _, chunks in gpu_parts), default=0.0)
+    if rate > 0:
         model.observe_overhead(key, report.wall_s - compiled - rows / rate)
+    _probe_cost[key] = time.perf_counter() - began - compiled
     return report

@@ -127,3 +127,25 @@ def test_what_co_execution_last_cost_spaces_the_probes(gpu_device):
     alone = n / 1e9
     assert cheap == coexec.probe_interval(n / (1e6 + 1e9) + 1e-6, alone) - 1
     assert dear == coexec.probe_interval(1e-3, alone) - 1 > 10 * cheap
+
+
+@hetflow.kernel
+def quintuple(i, x, out):
+    out[i] = 5.0 * x[i]
+
+
+@pytest.mark.simgpu
+def test_a_gpu_that_ran_no_rows_co_executing_is_measured_alone_instead(gpu_device):
+    """A first co-executed launch may leave a GPU without a rate (it compiled while the
+    CPUs took every row): the GPU is then measured alone rather than co-executed again,
+    and its rate alone decides."""
+    n = 4096
+    targets = [hetflow.get_device("cpu0"), gpu_device]
+    key = _teach(quintuple, {"cpu0": 1e6}, 1e-3, n, alone={})
+    model = coexec.perf_model()
+    assert coexec._alone(model, key, targets, [1, 1], n) is gpu_device  # to measure it
+    model.observe(key, coexec._device_key(gpu_device) + coexec.ALONE, 1e9)
+    assert coexec._alone(model, key, targets, [1, 1], n) is gpu_device  # far faster alone
+    for _ in range(40):  # the moving average forgets 1e9
+        model.observe(key, coexec._device_key(gpu_device) + coexec.ALONE, 1e3)
+    assert coexec._alone(model, key, targets, [1, 1], n).id == "cpu0"  # the GPU now far slower

@@ -170,11 +170,13 @@ def _alone(model, key, targets, counts, rows):
     chunks, undersells a GPU that runs a whole launch at once; so each GPU runs one
     launch alone first, once co-execution has shown its cost. A CPU's comes from its
     launches alone once it ran some, before that from its workers' rate together (running
-    it alone just to learn would compile its whole-launch entry and take the CPU's time)."""
+    it alone just to learn would compile its whole-launch entry and take the CPU's time).
+    A GPU that ran no rows co-executing (it compiled while the CPUs took them all) is
+    measured alone too, and its rate alone stands in for the rate it has not shown."""
     names = [_device_key(d) for d in targets]
     rates = model.throughputs(key, names)
     overhead = model.overhead(key)
-    if overhead is None or not all(rates):
+    if overhead is None or not all(r for d, r in zip(targets, rates) if d.kind == "cpu"):
         return None  # co-execute: that is how rates and overhead are learnt
     # A CPU alone runs as its workers do together: its rate in co-execution tells it. A
     # GPU alone must be measured once (a first launch there also compiles nothing new).
@@ -182,6 +184,7 @@ def _alone(model, key, targets, counts, rows):
             zip(targets, model.throughputs(key, [name + ALONE for name in names]), rates, counts)]
     if not all(solo):
         return targets[solo.index(None)]
+    rates = [r or s for r, s in zip(rates, solo)]
     alone = [rows / r for r in solo]
     best = min(range(len(targets)), key=alone.__getitem__)
     together = rows / sum(r * c for r, c in zip(rates, counts)) + overhead

@@ -152,7 +152,7 @@ def _worker_shares(shares, targets, workers) -> list[float]:
 
 
 # A kernel run alone is co-executed again every so often, as speeds change: costing the
-PROBE_SHARE = 0.02    # program about this share of its time alone,
+PROBE_SHARE = 0.01    # program about this share of its time alone,
 PROBE_SECONDS = 10.0  # and at least once in this much time alone
 _launches_alone: dict[str, int] = {}  # kernel key -> launches alone since it last co-executed
 _probe_cost: dict[str, float] = {}    # kernel key -> wall time of its last co-executed launch

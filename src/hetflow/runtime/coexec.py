@@ -151,9 +151,11 @@ def _worker_shares(shares, targets, workers) -> list[float]:
     return [per_device[w.device_id] / counts[w.device_id] for w in workers]
 
 
-# A kernel run alone is co-executed again every so often, as speeds change: costing the
-PROBE_SHARE = 0.01    # program about this share of its time alone,
-PROBE_SECONDS = 10.0  # and at least once in this much time alone
+# A kernel that runs alone is co-executed again now and then, as speeds change
+# (probe_interval): probing costs about PROBE_SHARE of a program's time alone, and comes
+# at least once in PROBE_SECONDS of it.
+PROBE_SHARE = 0.01
+PROBE_SECONDS = 10.0
 _launches_alone: dict[str, int] = {}  # kernel key -> launches alone since it last co-executed
 _probe_cost: dict[str, float] = {}    # kernel key -> wall time of its last co-executed launch
 

@@ -183,6 +183,39 @@ def test_idle_workers_steal_from_a_worker_that_holds_everything():
     assert stolen and all(e.stolen_from == "slow" and e.worker != "slow" for e in stolen)
 
 
+def test_a_core_holding_the_last_range_gives_the_rest_up_to_an_idle_worker():
+    # One chunk of the whole loop: without giving up the rest of a held range, whoever
+    # takes it runs every index while the other waits (the tail of a loop).
+    n = 2000
+    counts = np.zeros(n, dtype=np.int64)
+
+    def slow(lo, hi):                # 20 us per index, the GIL released: 40 ms in all
+        time.sleep(2e-5 * (hi - lo))
+        count(lo, hi, counts)
+
+    workers = [Worker("a", "cpu", slow, n, "cpu0"), Worker("b", "cpu", slow, n, "cpu0")]
+    report = run_loop(n, workers, shares=[1, 0])
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    assert_events_partition(report, n)
+    assert min(w.indices for w in report.workers) > 0
+
+
+def test_the_drain_estimate_is_what_the_deques_hold_over_the_live_workers_speed():
+    from hetflow.runtime.deque import DequeSet, aligned_zeros
+    from hetflow.runtime.steal import _drain_seconds
+    d, dead = DequeSet(3, 8), aligned_zeros(3)
+    for q, entries in enumerate((3, 0, 2)):
+        for k in range(entries):
+            d.push(q, 10 * k, 10 * k + 10)
+    chunk_sizes = np.array([100, 400, 50], dtype=np.int64)
+    assert _drain_seconds(d.state, dead, np.zeros(3), chunk_sizes) == np.inf  # nothing measured
+    per_index = np.array([1e-6, 1e-8, 0.0])  # 1e6 and 1e8 indices/s; the third not measured
+    left = 3 * 100 + 2 * 50
+    assert _drain_seconds(d.state, dead, per_index, chunk_sizes) == pytest.approx(left / (1e6 + 1e8))
+    dead[1] = 1                              # a failed worker runs nothing more
+    assert _drain_seconds(d.state, dead, per_index, chunk_sizes) == pytest.approx(left / 1e6)
+
+
 def _blocking_pair(owner_kind, owner_chunk, thief_kind, thief_chunk, n):
     """An owner holding the whole range that waits, in its first chunk, for the thief."""
     counts = np.zeros(n, dtype=np.int64)

@@ -28,6 +28,14 @@ worker holds a range, can only come from a stop (Ctrl-C in the calling thread,
 ``faults='raise'``, a crash), so the worker drops the rest of its range and leaves: a stop
 reaches every CPU worker within about ``SLICE_S``, a GPU worker after its chunk in flight.
 
+The same pieces end a loop evenly. Once every deque is empty each core still runs the
+range it holds, a chunk of many milliseconds, while a GPU that ran dry waits: the loop's
+tail (16 ms on an H100 host). So under ``schedule='steal'`` a CPU worker's pieces last
+no longer than the deques will take to run dry at every worker's measured speed (down
+to ``TAIL_S``); once they have, while it sees another worker idle, it pushes the rest
+of its range back onto its own deque before each piece, where the idle worker steals it
+(the push is made while holding a range: the termination argument below covers it).
+
 Termination (SPEC §3.5) and why it is correct
 ---------------------------------------------
 A worker that finds every queue empty in one traversal writes the EMPTY token into all
@@ -97,6 +105,7 @@ EPOCH = 8           # ctl word: pushes made after the initial distribution
 _MIN_BACKOFF = 2e-5
 _MAX_BACKOFF = 2e-4
 SLICE_S = 0.05      # about the longest run_chunk call of a CPU worker: see the module docstring
+TAIL_S = 1e-3       # the same while another worker is idle: the rest of the range is given up
 _PROBE = 64         # the first piece of a large first range is 1/_PROBE of it
 _WAKE_S = 0.05      # the calling thread's longest sleep while the workers run
 
@@ -224,6 +233,22 @@ def _acquire(state, buf, capacity, ctl, dead, steals, order, me, steal_live, wan
 
 
 @njit(nogil=True, cache=True)
+def _drain_seconds(state, dead, per_index, chunk_sizes):
+    """About how long until every deque is empty, at the live workers' measured speeds
+    (each entry counted as its owner's chunk size): 0 when they are, infinite while no
+    speed is measured."""
+    left = 0.0
+    rate = 0.0
+    for v in range(per_index.size):
+        left += max(0, size(state, v)) * chunk_sizes[v]
+        if per_index[v] > 0.0 and atomic_load(dead, v) == 0:
+            rate += 1.0 / per_index[v]
+    if left == 0.0:
+        return 0.0
+    return left / rate if rate > 0.0 else np.inf
+
+
+@njit(nogil=True, cache=True)
 def _try_terminate(state, ctl, order):
     """Write the EMPTY token into all queues if the loop is provably over (module docstring)."""
     epoch = atomic_load(ctl, EPOCH)
@@ -291,14 +316,14 @@ def _distribute(state, buf, capacity, q, lo, hi, chunk_size):
         push_bottom(state, buf, capacity, q, a, min(a + chunk_size, hi))
 
 
-def _piece(count: int, per_index: float | None) -> int:
-    """How many of ``count`` indices to run in one call, given the seconds per index
-    measured so far (None: nothing measured yet)."""
+def _piece(count: int, per_index: float | None, seconds: float = SLICE_S) -> int:
+    """How many of ``count`` indices to run in one call of about ``seconds``, given the
+    seconds per index measured so far (None: nothing measured yet)."""
     if per_index is None:
         return count // _PROBE if count >= _PROBE else count
-    if per_index * count <= SLICE_S:
+    if per_index * count <= seconds:
         return count
-    return max(1, int(SLICE_S / per_index))
+    return max(1, int(seconds / per_index))
 
 
 # -- one loop ------------------------------------------------------------------------------
@@ -383,6 +408,9 @@ class _Loop:
         # Seconds per index each worker took over its last completed ranges (0: none yet),
         # written by that worker alone; thieves read them (_worth_stealing).
         self.per_index = np.zeros(nw)
+        # Whether each worker found nothing to take, last it looked (written by that
+        # worker alone): a core holding a long range then gives the rest of it up.
+        self.idle = [False] * nw
         self.chunk_sizes = np.array([w.chunk_size for w in workers], dtype=np.int64)
         self.logs = [_WorkerLog() for _ in workers]
         self.failures: list[tuple[float, int, BaseException, list]] = []
@@ -422,6 +450,7 @@ class _Loop:
                                           self.chunk_sizes)
             if st == OK:
                 backoff = _MIN_BACKOFF
+                self.idle[me] = False
                 if hi - lo > 2 * w.chunk_size:
                     self._push_back(me, [(lo + w.chunk_size, hi)])
                     hi = lo + w.chunk_size
@@ -450,6 +479,7 @@ class _Loop:
                 elif _try_terminate(d.state, self.ctl, self.order):
                     return
                 else:
+                    self.idle[me] = True
                     time.sleep(backoff)
                     backoff = min(2 * backoff, _MAX_BACKOFF)
             else:                        # STOP: the EMPTY token is in our queue
@@ -465,14 +495,29 @@ class _Loop:
         """Run the one range a worker without sync holds, piece by piece (module
         docstring); return the seconds per index of the last piece. Earlier pieces are
         logged as they end, and ``held`` keeps the last piece run, or, while a piece
-        runs, that piece and the rest of the range, which is what a failure gives back."""
+        runs, that piece and the rest of the range, which is what a failure gives back.
+        Under stealing, a piece lasts no longer than the deques will take to run dry;
+        once they have, while another worker is idle, the rest of the range goes back
+        onto this worker's deque before each piece, for that worker to steal. (Not
+        before: an idle core that finds no chunk worth taking from a GPU's deque would
+        have the others hand ranges back and forth.)"""
         run = self.workers[me].run_chunk
         lo, hi, victim, t = held[0]
+        seconds, donate = SLICE_S, False
         while True:
-            end = lo + _piece(hi - lo, per_index)
+            if self.steal_live:
+                d = self.deques
+                drain = _drain_seconds(d.state, self.dead, self.per_index, self.chunk_sizes)
+                donate = drain == 0.0 and True in self.idle
+                seconds = max(TAIL_S, min(SLICE_S, drain))
+            end = lo + _piece(hi - lo, per_index, seconds)
+            if donate and hi - end >= end - lo:  # the rest is at least another piece
+                self._push_back(me, [(end, hi)])
+                hi = end
+                held[0] = (lo, hi, victim, t)
             run(lo, end)
             now = time.perf_counter()
-            per_index = (now - t) / (end - lo)
+            per_index = self.per_index[me] = (now - t) / (end - lo)
             if end == hi or self.deques.has_empty_token(me):
                 held[0] = (lo, end, victim, t)
                 return per_index
@@ -484,7 +529,7 @@ class _Loop:
         t_end = time.perf_counter()
         log_.busy += t_end - group_start
         count = sum(hi - lo for lo, hi, *_ in held)
-        if count:
+        if count and self.workers[me].sync is not None:  # a CPU's: per piece (_run_pieces)
             self.per_index[me] = (t_end - group_start) / count
         self._log(me, log_, held, t_end)
         _release(self.ctl, len(held))

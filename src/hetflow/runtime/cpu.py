@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from time import perf_counter
 
 import numba
+import numpy as np
+from numba.core.dispatcher import Dispatcher
 from numba.core.errors import NumbaError
 
 from ..errors import HetflowError, KernelRaisedError
@@ -46,11 +48,12 @@ def _signature(launch: Launch, head: tuple) -> tuple:
     return tuple(numba.typeof(a) for a in (*head, *launch.inner, *launch.entry_args))
 
 
-def _compile(launch: Launch, which: str, sig: tuple) -> None:
-    """Compile the executable's ``which`` ('entry' or 'parallel') for ``sig``."""
+def _compile(launch: Launch, which: str, sig: tuple):
+    """Compile the executable's ``which`` ('entry' or 'parallel') for ``sig``; its
+    compiled code for those types (Numba's entry point)."""
     exe = launch.executable
     try:
-        getattr(exe, which).compile(sig)
+        return getattr(exe, which).compile(sig)
     except NumbaError as exc:
         raise exe.compile_error(exc, launch.device, launch.kernel) from None
     except NotImplementedError as exc:  # Numba cannot lower a type (float16 on the CPU): no cache fault
@@ -63,10 +66,10 @@ def _compile(launch: Launch, which: str, sig: tuple) -> None:
         repository().forget(exe, exc)
         fresh = repository().executable(launch.kernel, launch.device, len(launch.extent),
                                         _lowerings(launch))
-        launch.plan.executable = fresh
+        launch.plan.executable, launch.plan.cpu_entry = fresh, None
         launch.plan.compiled = launch.plan.parallel_compiled = False
         try:
-            getattr(fresh, which).compile(sig)
+            return getattr(fresh, which).compile(sig)
         except NumbaError as exc2:
             raise fresh.compile_error(exc2, launch.device, launch.kernel) from None
 
@@ -76,10 +79,35 @@ def _names(sig: tuple) -> str:
 
 
 def compile_launch(launch: Launch) -> None:
-    """Compile (or load from the repository) the chunk entry for this launch's types."""
-    if not launch.plan.compiled:
-        _compile(launch, "entry", _signature(launch, (0, 0)))
-        launch.plan.compiled = True
+    """Compile (or load from the repository) the chunk entry for this launch's types.
+
+    Where the plan's key fixes every argument's Numba type (NumPy arrays, also as view
+    roots, and Python scalars; lowerings not made afresh), the plan keeps the compiled
+    code itself: calling it skips the dispatcher's matching of argument types, 40% of a
+    one-row launch's Numba call."""
+    plan = launch.plan
+    if not plan.compiled:
+        compiled = _compile(launch, "entry", _signature(launch, (0, 0)))
+        plan.cpu_entry = compiled if _typed_by_key(launch) else None
+        plan.compiled = True
+
+
+def _typed_by_key(launch: Launch) -> bool:
+    """Does the plan's key fix the Numba type of every entry argument, and is the entry
+    Numba's own dispatcher (a checked entry adds an error record to the arguments)?"""
+    plan = launch.plan
+    return not plan.fresh and not plan.buffers and isinstance(plan.executable.entry, Dispatcher) and all(
+        type(a) in _KEYED or type(getattr(a, "root", None)) is np.ndarray for a in launch.args)
+
+
+# Argument types whose Numba type the plan's key fixes (launch._key: an array's dtype,
+# rank, contiguity, writability and alignment; a Python scalar's type).
+_KEYED = frozenset((np.ndarray, float, int, bool, complex))
+
+
+def entry_of(plan):
+    """What runs a chunk of a plan's launches: its compiled code, or Numba's dispatcher."""
+    return plan.cpu_entry or plan.executable.entry
 
 
 def _lowerings(launch: Launch) -> dict:
@@ -90,7 +118,7 @@ def _lowerings(launch: Launch) -> dict:
 def chunk_runner(launch: Launch):
     """A callable ``run(lo, hi)`` executing rows ``[lo, hi)`` of the launch (GIL released);
     what the kernel raises comes out as a :class:`KernelRaisedError`."""
-    entry = launch.executable.entry
+    entry = entry_of(launch.plan)
     tail = (*launch.inner, *launch.entry_args)
 
     def run(lo, hi):
@@ -155,7 +183,7 @@ def least_rows(launch: Launch) -> int:
 
 def _inline(launch: Launch, lo: int, hi: int) -> None:
     try:
-        launch.plan.executable.entry(lo, hi, *launch.extent[1:], *launch.entry_args)
+        entry_of(launch.plan)(lo, hi, *launch.extent[1:], *launch.entry_args)
     except Exception as exc:
         raise _raised(launch, lo, hi, exc)
 

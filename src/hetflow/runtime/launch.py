@@ -83,6 +83,7 @@ class Plan:
     executable: object
     written: tuple
     compiled: bool = False   # the chunk entry is compiled for these argument types
+    cpu_entry: object = None  # CPU: that compiled code, where the key fixes its types (cpu.compile_launch)
     parallel_compiled: bool = False  # the CPU parallel entry too
     fast_entry: object = False  # GPU: runtime.gpu.FastEntry (False: not built yet; None: none)
     buffers: bool = False       # some argument (or view root) is a coherent Buffer
@@ -143,8 +144,9 @@ _BY_TYPE = frozenset((float, int, bool, complex))  # Python scalars: keyed by th
 _INT_MIN, _INT_MAX = -2**63, 2**63 - 1
 
 
-# The flags that change a NumPy array's compiled type: C and F contiguity, writeable.
-_LAYOUT = 0x1 | 0x2 | 0x400
+# The flags that change a NumPy array's compiled type: C and F contiguity, aligned,
+# writeable.
+_LAYOUT = 0x1 | 0x2 | 0x100 | 0x400
 
 
 # Array types that keep their contiguity as attributes, as CuPy's does: their key is read
@@ -325,10 +327,12 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         plan = kernel.plans[key] = _plan(kernel, ndim, args, device, repo)
     if plan.rows_only:  # the common check, kept cheap: each array has enough rows
         rows = extent[0]
-        for pos in plan.rows_only:
-            shape = args[pos].shape
-            if not shape or shape[0] < rows:
-                _check_extent(kernel, extent, args, plan.checks)
+        try:
+            for pos in plan.rows_only:
+                if len(args[pos]) < rows:  # len(): no shape tuple made
+                    _check_extent(kernel, extent, args, plan.checks)
+        except TypeError:  # a 0-d array has no len(): the full check says what is wrong
+            _check_extent(kernel, extent, args, plan.checks)
     elif plan.checks and extent not in plan.fits:
         _check_extent(kernel, extent, args, plan.checks)
         if plan.views_only:  # views' extents are fixed by the key: this extent fits them always

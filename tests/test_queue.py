@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import weakref
 
@@ -20,7 +21,7 @@ import pytest
 import hetflow
 from hetflow.errors import (ArgumentError, ArgumentTypeError, EventFailedError, HetflowTimeoutError,
                             InvalidContextError, KernelError, ShapeError)
-from hetflow.runtime import status
+from hetflow.runtime import cpu, status
 from hetflow.runtime.buffers import Buffer
 from hetflow.runtime.events import UserEvent
 from hetflow.runtime.queue import Queue, release
@@ -79,6 +80,68 @@ def test_profile_has_times_device_and_launch_shape():
     assert p.duration == p.ended - p.started
     assert (p.device, p.blocks, p.threads, p.parts) == ("cpu0", 1, 1, None)
     np.testing.assert_array_equal(x, 3.0)
+
+
+@hetflow.kernel
+def spin(i, x, rounds):
+    for _ in range(rounds):
+        x[i] = x[i] * 0.5 + 1.0
+
+
+def _threads_running_cpu(monkeypatch) -> list:
+    """Record the thread each CPU launch runs in (patched before the queue's workers start)."""
+    ran, real = [], cpu.run
+
+    def recording(launch, workers):
+        ran.append(threading.get_ident())
+        return real(launch, workers)
+    monkeypatch.setattr(cpu, "run", recording)
+    return ran
+
+
+def test_a_tiny_ready_instance_on_an_idle_cpu_runs_in_the_enqueuing_thread(monkeypatch):
+    ran = _threads_running_cpu(monkeypatch)
+    x, y = np.arange(4.0), np.ones(4)
+    with Queue("cpu0") as q:
+        for _ in range(2):  # the first run compiles, the second times the plan
+            q.enqueue(axpy, 4, 2.0, x, y).wait(T)
+        del ran[:]
+        ev = q.enqueue(axpy, 4, 2.0, x, y)
+        assert ev.status == "complete" and ran == [threading.get_ident()]
+        after = q.enqueue(checked_inc, 4, y, wait_for=ev)  # its dependents go on as usual
+        after.wait(T)
+    np.testing.assert_array_equal(y, 8.0 + 7.0 * x + 1.0)  # y <- 2y + x three times, then + 1
+
+
+def test_a_failure_in_the_enqueuing_thread_is_the_event_s_and_cancels_its_dependents(monkeypatch):
+    _threads_running_cpu(monkeypatch)
+    with Queue("cpu0") as q:
+        for _ in range(2):
+            q.enqueue(checked_inc, 2, np.zeros(2)).wait(T)
+        bad, out = np.array([1.0, -1.0]), np.zeros(2)
+        failing = q.enqueue(checked_inc, 2, bad)  # returns: the failure is the event's, not enqueue's
+        assert failing.status == "failed"
+        reader = q.enqueue(axpy, 2, 1.0, bad, out)
+        assert reader.status == "cancelled"
+        with pytest.raises(EventFailedError, match="negative input"):
+            q.finish(T)
+    np.testing.assert_array_equal(out, 0.0)
+
+
+def test_a_tiny_instance_goes_to_a_worker_while_its_device_is_busy(monkeypatch):
+    ran = _threads_running_cpu(monkeypatch)
+    x, y, slow = np.arange(4.0), np.ones(4), np.zeros(1)
+    with Queue("cpu0") as q:
+        q.enqueue(spin, 1, slow, 1).wait(T)  # compiled: what follows takes its measured time
+        for _ in range(2):
+            q.enqueue(axpy, 4, 2.0, x, y).wait(T)
+        del ran[:]
+        busy = q.enqueue(spin, 1, slow, 200_000_000)  # runs for a while on a worker
+        tiny = q.enqueue(axpy, 4, 2.0, x, y)
+        q.finish(T)
+    assert busy.profile.ended > tiny.profile.queued  # it was busy when the tiny one came
+    assert threading.get_ident() not in ran
+    np.testing.assert_array_equal(y, 8.0 + 7.0 * x)  # y <- 2y + x three times
 
 
 def test_implicit_dependencies_order_raw_war_waw():

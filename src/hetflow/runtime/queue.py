@@ -23,6 +23,12 @@ the kernel object itself).
 The hot path is short on purpose: one bind and one lock acquisition per enqueue; a
 worker completes an instance, releases its dependents and takes its next entry under
 one lock acquisition, and runs a dependent it released itself without waking anyone.
+A tiny CPU instance (its plan's last run took under ``RUN_HERE_S``) that is ready at
+enqueue while its device has nothing queued or running runs in the enqueuing thread,
+as Cilk and TBB run a spawned task at once: handing a few microseconds of work to a
+worker thread costs more than the work (a wake-up and the GIL handed over twice), and
+with the device idle no other instance waits for it. ``enqueue`` then returns its
+event settled; everything else (failures, dependents, profiles) is as on a worker.
 """
 from __future__ import annotations
 
@@ -48,6 +54,10 @@ from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locke
                      settle_locked, start_locked)
 from .launch import bind, is_device_array, normalize_extent
 from .scheduler import Lane, Scheduler
+
+# A ready CPU instance whose plan last ran this fast runs in the enqueuing thread when
+# its device is idle (module docstring); a run that took longer sends the next to a worker.
+RUN_HERE_S = 20e-6
 
 # -- kernel objects ----------------------------------------------------------------------
 class _KernelRecord:
@@ -268,13 +278,18 @@ class _Core:
                 LOCK.release()
                 try:
                     if cores and split is None and inst.buffers is None and inst.launch.device is device:
+                        plan = inst.launch.plan
+                        timed = plan.compiled  # a run that compiles says nothing of the next one's time
                         try:  # execute()'s common case, inlined: a CPU launch bound here
                             shape, error = (len(cpu_run(inst.launch, cores)), 1), None
                         except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
                             shape, error = (None, None), exc
+                        ended = perf_counter()
+                        if timed:  # does the next of its plan run here?
+                            plan.run_s = ended - inst.started
                     else:
                         error, shape = execute(lane, inst, split)
-                    ended = perf_counter()
+                        ended = perf_counter()
                 finally:
                     LOCK.acquire()
         finally:
@@ -303,6 +318,25 @@ class _Core:
             return None, shape
         except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
             return exc, (None, None)
+
+    def run_here(self, lane: Lane, inst: Instance) -> None:
+        """Run ``inst``, marked running on ``lane`` (a CPU), in this thread, then settle it
+        as a worker would (module docstring)."""
+        shape = (None, None)
+        try:
+            shape, error = (len(cpu.run(inst.launch, lane.device.compute_units)), 1), None
+        except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
+            error = exc
+        except BaseException as exc:  # Ctrl-C: the instance fails (nothing waits for it forever)
+            error = exc
+            raise
+        finally:
+            ended = perf_counter()
+            inst.launch.plan.run_s = ended - inst.started  # (compiled already: run_s was known)
+            with LOCK:
+                lane.running -= 1
+                inst.ended = ended
+                self.done_locked(lane, inst, None, error, shape)
 
     def _submit_locked(self, inst: Instance, now: float) -> None:
         """A deferred instance may start once its dependencies are over."""
@@ -466,6 +500,7 @@ class Queue:
         inst = Instance(core, rec.label, launch, modes, priority, lanes, pinned, buffers)
         if len(lanes) > 1:
             inst.splittable = _splittable(inst, buffers)
+        here = None  # the lane of an instance run in this thread (module docstring)
         with LOCK:
             if core.closed:  # checked under the lock: a closing queue's workers may be gone
                 raise ArgumentError("this queue is closed; create a new one")
@@ -478,10 +513,16 @@ class Queue:
             else:  # a doomed instance is never held back: it only waits for its turn
                 inst.submitted = inst.queued
                 if inst.pending == 0:
-                    if inst.doomed is None:  # start_locked()'s common case, inlined
-                        core.ready_locked(inst)
-                    else:
+                    if inst.doomed is not None:
                         start_locked(inst)
+                    elif _runs_here(lanes[0], inst):
+                        here = lanes[0]
+                        here.running += 1
+                        inst.status, inst.started = RUNNING, perf_counter()
+                    else:  # start_locked()'s common case, inlined
+                        core.ready_locked(inst)
+        if here is not None:
+            core.run_here(here, inst)
         return inst
 
     def submit(self, event: Event, wait_for=()) -> None:
@@ -492,10 +533,10 @@ class Queue:
         """
         wait_for = _events(wait_for) if wait_for else ()
         with LOCK:
+            if isinstance(event, Instance) and event.submitted is not None:  # (done ones are no queue's)
+                raise ArgumentError(f"{event} was already submitted (only defer=True instances are submitted)")
             if not isinstance(event, Instance) or event.core is not self._core:
                 raise ArgumentError(f"{event!r} is not a pending instance of this queue")
-            if event.submitted is not None:
-                raise ArgumentError(f"{event} was already submitted (only defer=True instances are submitted)")
             check_cycle_locked(event, wait_for)
             for w in wait_for:
                 depend_locked(event, w, True)
@@ -552,6 +593,16 @@ class Queue:
     def __repr__(self):
         ids = ", ".join(lane.device.id for lane in self._core.lanes)
         return f"<hetflow Queue on {ids}{' (closed)' if self._core.closed else ''}>"
+
+
+def _runs_here(lane: Lane, inst: Instance) -> bool:
+    """Does a ready instance run in the enqueuing thread (module docstring)? Its home
+    device is an idle CPU it was bound for, it is not to be split over devices, and the
+    last run of its plan was tiny."""
+    launch = inst.launch
+    run_s = launch.plan.run_s
+    return (run_s is not None and run_s < RUN_HERE_S and lane.cpu and not lane.heap and not lane.running
+            and inst.buffers is None and not inst.splittable and launch.device is lane.device)
 
 
 def _priority(priority) -> int:

@@ -128,19 +128,25 @@ def test_a_failure_in_the_enqueuing_thread_is_the_event_s_and_cancels_its_depend
     np.testing.assert_array_equal(out, 0.0)
 
 
-def test_a_tiny_instance_goes_to_a_worker_while_its_device_is_busy(monkeypatch):
+def test_an_instance_predicted_long_goes_to_a_worker_and_none_overtakes_a_ready_one(monkeypatch):
     ran = _threads_running_cpu(monkeypatch)
-    x, y, slow = np.arange(4.0), np.ones(4), np.zeros(1)
+    x, y, slow = np.arange(4.0), np.ones(4), np.zeros(2)
     with Queue("cpu0") as q:
-        q.enqueue(spin, 1, slow, 1).wait(T)  # compiled: what follows takes its measured time
+        q.enqueue(spin, 1, slow, 1).wait(T)  # compiled: not timed, so the spins below are queued
         for _ in range(2):
             q.enqueue(axpy, 4, 2.0, x, y).wait(T)
         del ran[:]
-        busy = q.enqueue(spin, 1, slow, 200_000_000)  # runs for a while on a worker
+        big = np.ones(100_000)
+        q.enqueue(axpy, big.size, 2.0, big, big).wait(T)  # 25000 times the indices timed
+        assert threading.get_ident() not in ran
+        busy = q.enqueue(spin, 1, slow[:1], 100_000_000)  # runs on the worker for a while
+        waiting = q.enqueue(spin, 1, slow[1:], 1)           # ready, waits behind it
         tiny = q.enqueue(axpy, 4, 2.0, x, y)
         q.finish(T)
-    assert busy.profile.ended > tiny.profile.queued  # it was busy when the tiny one came
+    assert busy.profile.ended > tiny.profile.queued  # the device was busy when the tiny one came
+    assert waiting.profile.started <= tiny.profile.started
     assert threading.get_ident() not in ran
+    np.testing.assert_array_equal(big, 3.0)
     np.testing.assert_array_equal(y, 8.0 + 7.0 * x)  # y <- 2y + x three times
 
 

@@ -23,16 +23,20 @@ the kernel object itself).
 The hot path is short on purpose: one bind and one lock acquisition per enqueue; a
 worker completes an instance, releases its dependents and takes its next entry under
 one lock acquisition, and runs a dependent it released itself without waking anyone.
-A tiny CPU instance (its plan's last run took under ``RUN_HERE_S``) that is ready at
-enqueue while its device has nothing queued or running runs in the enqueuing thread,
-as Cilk and TBB run a spawned task at once: handing a few microseconds of work to a
-worker thread costs more than the work (a wake-up and the GIL handed over twice), and
-with the device idle no other instance waits for it. ``enqueue`` then returns its
-event settled; everything else (failures, dependents, profiles) is as on a worker.
+A ready CPU instance predicted tiny (under ``RUN_HERE_S`` from its plan's last timed
+run) runs in the enqueuing thread when no other instance is ready on its device,
+as Cilk runs a spawned task at once: handing a few microseconds of work to a worker
+costs more than the work (a wake-up and the GIL handed over twice), and with nothing
+ready before it no instance is overtaken. It may run beside the device's worker: it is
+serial and short. ``enqueue`` then returns its event settled; everything else (failures,
+dependents, profiles) is as on a worker. A prediction that misses (a kernel whose time
+depends on a scalar argument) holds the enqueuing thread once: that run's time sends the
+next ones of its plan to a worker.
 """
 from __future__ import annotations
 
 import inspect
+import math
 import numbers
 import queue as stdqueue
 import threading
@@ -55,8 +59,8 @@ from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locke
 from .launch import bind, is_device_array, normalize_extent
 from .scheduler import Lane, Scheduler
 
-# A ready CPU instance whose plan last ran this fast runs in the enqueuing thread when
-# its device is idle (module docstring); a run that took longer sends the next to a worker.
+# A ready CPU instance predicted (from its plan's last timed run) to take less than this
+# runs in the enqueuing thread (module docstring): about what handing it to a worker costs.
 RUN_HERE_S = 20e-6
 
 # -- kernel objects ----------------------------------------------------------------------
@@ -279,14 +283,14 @@ class _Core:
                 try:
                     if cores and split is None and inst.buffers is None and inst.launch.device is device:
                         plan = inst.launch.plan
-                        timed = plan.compiled  # a run that compiles says nothing of the next one's time
+                        compiled, began = plan.compiled, perf_counter()
                         try:  # execute()'s common case, inlined: a CPU launch bound here
                             shape, error = (len(cpu_run(inst.launch, cores)), 1), None
                         except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
                             shape, error = (None, None), exc
                         ended = perf_counter()
-                        if timed:  # does the next of its plan run here?
-                            plan.run_s = ended - inst.started
+                        if compiled:  # (a run that compiles says nothing of the next one's time)
+                            _time_run(inst.launch, ended - began)
                     else:
                         error, shape = execute(lane, inst, split)
                         ended = perf_counter()
@@ -322,7 +326,7 @@ class _Core:
     def run_here(self, lane: Lane, inst: Instance) -> None:
         """Run ``inst``, marked running on ``lane`` (a CPU), in this thread, then settle it
         as a worker would (module docstring)."""
-        shape = (None, None)
+        shape, began = (None, None), perf_counter()
         try:
             shape, error = (len(cpu.run(inst.launch, lane.device.compute_units)), 1), None
         except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
@@ -332,7 +336,7 @@ class _Core:
             raise
         finally:
             ended = perf_counter()
-            inst.launch.plan.run_s = ended - inst.started  # (compiled already: run_s was known)
+            _time_run(inst.launch, ended - began)  # (compiled already: its plan was timed)
             with LOCK:
                 lane.running -= 1
                 inst.ended = ended
@@ -597,12 +601,20 @@ class Queue:
 
 def _runs_here(lane: Lane, inst: Instance) -> bool:
     """Does a ready instance run in the enqueuing thread (module docstring)? Its home
-    device is an idle CPU it was bound for, it is not to be split over devices, and the
-    last run of its plan was tiny."""
+    device is a CPU it was bound for with no instance ready there, it is not to be split
+    over devices, and it is predicted to take under ``RUN_HERE_S``: its plan's last timed
+    run took that, and it has no more indices than that run, or proportionally more time."""
     launch = inst.launch
-    run_s = launch.plan.run_s
-    return (run_s is not None and run_s < RUN_HERE_S and lane.cpu and not lane.heap and not lane.running
-            and inst.buffers is None and not inst.splittable and launch.device is lane.device)
+    timed = launch.plan.timed
+    if timed is None or not lane.cpu or lane.heap or inst.buffers is not None or inst.splittable:
+        return False
+    seconds, indices = timed
+    return launch.device is lane.device and seconds * max(math.prod(launch.extent), indices) < RUN_HERE_S * indices
+
+
+def _time_run(launch, seconds: float) -> None:
+    """Keep what a run of ``launch`` took, to predict the next ones of its plan."""
+    launch.plan.timed = (seconds, max(math.prod(launch.extent), 1))
 
 
 def _priority(priority) -> int:

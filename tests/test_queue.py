@@ -82,10 +82,14 @@ def test_profile_has_times_device_and_launch_shape():
     np.testing.assert_array_equal(x, 3.0)
 
 
-@hetflow.kernel
-def spin(i, x, rounds):
-    for _ in range(rounds):
-        x[i] = x[i] * 0.5 + 1.0
+def _spinner():
+    """A new kernel each call, whose time is its ``rounds``: no run of it is timed yet, so
+    its launches go to the queue's worker."""
+    @hetflow.kernel
+    def spin(i, x, rounds):
+        for _ in range(rounds):
+            x[i] = x[i] * 0.5 + 1.0
+    return spin
 
 
 def _threads_running_cpu(monkeypatch) -> list:
@@ -130,7 +134,7 @@ def test_a_failure_in_the_enqueuing_thread_is_the_event_s_and_cancels_its_depend
 
 def test_an_instance_predicted_long_goes_to_a_worker_and_none_overtakes_a_ready_one(monkeypatch):
     ran = _threads_running_cpu(monkeypatch)
-    x, y, slow = np.arange(4.0), np.ones(4), np.zeros(2)
+    x, y, slow, spin = np.arange(4.0), np.ones(4), np.zeros(2), _spinner()
     with Queue("cpu0") as q:
         q.enqueue(spin, 1, slow, 1).wait(T)  # compiled: not timed, so the spins below are queued
         for _ in range(2):
@@ -148,6 +152,27 @@ def test_an_instance_predicted_long_goes_to_a_worker_and_none_overtakes_a_ready_
     assert threading.get_ident() not in ran
     np.testing.assert_array_equal(big, 3.0)
     np.testing.assert_array_equal(y, 8.0 + 7.0 * x)  # y <- 2y + x three times
+
+
+def test_the_enqueuing_thread_takes_a_tiny_instance_waiting_for_a_busy_worker():
+    x, y, z, slow, spin = np.arange(4.0), np.ones(4), np.ones(4), np.zeros(1), _spinner()
+    gate = UserEvent()
+    with Queue("cpu0") as q:
+        q.enqueue(spin, 1, slow, 1).wait(T)  # compiled: not timed, so the spin below is queued
+        for _ in range(2):
+            q.enqueue(axpy, 4, 2.0, x, y).wait(T)
+        held = q.enqueue(axpy, 4, 2.0, x, y, wait_for=gate)
+        busy = q.enqueue(spin, 1, slow, 100_000_000)  # runs on the one worker for a while
+        while busy.status == "queued":
+            time.sleep(0.001)
+        gate.set_complete()                      # held is ready now: it waits for the worker
+        later = q.enqueue(axpy, 4, 2.0, x, z)    # ready behind it: this thread runs held
+        assert held.status == "complete"
+        q.finish(T)
+    assert held.profile.ended < busy.profile.ended  # it did not wait for the worker
+    assert held.profile.started <= later.profile.started
+    np.testing.assert_array_equal(y, 8.0 + 7.0 * x)  # y <- 2y + x three times
+    np.testing.assert_array_equal(z, 2.0 + x)
 
 
 def test_implicit_dependencies_order_raw_war_waw():

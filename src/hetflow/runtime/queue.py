@@ -28,7 +28,9 @@ run) runs in the enqueuing thread when no other instance is ready on its device,
 as Cilk runs a spawned task at once: handing a few microseconds of work to a worker
 costs more than the work (a wake-up and the GIL handed over twice), and with nothing
 ready before it no instance is overtaken. It may run beside the device's worker: it is
-serial and short. ``enqueue`` then returns its event settled; everything else (failures,
+serial and short. When instances are ready, the enqueuing thread helps the worker: it
+runs the first of them if that one is tiny, so that a worker that fell behind once does
+not keep every later instance waiting for it. ``enqueue`` then returns its event settled; everything else (failures,
 dependents, profiles) is as on a worker. A prediction that misses (a kernel whose time
 depends on a scalar argument) holds the enqueuing thread once: that run's time sends the
 next ones of its plan to a worker.
@@ -504,7 +506,7 @@ class Queue:
         inst = Instance(core, rec.label, launch, modes, priority, lanes, pinned, buffers)
         if len(lanes) > 1:
             inst.splittable = _splittable(inst, buffers)
-        here = None  # the lane of an instance run in this thread (module docstring)
+        here = taken = None  # the lane of an instance run in this thread, one taken from its heap
         with LOCK:
             if core.closed:  # checked under the lock: a closing queue's workers may be gone
                 raise ArgumentError("this queue is closed; create a new one")
@@ -525,8 +527,12 @@ class Queue:
                         inst.status, inst.started = RUNNING, perf_counter()
                     else:  # start_locked()'s common case, inlined
                         core.ready_locked(inst)
+            if here is None and lanes[0].heap and lanes[0].cpu:  # help its worker (module docstring)
+                here, taken = lanes[0], _take_tiny_locked(lanes[0])
+                if taken is None:
+                    here = None
         if here is not None:
-            core.run_here(here, inst)
+            core.run_here(here, inst if taken is None else taken)
         return inst
 
     def submit(self, event: Event, wait_for=()) -> None:
@@ -600,21 +606,44 @@ class Queue:
 
 
 def _runs_here(lane: Lane, inst: Instance) -> bool:
-    """Does a ready instance run in the enqueuing thread (module docstring)? Its home
-    device is a CPU it was bound for with no instance ready there, it is not to be split
-    over devices, and it is predicted to take under ``RUN_HERE_S``: its plan's last timed
-    run took that, and it has no more indices than that run, or proportionally more time."""
+    """Does a ready instance run in the enqueuing thread (module docstring)? No other
+    instance is ready on its home device, and it is tiny there."""
+    return not lane.heap and _tiny(lane, inst)
+
+
+def _tiny(lane: Lane, inst: Instance) -> bool:
+    """Is ``inst`` predicted to take under ``RUN_HERE_S`` on ``lane``, a CPU it was bound
+    for, without being split over devices? One of its plan's last two timed runs took
+    that, and it has no more indices than that run, or proportionally more time. (Two: a
+    run that an unrelated pause made slow does not send the next ones to a worker.)"""
     launch = inst.launch
-    timed = launch.plan.timed
-    if timed is None or not lane.cpu or lane.heap or inst.buffers is not None or inst.splittable:
+    if not lane.cpu or inst.buffers is not None or inst.splittable or launch.device is not lane.device:
         return False
-    seconds, indices = timed
-    return launch.device is lane.device and seconds * max(math.prod(launch.extent), indices) < RUN_HERE_S * indices
+    n = math.prod(launch.extent)
+    for seconds, indices in launch.plan.timed:
+        if seconds * max(n, indices) < RUN_HERE_S * indices:
+            return True
+    return False
+
+
+def _take_tiny_locked(lane: Lane) -> Instance | None:
+    """The entry at the head of a CPU lane's heap, taken (marked running) to run in the
+    enqueuing thread if it is tiny and not to be split; else None."""
+    key = lane.heap[0]
+    inst = lane.ready[key]
+    if key in lane.splits or not _tiny(lane, inst):
+        return None
+    heappop(lane.heap)
+    del lane.ready[key]
+    lane.running += 1
+    inst.status, inst.started = RUNNING, perf_counter()
+    return inst
 
 
 def _time_run(launch, seconds: float) -> None:
     """Keep what a run of ``launch`` took, to predict the next ones of its plan."""
-    launch.plan.timed = (seconds, max(math.prod(launch.extent), 1))
+    plan = launch.plan
+    plan.timed = ((seconds, max(math.prod(launch.extent), 1)), *plan.timed[:1])
 
 
 def _priority(priority) -> int:

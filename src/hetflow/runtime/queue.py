@@ -176,6 +176,7 @@ class _Core:
         self.failures: list[Event] = []
         self.closed = False
         self.idle_cond = threading.Condition(LOCK)
+        self.finishing = 0  # threads in finish(), waiting on idle_cond
         for lane in self.lanes:
             for k in range(lane.slots):
                 t = threading.Thread(target=self.work, args=(lane,), daemon=True,
@@ -208,7 +209,8 @@ class _Core:
     # -- state changes (caller holds LOCK) --------------------------------------------
     def idle_locked(self) -> None:
         """Nothing is outstanding: wake finish(), and the workers of a closed queue."""
-        self.idle_cond.notify_all()
+        if self.finishing:  # (notify_all costs microseconds: an idle queue is common)
+            self.idle_cond.notify_all()
         if self.closed:
             self._wake_all_locked()
 
@@ -565,11 +567,15 @@ class Queue:
                 names = ", ".join(str(i) for i in sorted(core.deferred, key=lambda i: i.id))
                 raise ArgumentError(f"finish() would wait forever: deferred instance(s) never submitted: "
                                     f"{names}; submit them first")
-            while core.outstanding:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0 or not core.idle_cond.wait(left):
-                    raise HetflowTimeoutError(f"queue finish: {core.outstanding} instance(s) still "
-                                              f"pending after {timeout} s")
+            core.finishing += 1
+            try:
+                while core.outstanding:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0 or not core.idle_cond.wait(left):
+                        raise HetflowTimeoutError(f"queue finish: {core.outstanding} instance(s) still "
+                                                  f"pending after {timeout} s")
+            finally:
+                core.finishing -= 1
             unseen = [e for e in core.failures if e.status is FAILED and not e._retrieved]
             for e in core.failures:  # reported now, with the cancellations they caused
                 e._retrieved = True

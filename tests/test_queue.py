@@ -22,6 +22,7 @@ import hetflow
 from hetflow.errors import (ArgumentError, ArgumentTypeError, EventFailedError, HetflowTimeoutError,
                             InvalidContextError, KernelError, ShapeError)
 from hetflow.runtime import cpu, status
+from hetflow.runtime import queue as queue_module
 from hetflow.runtime.buffers import Buffer
 from hetflow.runtime.events import UserEvent
 from hetflow.runtime.queue import Queue, release
@@ -92,6 +93,12 @@ def _spinner():
     return spin
 
 
+def _every_timed_run_tiny(monkeypatch) -> None:
+    """Count any timed run as tiny: what runs in the enqueuing thread then does not
+    depend on how fast the machine ran the warm-up launches."""
+    monkeypatch.setattr(queue_module, "RUN_HERE_S", 1.0)
+
+
 def _threads_running_cpu(monkeypatch) -> list:
     """Record the thread each CPU launch runs in (patched before the queue's workers start)."""
     ran, real = [], cpu.run
@@ -104,6 +111,7 @@ def _threads_running_cpu(monkeypatch) -> list:
 
 
 def test_a_tiny_ready_instance_on_an_idle_cpu_runs_in_the_enqueuing_thread(monkeypatch):
+    _every_timed_run_tiny(monkeypatch)
     ran = _threads_running_cpu(monkeypatch)
     x, y = np.arange(4.0), np.ones(4)
     with Queue("cpu0") as q:
@@ -118,6 +126,7 @@ def test_a_tiny_ready_instance_on_an_idle_cpu_runs_in_the_enqueuing_thread(monke
 
 
 def test_a_failure_in_the_enqueuing_thread_is_the_event_s_and_cancels_its_dependents(monkeypatch):
+    _every_timed_run_tiny(monkeypatch)
     _threads_running_cpu(monkeypatch)
     with Queue("cpu0") as q:
         for _ in range(2):
@@ -154,7 +163,8 @@ def test_an_instance_predicted_long_goes_to_a_worker_and_none_overtakes_a_ready_
     np.testing.assert_array_equal(y, 8.0 + 7.0 * x)  # y <- 2y + x three times
 
 
-def test_the_enqueuing_thread_takes_a_tiny_instance_waiting_for_a_busy_worker():
+def test_the_enqueuing_thread_takes_a_tiny_instance_waiting_for_a_busy_worker(monkeypatch):
+    _every_timed_run_tiny(monkeypatch)
     x, y, z, slow, spin = np.arange(4.0), np.ones(4), np.ones(4), np.zeros(1), _spinner()
     gate = UserEvent()
     with Queue("cpu0") as q:

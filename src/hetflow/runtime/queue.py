@@ -23,17 +23,17 @@ the kernel object itself).
 The hot path is short on purpose: one bind and one lock acquisition per enqueue; a
 worker completes an instance, releases its dependents and takes its next entry under
 one lock acquisition, and runs a dependent it released itself without waking anyone.
-A ready CPU instance predicted tiny (under ``RUN_HERE_S`` from its plan's last timed
-run) runs in the enqueuing thread when no other instance is ready on its device,
-as Cilk runs a spawned task at once: handing a few microseconds of work to a worker
-costs more than the work (a wake-up and the GIL handed over twice), and with nothing
-ready before it no instance is overtaken. It may run beside the device's worker: it is
-serial and short. When instances are ready, the enqueuing thread helps the worker: it
-runs the first of them if that one is tiny, so that a worker that fell behind once does
-not keep every later instance waiting for it. ``enqueue`` then returns its event settled; everything else (failures,
-dependents, profiles) is as on a worker. A prediction that misses (a kernel whose time
-depends on a scalar argument) holds the enqueuing thread once: that run's time sends the
-next ones of its plan to a worker.
+A ready CPU instance predicted tiny (under ``RUN_HERE_S`` by one of its plan's last two
+timed runs: see ``_tiny``) runs in the enqueuing thread when no other instance is ready
+on its device, as Cilk runs a spawned task at once: handing a few microseconds of work
+to a worker costs more than the work (a wake-up and the GIL handed over twice), and with
+nothing ready before it no instance is overtaken. It may run beside the device's worker:
+it is serial and short. ``enqueue`` then returns its event settled; everything else
+(failures, dependents, profiles) is as on a worker. When instances are ready, the
+enqueuing thread helps the worker instead: it runs the first of them if that one is
+tiny, so that a worker that fell behind once does not keep every later instance waiting.
+A prediction that misses (a kernel whose time depends on a scalar argument) holds the
+enqueuing thread for up to two runs; their times send the next ones to a worker.
 """
 from __future__ import annotations
 

@@ -61,8 +61,8 @@ from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locke
 from .launch import bind, is_device_array, normalize_extent
 from .scheduler import Lane, Scheduler
 
-# A ready CPU instance predicted (from its plan's last timed run) to take less than this
-# runs in the enqueuing thread (module docstring): about what handing it to a worker costs.
+# A ready CPU instance predicted (``_tiny``) to take less than this runs in the enqueuing
+# thread (module docstring): about what handing it to a worker costs.
 RUN_HERE_S = 20e-6
 
 # -- kernel objects ----------------------------------------------------------------------
@@ -241,7 +241,7 @@ class _Core:
     def work(self, lane: Lane) -> None:
         """A worker slot of ``lane``: take the best ready entry, run it, repeat."""
         heap, ready, splits, device, device_id = lane.heap, lane.ready, lane.splits, lane.device, lane.device.id
-        done_locked, execute, cpu_run = self.done_locked, self.execute, cpu.run
+        done_locked, execute, run_on_cpu = self.done_locked, self.execute, _run_on_cpu
         cores = device.compute_units if lane.cpu else 0  # 0: not a CPU, run through execute()
         inst = split = error = shape = ended = None
         LOCK.acquire()
@@ -286,15 +286,7 @@ class _Core:
                 LOCK.release()
                 try:
                     if cores and split is None and inst.buffers is None and inst.launch.device is device:
-                        plan = inst.launch.plan
-                        compiled, began = plan.compiled, perf_counter()
-                        try:  # execute()'s common case, inlined: a CPU launch bound here
-                            shape, error = (len(cpu_run(inst.launch, cores)), 1), None
-                        except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
-                            shape, error = (None, None), exc
-                        ended = perf_counter()
-                        if compiled:  # (a run that compiles says nothing of the next one's time)
-                            _time_run(inst.launch, ended - began)
+                        error, shape, ended = run_on_cpu(inst.launch, cores)  # execute()'s common case
                     else:
                         error, shape = execute(lane, inst, split)
                         ended = perf_counter()
@@ -330,17 +322,12 @@ class _Core:
     def run_here(self, lane: Lane, inst: Instance) -> None:
         """Run ``inst``, marked running on ``lane`` (a CPU), in this thread, then settle it
         as a worker would (module docstring)."""
-        shape, began = (None, None), perf_counter()
         try:
-            shape, error = (len(cpu.run(inst.launch, lane.device.compute_units)), 1), None
-        except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
-            error = exc
+            error, shape, ended = _run_on_cpu(inst.launch, lane.device.compute_units)
         except BaseException as exc:  # Ctrl-C: the instance fails (nothing waits for it forever)
-            error = exc
+            error, shape, ended = exc, (None, None), perf_counter()
             raise
         finally:
-            ended = perf_counter()
-            _time_run(inst.launch, ended - began)  # (compiled already: its plan was timed)
             with LOCK:
                 lane.running -= 1
                 inst.ended = ended
@@ -508,7 +495,7 @@ class Queue:
         inst = Instance(core, rec.label, launch, modes, priority, lanes, pinned, buffers)
         if len(lanes) > 1:
             inst.splittable = _splittable(inst, buffers)
-        here = taken = None  # the lane of an instance run in this thread, one taken from its heap
+        here = None  # an instance this thread runs: its own, or the first ready on its CPU
         with LOCK:
             if core.closed:  # checked under the lock: a closing queue's workers may be gone
                 raise ArgumentError("this queue is closed; create a new one")
@@ -523,18 +510,14 @@ class Queue:
                 if inst.pending == 0:
                     if inst.doomed is not None:
                         start_locked(inst)
-                    elif _runs_here(lanes[0], inst):
-                        here = lanes[0]
-                        here.running += 1
-                        inst.status, inst.started = RUNNING, perf_counter()
+                    elif not lanes[0].heap and _tiny(lanes[0], inst):  # nothing ready before it
+                        here = _start_here_locked(lanes[0], inst)
                     else:  # start_locked()'s common case, inlined
                         core.ready_locked(inst)
             if here is None and lanes[0].heap and lanes[0].cpu:  # help its worker (module docstring)
-                here, taken = lanes[0], _take_tiny_locked(lanes[0])
-                if taken is None:
-                    here = None
+                here = _take_tiny_locked(lanes[0])
         if here is not None:
-            core.run_here(here, inst if taken is None else taken)
+            core.run_here(lanes[0], here)
         return inst
 
     def submit(self, event: Event, wait_for=()) -> None:
@@ -611,12 +594,6 @@ class Queue:
         return f"<hetflow Queue on {ids}{' (closed)' if self._core.closed else ''}>"
 
 
-def _runs_here(lane: Lane, inst: Instance) -> bool:
-    """Does a ready instance run in the enqueuing thread (module docstring)? No other
-    instance is ready on its home device, and it is tiny there."""
-    return not lane.heap and _tiny(lane, inst)
-
-
 def _tiny(lane: Lane, inst: Instance) -> bool:
     """Is ``inst`` predicted to take under ``RUN_HERE_S`` on ``lane``, a CPU it was bound
     for, without being split over devices? One of its plan's last two timed runs took
@@ -641,15 +618,30 @@ def _take_tiny_locked(lane: Lane) -> Instance | None:
         return None
     heappop(lane.heap)
     del lane.ready[key]
+    return _start_here_locked(lane, inst)
+
+
+def _start_here_locked(lane: Lane, inst: Instance) -> Instance:
+    """Mark ``inst`` running on ``lane``, to be run in the enqueuing thread."""
     lane.running += 1
     inst.status, inst.started = RUNNING, perf_counter()
     return inst
 
 
-def _time_run(launch, seconds: float) -> None:
-    """Keep what a run of ``launch`` took, to predict the next ones of its plan."""
-    plan = launch.plan
-    plan.timed = ((seconds, max(math.prod(launch.extent), 1)), *plan.timed[:1])
+def _run_on_cpu(launch, cores: int) -> tuple:
+    """Run a launch bound to a CPU of ``cores`` cores: (error, (blocks, threads), ended),
+    the kernel's failure as the error. Unless it compiled, the run is timed for the next
+    ones of its plan (``_tiny``)."""
+    compiled, began = launch.plan.compiled, perf_counter()
+    try:
+        error, shape = None, (len(cpu.run(launch, cores)), 1)  # a CPU counts its row pieces as blocks
+    except Exception as exc:  # noqa: BLE001  (any kernel failure becomes the event's)
+        error, shape = exc, (None, None)
+    ended = perf_counter()
+    if compiled:  # (a run that compiles says nothing of the next one's time)
+        plan = launch.plan
+        plan.timed = ((ended - began, max(math.prod(launch.extent), 1)), *plan.timed[:1])
+    return error, shape, ended
 
 
 def _priority(priority) -> int:

@@ -95,7 +95,10 @@ class Plan:
     scattered: tuple = ()       # arrays written, not atomically, at indices no function of the launch index
     warned: bool = False        # the ScatteredWriteWarning for them was given
     row_cost: float | None = None  # CPU: seconds a row takes on one core, last measured (runtime.cpu)
-    timed: tuple = ()  # CPU: (seconds, indices) of its last two timed queued runs, newest first (runtime.queue)
+    # CPU, queued runs (runtime.queue._tiny): launches of fewer indices than ``tiny_below`` are
+    # predicted tiny, by the faster of the last two timed runs; ``last_below``: the newest's bound
+    tiny_below: float = 0.0
+    last_below: float = 0.0
     aliasing: dict = dataclasses.field(default_factory=dict)  # verdicts of runtime.aliasing
     rows_only: tuple = ()       # when every extent check is of an array's rows: their positions
     entry_template: tuple = ((), ())  # see _entry_template

@@ -220,9 +220,24 @@ class _Core:
             lane.cond.notify_all()
 
     def done_locked(self, lane: Lane, inst: Instance, split, error, shape) -> None:
-        """A worker finished running ``inst`` (``ended`` set): record where and how,
-        settle its event. The worker loop does the common case itself (run whole, no
-        error): this is the rest."""
+        """``inst`` ran on ``lane`` (``ended`` set), or over the ``split`` lanes: record
+        where and how, settle its event."""
+        if split is None and error is None:  # the common case: run whole, no error
+            inst.device = lane.device.id
+            inst.blocks, inst.threads = shape
+            # settle_locked(inst, COMPLETE, None) and Instance._retire_locked, inlined
+            inst.status = COMPLETE
+            if inst._waiter is not None:
+                inst._waiter.set()
+            if inst.held is not None:  # before the launch goes: it keeps the data alive
+                untrack_locked(inst, True)
+            inst.core = inst.launch = None
+            self.outstanding -= 1
+            if self.outstanding == 0:
+                self.idle_locked()
+            if inst._needs is not None or inst._after is not None:
+                release_locked(inst)
+            return
         if split is None:
             inst.device = lane.device.id
             inst.blocks, inst.threads = shape
@@ -240,7 +255,7 @@ class _Core:
     # -- workers ------------------------------------------------------------------------
     def work(self, lane: Lane) -> None:
         """A worker slot of ``lane``: take the best ready entry, run it, repeat."""
-        heap, ready, splits, device, device_id = lane.heap, lane.ready, lane.splits, lane.device, lane.device.id
+        heap, ready, splits, device = lane.heap, lane.ready, lane.splits, lane.device
         done_locked, execute, run_on_cpu = self.done_locked, self.execute, _run_on_cpu
         cores = device.compute_units if lane.cpu else 0  # 0: not a CPU, run through execute()
         inst = split = error = shape = ended = None
@@ -251,23 +266,7 @@ class _Core:
                     lane.running -= 1
                     lane.claims = 1  # we take one of the entries this releases ourselves
                     inst.ended = ended
-                    if split is None and error is None:  # done_locked's common case, inlined
-                        inst.device = device_id
-                        inst.blocks, inst.threads = shape
-                        # settle_locked(inst, COMPLETE, None) and _retire_locked, inlined
-                        inst.status = COMPLETE
-                        if inst._waiter is not None:
-                            inst._waiter.set()
-                        if inst.held is not None:  # before the launch goes: it keeps the data alive
-                            untrack_locked(inst, True)
-                        inst.core = inst.launch = None
-                        self.outstanding -= 1
-                        if self.outstanding == 0:
-                            self.idle_locked()
-                        if inst._needs is not None or inst._after is not None:
-                            release_locked(inst)
-                    else:
-                        done_locked(lane, inst, split, error, shape)
+                    done_locked(lane, inst, split, error, shape)
                     lane.claims = 0
                 while not heap:
                     if self.closed and self.outstanding == 0:
@@ -596,17 +595,15 @@ class Queue:
 
 def _tiny(lane: Lane, inst: Instance) -> bool:
     """Is ``inst`` predicted to take under ``RUN_HERE_S`` on ``lane``, a CPU it was bound
-    for, without being split over devices? One of its plan's last two timed runs took
-    that, and it has no more indices than that run, or proportionally more time. (Two: a
-    run that an unrelated pause made slow does not send the next ones to a worker.)"""
+    for, without being split over devices? It has fewer indices than one of its plan's
+    last two timed runs would run in that time at its rate (``_run_on_cpu`` keeps the
+    bound). (Two: a run that an unrelated pause made slow does not send the next ones to
+    a worker.)"""
     launch = inst.launch
     if not lane.cpu or inst.buffers is not None or inst.splittable or launch.device is not lane.device:
         return False
-    n = math.prod(launch.extent)
-    for seconds, indices in launch.plan.timed:
-        if seconds * max(n, indices) < RUN_HERE_S * indices:
-            return True
-    return False
+    extent = launch.extent
+    return (extent[0] if len(extent) == 1 else math.prod(extent)) < launch.plan.tiny_below
 
 
 def _take_tiny_locked(lane: Lane) -> Instance | None:
@@ -639,8 +636,14 @@ def _run_on_cpu(launch, cores: int) -> tuple:
         error, shape = exc, (None, None)
     ended = perf_counter()
     if compiled:  # (a run that compiles says nothing of the next one's time)
-        plan = launch.plan
-        plan.timed = ((ended - began, max(math.prod(launch.extent), 1)), *plan.timed[:1])
+        # Tiny below the indices that would take RUN_HERE_S at this run's rate, or the last's.
+        # (Conditionals, not max() and math.prod(): this runs per queued CPU launch.)
+        plan, seconds, extent = launch.plan, ended - began, launch.extent
+        below = 0.0
+        if 0 < seconds < RUN_HERE_S:
+            below = RUN_HERE_S * ((extent[0] if len(extent) == 1 else math.prod(extent)) or 1) / seconds
+        last = plan.last_below
+        plan.tiny_below, plan.last_below = below if below > last else last, below
     return error, shape, ended
 
 

@@ -185,6 +185,46 @@ def test_the_enqueuing_thread_takes_a_tiny_instance_waiting_for_a_busy_worker(mo
     np.testing.assert_array_equal(z, 2.0 + x)
 
 
+def _settling_fails_once(monkeypatch) -> None:
+    """Make hetflow's own bookkeeping raise the first time an instance lets go of its data
+    (a fault of the runtime, not of any kernel)."""
+    real, calls = queue_module.untrack_locked, []
+
+    def failing(inst, complete):
+        if not calls:
+            calls.append(inst)
+            raise RuntimeError("injected fault")
+        return real(inst, complete)
+    monkeypatch.setattr(queue_module, "untrack_locked", failing)
+
+
+@pytest.mark.parametrize("here", [False, True], ids=["worker", "enqueuing-thread"])
+def test_a_fault_settling_an_instance_fails_it_and_the_queue_goes_on(monkeypatch, here):
+    """Not a hang (a dead worker, an instance 'running' forever) nor an exception out of
+    enqueue: the instance fails, what reads its data is cancelled, later work runs."""
+    if here:
+        _every_timed_run_tiny(monkeypatch)
+    ran = _threads_running_cpu(monkeypatch)
+    spin, x, y, z = _spinner(), np.zeros(2), np.zeros(2), np.zeros(2)
+    with Queue("cpu0") as q:
+        for _ in range(2 if here else 0):  # compiled, then timed: tiny
+            q.enqueue(spin, 2, np.zeros(2), 1).wait(T)
+        _settling_fails_once(monkeypatch)
+        del ran[:]
+        bad = q.enqueue(spin, 2, x, 1)
+        reader = q.enqueue(axpy, 2, 1.0, x, y)
+        with pytest.raises(EventFailedError, match="failed to settle it: RuntimeError: injected fault"):
+            bad.wait(T)
+        with pytest.raises(EventFailedError, match="cancelled"):
+            reader.wait(T)
+        q.enqueue(spin, 2, z, 3).wait(T)
+        q.finish(T)
+    assert (ran[0] == threading.get_ident()) == here
+    np.testing.assert_array_equal(x, 1.0)  # the kernel ran; its reader did not
+    np.testing.assert_array_equal(y, 0.0)
+    np.testing.assert_array_equal(z, 1.75)
+
+
 def test_implicit_dependencies_order_raw_war_waw():
     x, y, z = np.ones(4), np.ones(4), np.zeros(4)
     gate = UserEvent()

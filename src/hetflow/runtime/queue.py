@@ -13,7 +13,9 @@ Failures: a kernel that raises marks its event ``'failed'`` with an
 :class:`~hetflow.errors.EventFailedError` naming kernel and event; what depends on it
 is ``'cancelled'`` (:class:`~hetflow.errors.EventFailedError`); unrelated work
 goes on. ``finish()`` waits for everything, then raises the first failure nobody
-retrieved through ``wait``/``exception``.
+retrieved through ``wait``/``exception``. A fault of hetflow's own while settling an
+instance fails that instance the same way (``_Core.salvage_locked``) instead of stopping
+the thread that ran it and leaving everything after it waiting.
 
 Kernel objects: the runtime keeps a record per kernel (its label and access modes)
 until :func:`release`; released while instances are pending, the kernel lives on
@@ -252,6 +254,25 @@ class _Core:
         else:
             settle_locked(inst, FAILED, failed_error(inst, inst.device, error))
 
+    def salvage_locked(self, lane: Lane, inst: Instance, exc: Exception) -> None:
+        """Settling ``inst`` raised ``exc``: a fault in hetflow itself, not in the kernel.
+        However far settling got, the instance ends failed (its data's state is unknown:
+        what reads it is cancelled until the failure is reported), it no longer counts as
+        outstanding and its dependents are released, so that nothing waits for it forever
+        and ``finish()`` raises the fault; the thread goes on."""
+        error = EventFailedError(f"{inst} ran on {lane.device.id}, but hetflow failed to settle it: "
+                                 f"{type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+        inst.status, inst._error = FAILED, error
+        if inst._waiter is not None:
+            inst._waiter.set()
+        if inst.core is not None:  # not retired yet: retired now, as failed (its data poisoned)
+            inst._retire_locked(FAILED)
+        elif inst not in self.failures:  # retired as complete
+            self.failures.append(inst)
+        if inst._needs is not None or inst._after is not None:
+            release_locked(inst)
+
     # -- workers ------------------------------------------------------------------------
     def work(self, lane: Lane) -> None:
         """A worker slot of ``lane``: take the best ready entry, run it, repeat."""
@@ -266,7 +287,10 @@ class _Core:
                     lane.running -= 1
                     lane.claims = 1  # we take one of the entries this releases ourselves
                     inst.ended = ended
-                    done_locked(lane, inst, split, error, shape)
+                    try:
+                        done_locked(lane, inst, split, error, shape)
+                    except Exception as exc:  # noqa: BLE001  (a fault of hetflow's, not the kernel's)
+                        self.salvage_locked(lane, inst, exc)
                     lane.claims = 0
                 while not heap:
                     if self.closed and self.outstanding == 0:
@@ -330,7 +354,10 @@ class _Core:
             with LOCK:
                 lane.running -= 1
                 inst.ended = ended
-                self.done_locked(lane, inst, None, error, shape)
+                try:
+                    self.done_locked(lane, inst, None, error, shape)
+                except Exception as exc:  # noqa: BLE001  (a fault of hetflow's, not the kernel's)
+                    self.salvage_locked(lane, inst, exc)
 
     def _submit_locked(self, inst: Instance, now: float) -> None:
         """A deferred instance may start once its dependencies are over."""

@@ -21,7 +21,8 @@ includes the host<->device transfers and the CPU's and GPU's speeds are comparab
 Contenders: ``cpu0`` alone, ``gpu0`` alone, both co-executed with ``schedule='steal'``
 (shares predicted by the performance model), and with ``schedule='static'`` and shares
 proportional to the measured single-device speeds. T_co is compared with the ideal
-combined time 1 / (1/T_cpu + 1/T_gpu) and with the best single device. Then the GPU is
+combined time 1 / (1/T_cpu + 1/T_gpu) and with the best single device, T_cpu and T_gpu
+taken in the same rounds as T_co (the single devices race beside the co-executed calls). Then the GPU is
 loaded partway: a second process starts repeated large matmuls and host-to-device
 copies on the GPU shortly after the loop starts, and steal and static (both from the
 unloaded speed shares) are timed again.
@@ -277,13 +278,17 @@ def gpu_section(args, gpu):
     else:
         chain.work = int(args.work)
     chain.checked(chain.singles(), 1)
-    t_cpu, t_gpu, singles = single_times(chain, args.rounds)
+    t_cpu, t_gpu, _ = single_times(chain, 2)     # the static split's shares
     speed_shares = [1 / t_cpu, 1 / t_gpu]
     devs = ["cpu0", gpu.id]
     co = {"steal": chain.call(devs, schedule="steal"),
           "static": chain.call(devs, schedule="static", shares=speed_shares)}
     chain.checked(co, args.warmup)               # also calibrates the performance model
-    times, last = race(co, args.rounds)
+    # The single devices race beside the co-executed calls: the ideal and T_co come from
+    # the same rounds (a host's speed drifts by tens of percent between minutes).
+    times, last = race({**chain.singles(), **co}, args.rounds)
+    singles = {label: min(times.pop(label)) for label in chain.singles()}
+    t_cpu, t_gpu = min(singles["cpu0"], singles["cpu0 steal"]), min(singles["gpu0"], singles["gpu0 static"])
     t_co, t_static = min(times["steal"]), min(times["static"])
     ideal = 1 / (1 / t_cpu + 1 / t_gpu)
     gpu_share = _share(last["steal"], gpu.id)

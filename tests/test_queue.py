@@ -125,6 +125,24 @@ def test_a_tiny_ready_instance_on_an_idle_cpu_runs_in_the_enqueuing_thread(monke
     np.testing.assert_array_equal(y, 8.0 + 7.0 * x + 1.0)  # y <- 2y + x three times, then + 1
 
 
+def test_run_here_false_runs_every_instance_on_a_worker(monkeypatch):
+    _every_timed_run_tiny(monkeypatch)
+    ran = _threads_running_cpu(monkeypatch)
+    x, y = np.arange(4.0), np.ones(4)
+    with Queue("cpu0", run_here=False) as q:
+        for _ in range(3):  # timed from the second on: tiny, yet queued
+            q.enqueue(axpy, 4, 2.0, x, y).wait(T)
+        slow, spin = np.zeros(1), _spinner()
+        busy = q.enqueue(spin, 1, slow, 100_000)
+        behind = q.enqueue(axpy, 4, 2.0, x, y)  # ready behind a busy worker: not taken here either
+        q.finish(T)
+    assert threading.get_ident() not in ran and len(ran) == 5
+    assert behind.profile.started >= busy.profile.ended
+    np.testing.assert_array_equal(y, 16.0 + 15.0 * x)  # y <- 2y + x four times
+    with pytest.raises(ArgumentTypeError, match="run_here must be True or False"):
+        Queue("cpu0", run_here="no")
+
+
 def test_a_failure_in_the_enqueuing_thread_is_the_event_s_and_cancels_its_dependents(monkeypatch):
     _every_timed_run_tiny(monkeypatch)
     _threads_running_cpu(monkeypatch)

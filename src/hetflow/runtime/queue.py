@@ -159,8 +159,9 @@ class _Core:
     """Lanes, counters and worker threads of one queue (kept apart from :class:`Queue`
     so that a queue nobody references can be collected and its workers stopped)."""
 
-    def __init__(self, context: Context, slots, thresholds: dict):
+    def __init__(self, context: Context, slots, thresholds: dict, run_here: bool = True):
         self.context = context  # one reference of it is ours, released at close
+        self.run_here_ok = run_here  # tiny instances may run in the enqueuing thread
         devices = context.devices
         if not devices:
             raise ArgumentError(f"{context!r} has no devices to run on")
@@ -447,22 +448,26 @@ class Queue:
     ``context``: a :class:`~hetflow.Context` (retained while the queue lives), or what
     ``Context(...)`` accepts (device ids, a Device, a list; None: every real device).
     ``slots``: worker threads per device, an int for all or ``{device_id: n}``
-    (default 1). Other keywords are the scheduler's thresholds
+    (default 1). ``run_here``: whether tiny CPU instances may run in the thread that
+    enqueues them (the module's docstring); False: ``enqueue`` never runs a kernel, every
+    instance runs on a worker. Other keywords are the scheduler's thresholds
     (see :class:`~hetflow.runtime.scheduler.Scheduler`). As a context manager the queue
     finishes and closes on exit.
     """
 
-    def __init__(self, context=None, *, slots=None, **thresholds):
+    def __init__(self, context=None, *, slots=None, run_here: bool = True, **thresholds):
         unknown = set(thresholds) - _THRESHOLDS
         if unknown:
             raise ArgumentError(f"unknown Queue option(s) {', '.join(sorted(unknown))}; the scheduler "
                                 f"takes {', '.join(sorted(_THRESHOLDS))}")
+        if type(run_here) is not bool:
+            raise ArgumentTypeError(f"run_here must be True or False, got {run_here!r}")
         if isinstance(context, Context):
             context.retain()
         else:
             context = Context(context)
         try:
-            self._core = _Core(context, slots, thresholds)
+            self._core = _Core(context, slots, thresholds, run_here)
         except BaseException:
             context.release()  # the reference this queue took
             raise
@@ -536,12 +541,12 @@ class Queue:
                 if inst.pending == 0:
                     if inst.doomed is not None:
                         start_locked(inst)
-                    elif not lanes[0].heap and _tiny(lanes[0], inst):  # nothing ready before it
-                        here = _start_here_locked(lanes[0], inst)
+                    elif core.run_here_ok and not lanes[0].heap and _tiny(lanes[0], inst):
+                        here = _start_here_locked(lanes[0], inst)  # (nothing ready before it)
                     else:  # start_locked()'s common case, inlined
                         core.ready_locked(inst)
-            if here is None and lanes[0].heap and lanes[0].cpu:  # help its worker (module docstring)
-                here = _take_tiny_locked(lanes[0])
+            if here is None and lanes[0].heap and lanes[0].cpu and core.run_here_ok:
+                here = _take_tiny_locked(lanes[0])  # help its worker (module docstring)
         if here is not None:
             core.run_here(lanes[0], here)
         return inst

@@ -103,6 +103,25 @@ def test_same_index_and_disjoint_views_stay_allowed(device):
     np.testing.assert_array_equal(u, expected)
 
 
+@hetflow.kernel
+def from_next(i, out, a):
+    out[i] = a[i + 1]
+
+
+def test_arrays_that_own_their_memory_alias_only_when_one_is_passed_twice(device):
+    """Whole arrays owning their memory share a plan that looks only for one array passed
+    twice: distinct ones run, the same one twice is judged as before (and raises here),
+    and a slice, which owns nothing, is judged by its own plan."""
+    a, out = squares(), np.zeros(6)
+    hetflow.forall(5, from_next, out, a, device=device)
+    np.testing.assert_array_equal(out[:5], a[1:])
+    with pytest.raises(ShapeError, match="writes argument 'out'.*reads argument 'a'"):
+        hetflow.forall(5, from_next, a, a, device=device)
+    with pytest.raises(ShapeError, match="writes argument 'out'.*reads argument 'a'"):
+        hetflow.forall(5, from_next, a[:-1], a, device=device)
+    np.testing.assert_array_equal(a, squares())  # nothing ran
+
+
 def test_two_written_arguments_that_overlap_raise_even_with_snapshot():
     u = np.zeros(6)
     for snapshot in (False, True):

@@ -103,6 +103,8 @@ class Plan:
     rows_only: tuple = ()       # when every extent check is of an array's rows: their positions
     entry_template: tuple = ((), ())  # see _entry_template
     alias_free: bool = False    # no argument can alias a written one (see _alias_free)
+    owned: tuple | None = None  # when every argument is a scalar or a NumPy array that owns its
+                                # memory (the key says so): the arrays' positions (see bind)
     column_shift: int | None = None  # GPU, rank 2: see runtime.gpu.column_shift (None: not yet known)
 
 
@@ -149,8 +151,9 @@ _INT_MIN, _INT_MAX = -2**63, 2**63 - 1
 
 
 # The flags that change a NumPy array's compiled type: C and F contiguity, aligned,
-# writeable.
-_LAYOUT = 0x1 | 0x2 | 0x100 | 0x400
+# writeable; and whether it owns its memory (0x4), which no other array then overlaps
+# unless it is a view of it (``Plan.owned``).
+_LAYOUT = 0x1 | 0x2 | 0x4 | 0x100 | 0x400
 
 
 # Array types that keep their contiguity as attributes, as CuPy's does: their key is read
@@ -342,7 +345,16 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         if plan.views_only:  # views' extents are fixed by the key: this extent fits them always
             plan.fits.add(extent)
     if plan.written and len(args) > 1 and not plan.alias_free:
-        _aliasing.check(kernel, extent, args, plan)
+        owned = plan.owned
+        if owned is None:
+            _aliasing.check(kernel, extent, args, plan)
+        else:  # arrays that own their memory overlap only when one is passed twice
+            for w in plan.written:
+                r = args[w]
+                for k in owned:
+                    if args[k] is r and k != w:
+                        _aliasing.check(kernel, extent, args, plan)  # raises if that conflicts
+                        break
     lowerings = plan.lowerings
     if not lowerings:
         return Launch(kernel, extent, device, plan, args, args)
@@ -386,6 +398,14 @@ def _lowerings(names, args: tuple) -> tuple:
     return tuple(found)
 
 
+def _owned(args: tuple) -> tuple | None:
+    """Positions of the arrays when every argument is a scalar or a NumPy array owning its
+    memory (flag 0x4 of the key); else None."""
+    if all(isinstance(a, SCALARS) or type(a) is np.ndarray and a.flags.owndata for a in args):
+        return tuple(k for k, a in enumerate(args) if type(a) is np.ndarray)
+    return None
+
+
 def _alias_free(args: tuple, written: tuple) -> bool:
     """Can no argument alias a written one in any launch of this plan? So when every array
     argument is a view whose root is no NumPy array (slices of one NumPy array share its
@@ -420,5 +440,5 @@ def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
                 rows_only=(tuple(pos for pos, *_ in checks)
                            if all(axes == (0,) and not view for _, _, axes, view in checks) else ()),
                 fresh=any(_views.is_view(a) and a.signature.key is None for a in args),
-                alias_free=_alias_free(args, written),
+                alias_free=_alias_free(args, written), owned=_owned(args),
                 scattered=tuple(data[k] for k in written if data[k] in access.scattered))

@@ -260,7 +260,8 @@ class _Core:
         However far settling got, the instance ends failed (its data's state is unknown:
         what reads it is cancelled until the failure is reported), it no longer counts as
         outstanding and its dependents are released, so that nothing waits for it forever
-        and ``finish()`` raises the fault; the thread goes on."""
+        and ``finish()`` raises the fault; the thread goes on. (A fault that strikes again
+        in this retirement or release still stops the thread.)"""
         error = EventFailedError(f"{inst} ran on {lane.device.id}, but hetflow failed to settle it: "
                                  f"{type(exc).__name__}: {exc}")
         error.__cause__ = exc

@@ -25,6 +25,7 @@ from hetflow.runtime import cpu, status
 from hetflow.runtime import queue as queue_module
 from hetflow.runtime.buffers import Buffer
 from hetflow.runtime.events import UserEvent
+from hetflow.runtime.launch import bind
 from hetflow.runtime.queue import Queue, release
 
 T = 120  # seconds: generous, the first launch of a kernel compiles it
@@ -157,6 +158,33 @@ def test_a_failure_in_the_enqueuing_thread_is_the_event_s_and_cancels_its_depend
         with pytest.raises(EventFailedError, match="negative input"):
             q.finish(T)
     np.testing.assert_array_equal(out, 0.0)
+
+
+def test_the_run_here_bound_follows_the_faster_of_the_last_two_timed_runs(monkeypatch):
+    """A launch is tiny below the indices its plan's faster recent run would run in
+    RUN_HERE_S; one slow run (a pause) leaves the bound, two move it; a run that compiled
+    is not timed."""
+    x = np.zeros(8)
+    launch = bind(fill, 2, (x, 1.0), hetflow.get_device("cpu0"))
+    plan = launch.plan
+    plan.compiled, plan.tiny_below, plan.last_below = False, 0.0, 0.0  # (other tests timed it)
+    clock = iter([])
+    monkeypatch.setattr(queue_module, "perf_counter", lambda: next(clock))
+
+    def run_taking(seconds):
+        nonlocal clock
+        clock = iter([0.0, seconds])
+        assert queue_module._run_on_cpu(launch, 1)[0] is None
+
+    run_taking(5e-6)                           # compiles (or finds its code): not timed
+    assert plan.tiny_below == 0.0
+    run_taking(5e-6)                           # 2 indices in 5 us: tiny below 8 at that rate
+    assert plan.tiny_below == pytest.approx(2 * queue_module.RUN_HERE_S / 5e-6)
+    run_taking(1.0)                            # slow once: the faster run still counts
+    assert plan.tiny_below == pytest.approx(8.0)
+    run_taking(1.0)                            # slow twice: nothing is tiny
+    assert plan.tiny_below == 0.0
+    np.testing.assert_array_equal(x[:2], 1.0)
 
 
 def test_an_instance_predicted_long_goes_to_a_worker_and_none_overtakes_a_ready_one(monkeypatch):

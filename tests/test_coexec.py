@@ -1,5 +1,7 @@
 """One forall co-executed by CPU cores and the (simulated) GPU; oracle: NumPy."""
+import gc
 import logging
+import weakref
 
 import numpy as np
 import pytest
@@ -177,3 +179,23 @@ def test_cpu_and_real_gpu_together(gpu_device):
             interior(cshift(u, 1, -1), 1), interior(cshift(u, 1, 1), 1))
     hetflow.forall(args[0].shape, jacobi, *args, device=["cpu0", gpu_device.id])
     np.testing.assert_allclose(v, _jacobi_numpy(u), rtol=1e-15)
+
+
+@pytest.mark.simgpu
+@pytest.mark.parametrize("devices", [["cpu0"], ["cpu0", "gpu0"]])
+def test_a_loop_keeps_no_reference_to_its_arrays_once_it_returns(gpu_device, devices):
+    # The worker threads are kept between loops; an idle one used to hold its last job,
+    # and through it the user's arrays (and their registered host memory on a real GPU).
+    devices = [gpu_device.id if d == "gpu0" else d for d in devices]
+
+    def run():
+        x = np.arange(300.0)
+        out = np.zeros_like(x)
+        hetflow.forall(x.size, axpy, 2.0, x, x, out, device=devices, schedule="static",
+                       shares=[1 / len(devices)] * len(devices))
+        np.testing.assert_array_equal(out, 3.0 * x)
+        return weakref.ref(x), weakref.ref(out)
+
+    refs = run()
+    gc.collect()
+    assert [r() for r in refs] == [None, None]

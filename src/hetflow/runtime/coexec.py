@@ -132,8 +132,11 @@ def _gpu_worker(launch: Launch, held=()) -> tuple[Worker, GpuChunks]:
     chunks = GpuChunks(launch, held)
     dev = launch.device
     per_row = max(1, math.prod(launch.inner))
-    # The simulator runs a launch as OS threads: few, large chunks keep tests quick.
-    threads = 64 if dev.simulated else gpu_chunk_size(dev.compute_units, dev.simd_width, 32, waves=4)
+    # The simulator runs a launch as OS threads: few, large chunks keep tests quick. On a
+    # GPU, 16 waves: with host memory registered (hostpins) a chunk's copies take 0.2 ms
+    # at 4 waves, less than the host's work per chunk, and on the H100 host a 2^27-index
+    # loop over host arrays ran 10-25% faster with 16 than with 4 (docs/performance.md).
+    threads = 64 if dev.simulated else gpu_chunk_size(dev.compute_units, dev.simd_width, 32, waves=16)
     size = max(1, threads // per_row)
     worker = Worker(dev.id, "gpu", chunks.run_chunk, size, dev.id, inflight=4, sync=chunks.sync,
                     setup=chunks.setup, salvage=chunks.salvage)

@@ -101,7 +101,8 @@ def _array_type(a) -> types.Array:
     return numba.typeof(a)
 
 
-def _device_pointer(a) -> int:
+def device_pointer(a) -> int:
+    """The device address of a GPU array's first element (CuPy's, Numba's, any other's)."""
     data = getattr(a, "data", None)
     ptr = getattr(data, "ptr", None)  # CuPy
     if ptr is not None:
@@ -112,7 +113,7 @@ def _device_pointer(a) -> int:
 
 def _array_fields(a) -> tuple:
     """Numba's array ABI: meminfo, parent, nitems, itemsize, data, shape, strides."""
-    return (0, 0, a.size, a.dtype.itemsize, _device_pointer(a), *a.shape, *a.strides)
+    return (0, 0, a.size, a.dtype.itemsize, device_pointer(a), *a.shape, *a.strides)
 
 
 def _is_cupy(a) -> bool:

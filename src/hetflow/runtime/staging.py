@@ -21,10 +21,13 @@ from ..index.operators import section
 from ..cuda_compat import cuda_module
 from ..errors import HostCopyWarning, warn_user
 from . import gpu
-from .gpu import FastEntry, entry_head, launch_rows, stream_pointer
+from .gpu import FastEntry, device_pointer, entry_head, launch_rows, stream_pointer
+from .hostpins import host_pins
 from .launch import SCALARS, Launch, coherent, is_device_array, warn_scattered
 
 log = logging.getLogger(__name__)
+
+_TO_DEVICE, _TO_HOST = 1, 2  # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost
 
 # A NumPy argument this large that launches of one kernel copied to a GPU this many times
 # earns a hint, once per process: hetflow.array would keep it there between launches.
@@ -118,6 +121,7 @@ class GpuChunks:
         self.compile_s = 0.0  # time spent compiling the entry (not a cost of co-execution)
         self.device = launch.device
         self.cuda = cuda_module()
+        self.pins = None if self.device.simulated else host_pins()
         self.stream = None
         self.streamed_in, self.streamed_out, self.merged = [], [], []
         self.pending = []     # (lo, hi, [(host, staged rows)]) launched since the last sync
@@ -168,10 +172,11 @@ class GpuChunks:
                         # ways (what the kernel leaves alone must come back unchanged),
                         # unless the kernel overwrites all of them
                         dev = self.cuda.device_array(arg.shape, arg.dtype, stream=self.stream)
-                        if not _overwritten(plan.access, name, arg, len(self.launch.extent)):
+                        overwritten = _overwritten(plan.access, name, arg, len(self.launch.extent))
+                        if not overwritten:
                             self.streamed_in.append((arg, dev))
                         if plan.access.writes(name):
-                            self.streamed_out.append((arg, dev))
+                            self.streamed_out.append((arg, dev, overwritten))
                     else:
                         dev = whole(arg)
                         if dev is None:
@@ -190,23 +195,32 @@ class GpuChunks:
 
     def _copy_in(self, host, stopped):
         """A device copy of ``host``, made piece by piece; None if ``stopped()`` first."""
-        host = np.ascontiguousarray(host)
+        contiguous = np.ascontiguousarray(host)
+        lent = contiguous is host  # a temporary copy is not worth registering
+        host = contiguous
         dev = self.cuda.device_array(host.shape, host.dtype, stream=self.stream)
         if host.ndim == 0 or host.nbytes <= self.PIECE_BYTES:
-            dev.copy_to_device(host, stream=self.stream)
+            if not (lent and self._direct(host, dev, host, True)):
+                dev.copy_to_device(host, stream=self.stream)
             self.stream.synchronize()
             return dev
         step = max(1, self.PIECE_BYTES * host.shape[0] // host.nbytes)
         for lo in range(0, host.shape[0], step):
-            dev[lo:lo + step].copy_to_device(host[lo:lo + step], stream=self.stream)
+            rows = host[lo:lo + step]
+            if not (lent and self._direct(host, dev, rows, True)):
+                dev[lo:lo + step].copy_to_device(rows, stream=self.stream)
             self.stream.synchronize()
             if stopped():
                 return None
         return dev
 
     def run_chunk(self, lo: int, hi: int) -> None:
-        """Launch rows ``[lo, hi)``; their streamed results come back into staging
-        arrays, copied home at :meth:`sync` (the results land once the GPU finished)."""
+        """Launch rows ``[lo, hi)``. Streamed rows move straight between the GPU and
+        host memory registered for it (:mod:`hetflow.runtime.hostpins`), else through
+        page-locked staging arrays. Results come back into staging arrays, copied home
+        at :meth:`sync` (they land once the GPU finished), except those of an array the
+        kernel overwrites without reading: re-running such rows elsewhere after a
+        failure writes them again, so they may land as soon as they are copied."""
         if self.residents:
             began = time.perf_counter()
             for r in self.residents:
@@ -216,6 +230,8 @@ class GpuChunks:
         with self._context():
             for k, (host, dev) in enumerate(self.streamed_in):
                 rows = host[lo:hi]
+                if self._direct(host, dev, rows, True):
+                    continue
                 pinned = self._pinned(("in", k, slot), rows)
                 if pinned is not None:
                     pinned[...] = rows
@@ -223,10 +239,27 @@ class GpuChunks:
                 dev[lo:hi].copy_to_device(rows, stream=self.stream)
             launch_rows(self.launch, self.stream, lo, hi, self.dev_args, self.pointer)
             staged = []
-            for k, (host, dev) in enumerate(self.streamed_out):
-                pinned = self._pinned(("out", k, slot), host[lo:hi])
-                staged.append((host, dev[lo:hi].copy_to_host(pinned, stream=self.stream)))
+            for k, (host, dev, overwritten) in enumerate(self.streamed_out):
+                rows = host[lo:hi]
+                if not (overwritten and self._direct(host, dev, rows, False)):
+                    pinned = self._pinned(("out", k, slot), rows)
+                    staged.append((host, dev[lo:hi].copy_to_host(pinned, stream=self.stream)))
         self.pending.append((lo, hi, staged))
+
+    def _direct(self, host, dev, rows, to_device: bool) -> bool:
+        """Enqueue the copy of ``rows`` of host array ``host`` to (or from) the same rows
+        of its GPU copy ``dev`` (same layout) straight from (into) their memory,
+        registered for it; False, with nothing enqueued, where it cannot be registered."""
+        spans = self.pins.segments(rows) if self.pins is not None else None
+        if spans is None:
+            return False
+        memcpy, offset = self.pins.memcpy, device_pointer(dev) - host.ctypes.data
+        for address, nbytes in spans:  # one copy per registration: the driver refuses more
+            if to_device:
+                memcpy(address + offset, address, nbytes, _TO_DEVICE, self.pointer)
+            else:
+                memcpy(address, address + offset, nbytes, _TO_HOST, self.pointer)
+        return True
 
     def _pinned(self, key, like):
         """A page-locked array shaped as ``like`` (rows of a streamed array), kept under

@@ -358,6 +358,8 @@ class _Threads:
                 log.exception("hetflow worker thread %s: job failed", name)
             finally:
                 threading.current_thread().name = "hetflow-idle"
+                # An idle thread must not keep the loop, and with it the user's arrays, alive.
+                job = None
                 with self._lock:
                     self._idle.append(inbox)
                 done.set()

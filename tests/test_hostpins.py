@@ -113,9 +113,13 @@ def accumulate(i, x, out):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("devices", [["gpu0"], ["cpu0", "gpu0"]])
-def test_numpy_arrays_are_registered_and_copied_directly_on_a_real_gpu(gpu_device, devices):
-    devices = [gpu_device.id if d == "gpu0" else d for d in devices]
+@pytest.mark.parametrize("devices, schedule", [("gpu0", None), (["gpu0"], "static"),
+                                               (["cpu0", "gpu0"], "static")])
+def test_numpy_arrays_are_registered_and_copied_directly_on_a_real_gpu(gpu_device, devices, schedule):
+    # One GPU without a schedule: the launch runs whole, its rows in pieces over two
+    # streams (staging.run); with one, as chunks of a loop, alone or beside the cores.
+    devices = gpu_device.id if devices == "gpu0" else [gpu_device.id if d == "gpu0" else d for d in devices]
+    kw = {} if schedule is None else {"schedule": schedule}
     p = host_pins()
     before = p.registered
     rng = np.random.default_rng(3)
@@ -124,8 +128,8 @@ def test_numpy_arrays_are_registered_and_copied_directly_on_a_real_gpu(gpu_devic
     acc = rng.random(x.size)
     want_acc = acc.copy()
     for _ in range(3):                          # the later calls find the memory registered
-        hetflow.forall(x.size, scale, x, out, device=devices, schedule="static")
-        hetflow.forall(x.size, accumulate, x, acc, device=devices, schedule="static")
+        hetflow.forall(x.size, scale, x, out, device=devices, **kw)
+        hetflow.forall(x.size, accumulate, x, acc, device=devices, **kw)
         want_acc += x
     np.testing.assert_array_equal(out, 2.0 * x + 1.0)
     np.testing.assert_allclose(acc, want_acc, rtol=1e-15)

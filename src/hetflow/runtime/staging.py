@@ -22,12 +22,13 @@ from ..cuda_compat import cuda_module
 from ..errors import HostCopyWarning, warn_user
 from . import gpu
 from .gpu import FastEntry, device_pointer, entry_head, launch_rows, stream_pointer
-from .hostpins import host_pins
+from .hostpins import SMALLEST, host_pins
 from .launch import SCALARS, Launch, coherent, is_device_array, warn_scattered
 
 log = logging.getLogger(__name__)
 
 _TO_DEVICE, _TO_HOST = 1, 2  # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost
+RUN_PIECES = 4  # a launch run whole on one GPU over streamed host arrays: pieces of its rows
 
 # A NumPy argument this large that launches of one kernel copied to a GPU this many times
 # earns a hint, once per process: hetflow.array would keep it there between launches.
@@ -59,9 +60,14 @@ def run(launch: Launch) -> None:
         gpu.run(launch)
         return
     rows = launch.extent[0]
-    chunks = GpuChunks(launch, pinned=False)  # one chunk: nothing to overlap its copies with
+    chunks = GpuChunks(launch, pinned=False)  # staged copies to pageable memory are synchronous
     chunks.setup()
-    chunks.run_chunk(0, rows)
+    # Rows that move per chunk go in pieces over the two streams: while one piece's
+    # results copy home, the next one's rows copy in (on registered memory).
+    streamed = [host for host, *_ in chunks.streamed_in + chunks.streamed_out]
+    pieces = min(RUN_PIECES, rows) if any(h.nbytes >= SMALLEST for h in streamed) else 1
+    for k in range(pieces):
+        chunks.run_chunk(rows * k // pieces, rows * (k + 1) // pieces)
     chunks.sync()
     chunks.copy_back()
 
@@ -123,6 +129,7 @@ class GpuChunks:
         self.cuda = cuda_module()
         self.pins = None if self.device.simulated else host_pins()
         self.stream = None
+        self.lanes = []
         self.streamed_in, self.streamed_out, self.merged = [], [], []
         self.pending = []     # (lo, hi, [(host, staged rows)]) launched since the last sync
         self.merged_home = []  # ranges merge_back brought home
@@ -136,8 +143,11 @@ class GpuChunks:
         """Allocate and copy in what the chunks need (returns early once ``stopped()``)."""
         plan = self.launch.plan
         with self._context():
-            self.stream = self.cuda.stream()
-            self.pointer = None if self.device.simulated else stream_pointer(self.stream)
+            # Chunks alternate between two streams, so that one chunk's results copy home
+            # while the next one's rows copy in: the bus moves both ways at once.
+            self.lanes = [(s, None if self.device.simulated else stream_pointer(s))
+                          for s in (self.cuda.stream(), self.cuda.stream())]
+            self.stream, self.pointer = self.lanes[0]  # setup's and the merge's copies
             dev_args, copies = [], {}
 
             def whole(host):  # one device copy per host array, shared by its views
@@ -200,14 +210,14 @@ class GpuChunks:
         host = contiguous
         dev = self.cuda.device_array(host.shape, host.dtype, stream=self.stream)
         if host.ndim == 0 or host.nbytes <= self.PIECE_BYTES:
-            if not (lent and self._direct(host, dev, host, True)):
+            if not (lent and self._direct(host, dev, host, True, self.pointer)):
                 dev.copy_to_device(host, stream=self.stream)
             self.stream.synchronize()
             return dev
         step = max(1, self.PIECE_BYTES * host.shape[0] // host.nbytes)
         for lo in range(0, host.shape[0], step):
             rows = host[lo:lo + step]
-            if not (lent and self._direct(host, dev, rows, True)):
+            if not (lent and self._direct(host, dev, rows, True, self.pointer)):
                 dev[lo:lo + step].copy_to_device(rows, stream=self.stream)
             self.stream.synchronize()
             if stopped():
@@ -227,38 +237,40 @@ class GpuChunks:
                 r.buffer.acquire_rows(self.device, r.rows(lo, hi))
             self.staged_s += time.perf_counter() - began
         slot = len(self.pending)  # pinned buffers of a slot are free again after sync
+        stream, pointer = self.lanes[slot % len(self.lanes)]
         with self._context():
             for k, (host, dev) in enumerate(self.streamed_in):
                 rows = host[lo:hi]
-                if self._direct(host, dev, rows, True):
+                if self._direct(host, dev, rows, True, pointer):
                     continue
                 pinned = self._pinned(("in", k, slot), rows)
                 if pinned is not None:
                     pinned[...] = rows
                     rows = pinned
-                dev[lo:hi].copy_to_device(rows, stream=self.stream)
-            launch_rows(self.launch, self.stream, lo, hi, self.dev_args, self.pointer)
+                dev[lo:hi].copy_to_device(rows, stream=stream)
+            launch_rows(self.launch, stream, lo, hi, self.dev_args, pointer)
             staged = []
             for k, (host, dev, overwritten) in enumerate(self.streamed_out):
                 rows = host[lo:hi]
-                if not (overwritten and self._direct(host, dev, rows, False)):
+                if not (overwritten and self._direct(host, dev, rows, False, pointer)):
                     pinned = self._pinned(("out", k, slot), rows)
-                    staged.append((host, dev[lo:hi].copy_to_host(pinned, stream=self.stream)))
+                    staged.append((host, dev[lo:hi].copy_to_host(pinned, stream=stream)))
         self.pending.append((lo, hi, staged))
 
-    def _direct(self, host, dev, rows, to_device: bool) -> bool:
-        """Enqueue the copy of ``rows`` of host array ``host`` to (or from) the same rows
-        of its GPU copy ``dev`` (same layout) straight from (into) their memory,
-        registered for it; False, with nothing enqueued, where it cannot be registered."""
+    def _direct(self, host, dev, rows, to_device: bool, pointer) -> bool:
+        """Enqueue on stream ``pointer`` the copy of ``rows`` of host array ``host`` to
+        (or from) the same rows of its GPU copy ``dev`` (same layout) straight from
+        (into) their memory, registered for it; False, with nothing enqueued, where it
+        cannot be registered."""
         spans = self.pins.segments(rows) if self.pins is not None else None
         if spans is None:
             return False
         memcpy, offset = self.pins.memcpy, device_pointer(dev) - host.ctypes.data
         for address, nbytes in spans:  # one copy per registration: the driver refuses more
             if to_device:
-                memcpy(address + offset, address, nbytes, _TO_DEVICE, self.pointer)
+                memcpy(address + offset, address, nbytes, _TO_DEVICE, pointer)
             else:
-                memcpy(address, address + offset, nbytes, _TO_HOST, self.pointer)
+                memcpy(address, address + offset, nbytes, _TO_HOST, pointer)
         return True
 
     def _pinned(self, key, like):
@@ -282,7 +294,8 @@ class GpuChunks:
     def sync(self) -> None:
         """Wait for the chunks launched, then land their results."""
         with self._context():
-            self.stream.synchronize()
+            for stream, _ in self.lanes:
+                stream.synchronize()
         for lo, hi, staged in self.pending:
             for host, rows in staged:
                 host[lo:hi] = rows

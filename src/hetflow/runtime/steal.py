@@ -161,10 +161,10 @@ def gpu_chunk_size(sm_count: int, warp_size: int, warps_per_sm: int, waves: int 
 
 def cpu_chunk_size(n: int, cpu_workers: int, per_worker: int = 64, minimum: int = 1) -> int:
     """A CPU chunk: about ``per_worker`` chunks per CPU worker's even share of ``n``,
-    enough for stealing to even out irregular costs and for a GPU that ran dry to find
-    chunks left in the cores' deques (with 16, a core's last chunk of a 2^27-index loop
-    beside an H100 ran 60 ms after the GPU had finished); never below ``minimum`` (which
-    bounds the scheduling overhead per index)."""
+    enough for stealing to even out irregular costs (a core runs its range in pieces
+    that shrink at the loop's end, so a GPU that ran dry does not wait for a long
+    chunk: the module docstring); never below ``minimum`` (which bounds the scheduling
+    overhead per index)."""
     return max(minimum, 1, math.ceil(n / max(1, cpu_workers * per_worker)))
 
 

@@ -11,7 +11,7 @@ from test_coexec_faults import bump, fail_gpu, keep_positive
 
 pytestmark = pytest.mark.gpu
 
-N = 1 << 23     # about 15 chunks of an H100's (132 SMs x 32 x 32 x 4 rows)
+N = 1 << 25     # about 15 chunks of an H100's (132 SMs x 32 x 32 x 16 rows)
 
 
 def both(gpu_device, kernel, *args):

@@ -143,10 +143,7 @@ class GpuChunks:
         """Allocate and copy in what the chunks need (returns early once ``stopped()``)."""
         plan = self.launch.plan
         with self._context():
-            # Chunks alternate between two streams, so that one chunk's results copy home
-            # while the next one's rows copy in: the bus moves both ways at once.
-            self.lanes = [(s, None if self.device.simulated else stream_pointer(s))
-                          for s in (self.cuda.stream(), self.cuda.stream())]
+            self._add_lane()
             self.stream, self.pointer = self.lanes[0]  # setup's and the merge's copies
             dev_args, copies = [], {}
 
@@ -237,8 +234,10 @@ class GpuChunks:
                 r.buffer.acquire_rows(self.device, r.rows(lo, hi))
             self.staged_s += time.perf_counter() - began
         slot = len(self.pending)  # pinned buffers of a slot are free again after sync
-        stream, pointer = self.lanes[slot % len(self.lanes)]
         with self._context():
+            if slot == 1 and len(self.lanes) == 1:
+                self._add_lane()
+            stream, pointer = self.lanes[slot % len(self.lanes)]
             for k, (host, dev) in enumerate(self.streamed_in):
                 rows = host[lo:hi]
                 if self._direct(host, dev, rows, True, pointer):
@@ -256,6 +255,14 @@ class GpuChunks:
                     pinned = self._pinned(("out", k, slot), rows)
                     staged.append((host, dev[lo:hi].copy_to_host(pinned, stream=stream)))
         self.pending.append((lo, hi, staged))
+
+    def _add_lane(self) -> None:
+        """Another stream for chunks: they alternate between two, so that one chunk's
+        results copy home while the next one's rows copy in (the bus moves both ways
+        at once). The second is made when a second chunk is in flight: a launch run as
+        one chunk, each step of the demo, would pay for it in vain."""
+        stream = self.cuda.stream()
+        self.lanes.append((stream, None if self.device.simulated else stream_pointer(stream)))
 
     def _direct(self, host, dev, rows, to_device: bool, pointer) -> bool:
         """Enqueue on stream ``pointer`` the copy of ``rows`` of host array ``host`` to

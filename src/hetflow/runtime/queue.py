@@ -635,8 +635,13 @@ def _tiny(lane: Lane, inst: Instance) -> bool:
     launch = inst.launch
     if not lane.cpu or inst.buffers is not None or inst.splittable or launch.device is not lane.device:
         return False
-    extent = launch.extent
-    return (extent[0] if len(extent) == 1 else math.prod(extent)) < launch.plan.tiny_below
+    return _indices(launch.extent) < launch.plan.tiny_below
+
+
+def _indices(extent: tuple) -> int:
+    """How many indices an extent holds (a 1-D one without ``math.prod``'s call: this
+    runs per queued CPU launch)."""
+    return extent[0] if len(extent) == 1 else math.prod(extent)
 
 
 def _take_tiny_locked(lane: Lane) -> Instance | None:
@@ -670,11 +675,11 @@ def _run_on_cpu(launch, cores: int) -> tuple:
     ended = perf_counter()
     if compiled:  # (a run that compiles says nothing of the next one's time)
         # Tiny below the indices that would take RUN_HERE_S at this run's rate, or the last's.
-        # (Conditionals, not max() and math.prod(): this runs per queued CPU launch.)
-        plan, seconds, extent = launch.plan, ended - began, launch.extent
+        # (A conditional, not max(): this runs per queued CPU launch.)
+        plan, seconds = launch.plan, ended - began
         below = 0.0
         if 0 < seconds < RUN_HERE_S:
-            below = RUN_HERE_S * ((extent[0] if len(extent) == 1 else math.prod(extent)) or 1) / seconds
+            below = RUN_HERE_S * (_indices(launch.extent) or 1) / seconds
         last = plan.last_below
         plan.tiny_below, plan.last_below = below if below > last else last, below
     return error, shape, ended

@@ -153,3 +153,18 @@ def test_a_gpu_failing_mid_loop_over_registered_arrays_applies_every_update_once
                             schedule="static", shares=[0.1, 0.9])
     assert calls["n"] >= 3 and report.failures
     np.testing.assert_allclose(target, want, rtol=1e-15)
+
+
+def test_a_piece_the_driver_fails_to_unregister_is_reported_and_forgotten(caplog):
+    driver = Driver()
+
+    def fail(address):
+        raise RuntimeError("cudaErrorInvalidValue")
+
+    p = HostPins(driver.register, fail, piece=PIECE)
+    x = np.zeros(SMALLEST // 8)
+    assert p.segments(x) is not None and p.registered == x.nbytes
+    del x
+    gc.collect()
+    assert p.registered == 0
+    assert "could not unregister" in caplog.text and "cudaErrorInvalidValue" in caplog.text

@@ -182,10 +182,9 @@ def least_rows(launch: Launch) -> int:
 
 
 def _inline(launch: Launch, lo: int, hi: int) -> None:
-    plan, extent = launch.plan, launch.extent
-    entry = plan.cpu_entry or plan.executable.entry  # entry_of(), inlined: a one-index launch
-    try:                                             # spends 1 us in all in this function
-        if len(extent) == 1:
+    extent, entry = launch.extent, entry_of(launch.plan)
+    try:
+        if len(extent) == 1:  # without unpacking an empty tuple: a one-index launch spends 1 us here
             entry(lo, hi, *launch.entry_args)
         else:
             entry(lo, hi, *extent[1:], *launch.entry_args)

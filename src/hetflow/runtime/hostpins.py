@@ -21,6 +21,7 @@ by someone else), :meth:`HostPins.segments` says no and the caller stages the co
 """
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import threading
@@ -29,6 +30,8 @@ import weakref
 import numpy as np
 
 from ..cuda_compat import cupy_module
+
+log = logging.getLogger(__name__)
 
 PIECE = 64 << 20  # bytes registered at once (about 5 ms on the H100 host)
 SMALLEST = 4 << 20  # arrays smaller than this are cheaper to stage than to register
@@ -53,11 +56,17 @@ def _memory_limit() -> int:
 
 
 class _Owner:
-    """The registered pieces of one owning array's buffer."""
+    """The registered pieces of one owning array's buffer ``[address, end)``; piece ``k``
+    is its part of ``[start + k * piece, start + (k + 1) * piece)``."""
 
-    def __init__(self, address: int, nbytes: int):
-        self.address, self.nbytes = address, nbytes
-        self.pieces: dict[int, int | None] = {}  # piece number -> its registered address, None: refused
+    def __init__(self, address: int, nbytes: int, piece: int):
+        self.address, self.end, self.piece = address, address + nbytes, piece
+        self.start = address - address % piece
+        self.pieces: dict[int, tuple[int, int] | None] = {}  # k -> (address, nbytes) registered, None: refused
+
+    def span(self, k: int) -> tuple[int, int]:
+        """Piece ``k``'s ``[lo, hi)`` inside the buffer."""
+        return max(self.address, self.start + k * self.piece), min(self.end, self.start + (k + 1) * self.piece)
 
 
 class HostPins:
@@ -93,13 +102,12 @@ class HostPins:
             entry = self._entry(owner)
             if entry is None:
                 return None
-            start = entry.address - entry.address % self.piece
-            first, last = (lo - start) // self.piece, (max(lo, hi - 1) - start) // self.piece
             spans = []
-            for k in range(first, last + 1):
-                if not self._piece(entry, k, start):
+            for k in range((lo - entry.start) // self.piece, (max(lo, hi - 1) - entry.start) // self.piece + 1):
+                if not self._registered(entry, k):
                     return None
-                a, b = max(lo, start + k * self.piece), min(hi, start + (k + 1) * self.piece)
+                a, b = entry.span(k)
+                a, b = max(lo, a), min(hi, b)
                 if b > a:
                     spans.append((a, b - a))
             return spans
@@ -114,42 +122,37 @@ class HostPins:
                 weakref.finalize(owner, self._forget, key).atexit = False
             except TypeError:  # not weakly referenceable: nothing would tell us it died
                 return None
-            entry = self._owners[key] = _Owner(owner.ctypes.data, owner.nbytes)
+            entry = self._owners[key] = _Owner(owner.ctypes.data, owner.nbytes, self.piece)
         return entry
 
-    def _piece(self, entry: _Owner, k: int, start: int) -> bool:
+    def _registered(self, entry: _Owner, k: int) -> bool:
+        """Is piece ``k`` of ``entry`` registered? Registers it if it can."""
         if k in entry.pieces:
             return entry.pieces[k] is not None
-        lo = max(entry.address, start + k * self.piece)
-        size = min(entry.address + entry.nbytes, start + (k + 1) * self.piece) - lo
-        if self.registered + size > self.limit:
+        lo, hi = entry.span(k)
+        if self.registered + hi - lo > self.limit:
             return False  # not remembered as refused: memory may be freed later
         try:
-            self._register(lo, size)
+            self._register(lo, hi - lo)
         except Exception:  # noqa: BLE001  refused (registered by someone else): stage it
             entry.pieces[k] = None
             return False
-        entry.pieces[k] = lo
-        self.registered += size
+        entry.pieces[k] = (lo, hi - lo)
+        self.registered += hi - lo
         return True
 
     def _forget(self, key: int) -> None:
+        """The owner ``key`` is being freed: unregister its pieces first."""
         with self._lock:
-            self._drop(key)
-
-    def _drop(self, key: int) -> None:
-        entry = self._owners.pop(key, None)
-        if entry is None:
-            return
-        start = entry.address - entry.address % self.piece
-        for k, address in entry.pieces.items():
-            if address is not None:
-                end = min(entry.address + entry.nbytes, start + (k + 1) * self.piece)
-                self.registered -= end - address
-                try:
-                    self._unregister(address)
-                except Exception:  # noqa: BLE001  the driver is gone (interpreter shutdown)
-                    pass
+            entry = self._owners.pop(key, None)
+            for piece in entry.pieces.values() if entry is not None else ():
+                if piece is not None:
+                    self.registered -= piece[1]
+                    try:
+                        self._unregister(piece[0])
+                    except Exception as exc:  # noqa: BLE001  a callback must not raise
+                        log.warning("could not unregister %d bytes of host memory at %#x: %s",
+                                    piece[1], piece[0], exc)
 
 
 _pins: HostPins | None = None

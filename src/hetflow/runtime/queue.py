@@ -225,25 +225,22 @@ class _Core:
     def done_locked(self, lane: Lane, inst: Instance, split, error, shape) -> None:
         """``inst`` ran on ``lane`` (``ended`` set), or over the ``split`` lanes: record
         where and how, settle its event."""
-        if split is None and error is None:  # the common case: run whole, no error
-            inst.device = lane.device.id
-            inst.blocks, inst.threads = shape
-            # settle_locked(inst, COMPLETE, None) and Instance._retire_locked, inlined
-            inst.status = COMPLETE
-            if inst._waiter is not None:
-                inst._waiter.set()
-            if inst.held is not None:  # before the launch goes: it keeps the data alive
-                untrack_locked(inst, True)
-            inst.core = inst.launch = None
-            self.outstanding -= 1
-            if self.outstanding == 0:
-                self.idle_locked()
-            if inst._needs is not None or inst._after is not None:
-                release_locked(inst)
-            return
         if split is None:
             inst.device = lane.device.id
             inst.blocks, inst.threads = shape
+            if error is None:  # the common case: settle_locked(inst, COMPLETE, None) and
+                inst.status = COMPLETE  # Instance._retire_locked, inlined
+                if inst._waiter is not None:
+                    inst._waiter.set()
+                if inst.held is not None:  # before the launch goes: it keeps the data alive
+                    untrack_locked(inst, True)
+                inst.core = inst.launch = None
+                self.outstanding -= 1
+                if self.outstanding == 0:
+                    self.idle_locked()
+                if inst._needs is not None or inst._after is not None:
+                    release_locked(inst)
+                return
         else:
             for other in split:
                 if other is not lane:

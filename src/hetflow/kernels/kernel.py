@@ -48,6 +48,7 @@ class Kernel:
         # Launch plans (runtime.launch): per repository, device and argument types. They
         # live on the kernel so that they go when the kernel does.
         self.plans: dict[tuple, object] = {}
+        self.recent: dict[str, tuple] = {}  # per device id: the plan it ran last, with its guard
         if pyfunc is not None:
             functools.update_wrapper(self, pyfunc)
 

@@ -64,6 +64,7 @@ def devices(refresh: bool = False) -> tuple[Device, ...]:
                 cuda_available.cache_clear()
                 cpu_device.cache_clear()
             _table = (cpu_device(),) + _gpu_devices()
+            _by_id.clear()
         return _table
 
 
@@ -86,13 +87,21 @@ def find_devices(name: str) -> tuple[Device, ...]:
 
 def get_device(device_id: str) -> Device:
     """Look a device up by id ('cpu0', 'gpu0', ...)."""
-    if device_id == "cpu0":
-        return cpu_device()
-    for dev in devices():
-        if dev.id == device_id:
-            return dev
-    known = ", ".join(d.id for d in devices())
-    raise DeviceError(f"no device with id {device_id!r}; devices are: {known}")
+    found = _by_id.get(device_id)
+    if found is not None:
+        return found
+    if device_id == "cpu0":  # without enumerating GPUs (which starts CUDA)
+        found = cpu_device()
+    else:
+        found = next((dev for dev in devices() if dev.id == device_id), None)
+        if found is None:
+            known = ", ".join(d.id for d in devices())
+            raise DeviceError(f"no device with id {device_id!r}; devices are: {known}")
+    _by_id[device_id] = found
+    return found
+
+
+_by_id: dict[str, Device] = {}  # ids looked up in the table in force (devices() clears it)
 
 
 @functools.lru_cache(maxsize=1)

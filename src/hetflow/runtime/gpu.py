@@ -216,6 +216,7 @@ class FastEntry:
         self._lock = threading.Lock()  # one buffer: filled and launched by one thread at a time
         self._device = device
         self._configs = {}  # (rows, inner) -> the grid and block dimensions
+        self._wholes = {}   # a whole launch's extent -> (its dimensions, its entry head)
 
     @classmethod
     def of(cls, launch: Launch, head: tuple, args: tuple) -> "FastEntry | None":
@@ -238,9 +239,29 @@ class FastEntry:
         if dims is None:
             if len(self._configs) > 256:  # co-execution launches chunks of many sizes
                 self._configs.clear()
-            shift = head[3] if len(inner) == 1 else 0  # entry_head's column shift
-            blocks, threads = launch_config(self._device, rows, inner, shift)
-            dims = self._configs[(rows, inner)] = (*_dim3(blocks), *_dim3(threads))
+            dims = self._configs[(rows, inner)] = self._dims(rows, inner, head)
+        self._go(dims, stream, head, args)
+
+    def whole(self, launch: Launch, stream: int) -> None:
+        """Launch every row of ``launch`` on ``stream``: ``__call__`` for a whole launch,
+        its dimensions and entry head kept per extent (a warm launch on device data
+        costs tens of microseconds of host time, each step of it counted)."""
+        extent = launch.extent
+        found = self._wholes.get(extent)
+        if found is None:
+            if len(self._wholes) > 256:
+                self._wholes.clear()
+            head = entry_head(launch, 0, extent[0])
+            found = self._wholes[extent] = (self._dims(extent[0], extent[1:], head), head)
+        self._go(found[0], stream, found[1], launch.entry_args)
+
+    def _dims(self, rows: int, inner: tuple, head: tuple) -> tuple:
+        """The grid and block dimensions of ``rows`` rows (:func:`launch_config`)."""
+        shift = head[3] if len(inner) == 1 else 0  # entry_head's column shift
+        blocks, threads = launch_config(self._device, rows, inner, shift)
+        return (*_dim3(blocks), *_dim3(threads))
+
+    def _go(self, dims: tuple, stream: int, head: tuple, args: tuple) -> None:
         with self._lock:  # the driver copies the values during the call
             self._fill(self._pack_into, self._buffer, head, args)
             self._launch(self._function, *dims, 0, stream, self._params, 0)
@@ -289,7 +310,11 @@ def run(launch: Launch) -> None:
     current stream (as a CuPy operation is), so whatever reads the results next on that
     stream or on the host waits for it. Host arrays: :func:`hetflow.runtime.staging.run`."""
     _make_current(launch.device.ordinal)
-    launch_rows(launch, None, 0, launch.extent[0], launch.entry_args, current_stream())
+    fast = launch.plan.fast_entry
+    if fast:  # built by an earlier launch of the plan (launch_rows builds it)
+        fast.whole(launch, current_stream())
+    else:
+        launch_rows(launch, None, 0, launch.extent[0], launch.entry_args, current_stream())
 
 
 _thread = threading.local()

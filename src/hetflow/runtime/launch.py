@@ -106,6 +106,7 @@ class Plan:
     owned: tuple | None = None  # when every argument is a scalar or a NumPy array that owns its
                                 # memory (the key says so): the arrays' positions (see bind)
     column_shift: int | None = None  # GPU, rank 2: see runtime.gpu.column_shift (None: not yet known)
+    guard: object = None        # its key's check, generated (see _guard); None: looked up by key
 
 
 @dataclasses.dataclass(slots=True)  # one object per launch, no __dict__: made per enqueue
@@ -319,6 +320,59 @@ def _key(params: tuple, ndim: int, args: tuple) -> tuple:
 FRESH = "lowered afresh"
 
 
+def _guard(args: tuple, key: tuple):
+    """``guard(args) -> bool``: whether :func:`_key` gives ``args`` the key ``key`` (which it
+    gave the arguments here), generated for them as one expression: a warm launch with
+    views built afresh spends more host time computing and hashing its key than anything
+    else, and its plan is most often the one the kernel last ran on that device. It says
+    False where in doubt (an element type equal but not identical, say): the launch then
+    looks its plan up by key. None where it cannot be written (a view lowered afresh, an
+    argument type only :func:`_arg_key` knows)."""
+    env, terms, roots = {"ndarray": np.ndarray}, [], []
+    for k, (a, part) in enumerate(zip(args, key)):
+        if type(a) not in _views._VIEW_TYPES:
+            terms.append(_value_guard(f"a{k}", a, part, env))
+            continue
+        structure, (first, root_part) = part
+        if type(structure) is tuple:  # (FRESH, ...): its lowering is made each launch
+            return None
+        env[f"s{k}"], env[f"t{k}"] = structure, type(a)  # a view of another structure holds another
+        terms.append(f"type(a{k}) is t{k} and a{k}.signature is s{k}")
+        if first != k:  # its root is the one an earlier view passes
+            terms.append(f"a{k}.root is r{first}")
+            continue
+        terms += [f"(r{k} := a{k}.root) is not None", _value_guard(f"r{k}", a.root, root_part, env)]
+        terms += [f"r{k} is not r{j}" for j in roots]  # views of other roots hold other roots
+        roots.append(k)
+    if None in terms:
+        return None
+    names = "".join(f"a{k}, " for k in range(len(args)))
+    source = (f"def guard(a):\n    if len(a) != {len(args)}:\n        return False\n"
+              f"    {names or '_'} = a\n    return {' and '.join(terms) or 'True'}\n")
+    exec(compile(source, "<hetflow.runtime.launch plan guard>", "exec"), env)
+    return env["guard"]
+
+
+def _value_guard(name: str, a, part, env: dict) -> str | None:
+    """The guard's term for array or scalar ``a`` (``name`` in the guard) to have the key
+    part ``part`` again (:func:`_arg_key`'s cases); None for types only that knows."""
+    t, tag = type(a), f"p{len(env)}"
+    env[tag] = part
+    if t is np.ndarray:  # part: (dtype, ndim, layout flags)
+        return (f"type({name}) is ndarray and {name}.dtype is {tag}[0] and {name}.ndim == {part[1]} "
+                f"and {name}.flags.num & {_LAYOUT} == {part[2]}")
+    if t in _FLAGGED:  # part: (type, dtype, ndim, C-contiguous, F-contiguous)
+        return (f"type({name}) is {tag}[0] and {name}.dtype is {tag}[1] and {name}.ndim == {part[2]} "
+                f"and {name}._c_contiguous == {part[3]} and {name}._f_contiguous == {part[4]}")
+    if t is int:  # part: the type, where one int64 holds it
+        return f"type({name}) is int and {_INT_MIN} <= {name} <= {_INT_MAX}"
+    if t in _BY_TYPE:  # part: the type
+        return f"type({name}) is {tag}"
+    if coherent(a):  # part: (type, dtype, ndim)
+        return f"type({name}) is {tag}[0] and {name}.dtype is {tag}[1] and {name}.ndim == {part[2]}"
+    return None
+
+
 def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     """Check and bind one launch of ``kernel`` over ``extent`` on ``device``."""
     if not isinstance(kernel, Kernel):
@@ -328,10 +382,17 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     if len(args) < len(kernel.params) - ndim:
         args = with_defaults(kernel, ndim, args)
     repo = repository()
-    key = (repo, device.id, ndim, _key(kernel.params, ndim, args))
-    plan = kernel.plans.get(key)
-    if plan is None:
-        plan = kernel.plans[key] = _plan(kernel, ndim, args, device, repo)
+    recent = kernel.recent.get(device.id)  # (repo, ndim, guard, plan): see _guard
+    if recent is not None and recent[0] is repo and recent[1] == ndim and recent[2](args):
+        plan = recent[3]
+    else:
+        key = _key(kernel.params, ndim, args)
+        plan = kernel.plans.get((repo, device.id, ndim, key))
+        if plan is None:
+            plan = kernel.plans[(repo, device.id, ndim, key)] = _plan(kernel, ndim, args, device, repo)
+            plan.guard = _guard(args, key)
+        if plan.guard is not None:
+            kernel.recent[device.id] = (repo, ndim, plan.guard, plan)
     if plan.rows_only:  # the common check, kept cheap: each array has enough rows
         rows = extent[0]
         try:

@@ -62,7 +62,7 @@ KERNELS = {
     "two": (two, lambda x, out, y: (0.5 * out + x, np.where(x < 0, 3.0 * x, y))),
 }
 PLACES = ["numpy", "interior", "cshift", "array", "array_interior", "array_cshift"]
-FAULTS = ["none", "run_chunk", "sync", "merge_back", "_fetch"]
+FAULTS = ["none", "run_chunk", "retire", "sync", "merge_back", "_fetch"]
 
 
 def numpy_root(kind, data):

@@ -5,8 +5,11 @@ an output written only where a condition holds keeps its old values on the GPU's
 a GPU that fails after some of its chunks landed has exactly the others re-run, so a
 read-modify-write kernel applies once per index; with coherent arrays (hetflow.array) a
 GPU failing mid-program loses no rows. Failures are injected where a device fails: a
-chunk's launch, or the wait for what the GPU was given (``sync``).
+chunk's launch, or the wait for what the GPU was given (``retire``, ``sync``).
 """
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -45,20 +48,28 @@ class Fault(RuntimeError):
     """The injected failure of a device."""
 
 
-def fail_gpu(monkeypatch, at: int, where: str = "run_chunk", every: bool = False):
-    """Make the co-executed GPU's ``at``-th call of ``where`` raise (and every later one,
-    with ``every``): a device lost after its earlier chunks ran."""
+def fail_gpu(monkeypatch, at: int, where="run_chunk", every: bool = False):
+    """Make the co-executed GPU's ``at``-th call of ``where`` (a GpuChunks method, or a
+    tuple of them counted together) raise, and every later one with ``every``: a device
+    lost after its earlier chunks ran."""
     calls = {"n": 0}
-    original = getattr(coexec.GpuChunks, where)
+    for name in (where,) if isinstance(where, str) else where:
+        original = getattr(coexec.GpuChunks, name)
 
-    def flaky(self, *args):
-        calls["n"] += 1
-        if calls["n"] == at or (every and calls["n"] > at):
-            raise Fault(f"GPU lost at {where} call {calls['n']}")
-        return original(self, *args)
+        def flaky(self, *args, name=name, original=original):
+            calls["n"] += 1
+            if calls["n"] == at or (every and calls["n"] > at):
+                raise Fault(f"GPU lost at {name} call {calls['n']}")
+            return original(self, *args)
 
-    monkeypatch.setattr(coexec.GpuChunks, where, flaky)
+        monkeypatch.setattr(coexec.GpuChunks, name, flaky)
     return calls
+
+
+# Where a GPU that dies while it runs what it was given fails: waiting for its oldest
+# chunk in flight (retire) or for the last ones (sync); both, for a GPU that never
+# completes anything again.
+WAITS = ("retire", "sync")
 
 
 def both(gpu_device, kernel, *args, shares=(0.1, 0.9), extent=N):
@@ -106,16 +117,19 @@ def test_read_modify_write_applies_once_when_the_gpu_fails_after_chunks_landed(g
 
 
 @pytest.mark.parametrize("coherent", [False, True])
-def test_a_gpu_failing_at_sync_has_only_its_unfinished_chunks_re_run(gpu_device, monkeypatch, coherent):
-    fail_gpu(monkeypatch, 2, where="sync")
+@pytest.mark.parametrize("where,at", [("retire", 2), ("sync", 1)])
+def test_a_gpu_failing_while_it_waits_has_only_its_unfinished_chunks_re_run(gpu_device, monkeypatch,
+                                                                            coherent, where, at):
+    calls = fail_gpu(monkeypatch, at, where)
     rng = np.random.default_rng(3)
     x, start = rng.standard_normal(N), rng.standard_normal(N)
     out = hetflow.array(start) if coherent else start.copy()
-    both(gpu_device, bump_where, x, out)
+    report = both(gpu_device, bump_where, x, out)
+    assert calls["n"] >= at and report.failures
     np.testing.assert_array_equal(np.asarray(out), np.where(x > 0, start + x, start))
 
 
-@pytest.mark.parametrize("where,at", [("run_chunk", 2), ("run_chunk", 4), ("sync", 1)])
+@pytest.mark.parametrize("where,at", [("run_chunk", 2), ("run_chunk", 4), ("retire", 1), ("sync", 1)])
 def test_rows_resident_only_on_a_failing_gpu_are_neither_lost_nor_applied_twice(gpu_device, monkeypatch,
                                                                                where, at):
     start = np.arange(N, dtype=np.float64)
@@ -131,8 +145,8 @@ def test_rows_resident_only_on_a_failing_gpu_are_neither_lost_nor_applied_twice(
 def test_a_dead_gpu_holding_the_only_copy_of_rows_it_was_updating_says_they_are_lost(gpu_device, monkeypatch):
     out = hetflow.array(np.zeros(N))
     hetflow.forall(N, bump, out, device=gpu_device.id)
-    fail_gpu(monkeypatch, 1, where="sync", every=True)     # it never completes anything again
-    # the 4 chunks of 64 rows in flight at the failing sync (the GPU's inflight) are lost
+    fail_gpu(monkeypatch, 1, where=WAITS, every=True)      # it never completes anything again
+    # the 4 chunks of 64 rows in flight at its first wait (the GPU's inflight) are lost
     with pytest.raises(hetflow.errors.DeviceError, match=r"rows \[\(51, 307\)\] were current only on gpu0, which failed"):
         both(gpu_device, bump, out)
 
@@ -140,7 +154,7 @@ def test_a_dead_gpu_holding_the_only_copy_of_rows_it_was_updating_says_they_are_
 def test_a_dead_gpu_loses_nothing_that_is_current_elsewhere(gpu_device, monkeypatch):
     start = np.arange(N, dtype=np.float64)
     out = hetflow.array(start)
-    fail_gpu(monkeypatch, 1, where="sync", every=True)
+    fail_gpu(monkeypatch, 1, where=WAITS, every=True)
     report = both(gpu_device, bump, out)
     assert report.failures and gpu_rows(report) == 0
     np.testing.assert_array_equal(out.numpy(), start + 1)
@@ -191,9 +205,9 @@ def program(u, v, steps, device):
     return u
 
 
-# The GPU's 13th chunk and 8th sync are in the second in-place update, with a chunk of
+# The GPU's 13th chunk and 4th retire are in the second in-place update, with a chunk of
 # it already run; its 21st chunk is in the third.
-@pytest.mark.parametrize("where,at,every", [("run_chunk", 13, False), ("sync", 8, False),
+@pytest.mark.parametrize("where,at,every", [("run_chunk", 13, False), ("retire", 4, False),
                                             ("run_chunk", 13, True), ("run_chunk", 21, False)])
 def test_a_gpu_failing_mid_program_loses_no_data(gpu_device, monkeypatch, where, at, every):
     """Issue 16: a program of launches over coherent arrays on cpu0 + gpu0, the GPU
@@ -220,3 +234,20 @@ def test_a_merge_that_cannot_be_redone_from_the_host_is_named_not_applied_twice(
                                                     r"\[\(51, 512\)\] of <hetflow Buffer .* updated in place"):
         both(gpu_device, bump_both, out, project(interior(u, 1), 1, 0))
     np.testing.assert_array_equal(out.numpy(), start + 2)      # each row's update landed once
+
+
+def test_a_recovered_fault_keeps_the_launch_s_arrays_alive_no_longer_than_the_call(gpu_device, monkeypatch):
+    # The failed worker's exception holds its frames, which hold the loop: a cycle that
+    # kept the arrays (and their registered memory) until the collector's next pass.
+    fail_gpu(monkeypatch, 2)
+    out = np.arange(N, dtype=np.float64)
+    alive = weakref.ref(out)
+    gc.disable()
+    try:
+        report = both(gpu_device, bump, out)
+        assert report.failures
+        np.testing.assert_array_equal(out, np.arange(N) + 1.0)
+        del out, report
+        assert alive() is None
+    finally:
+        gc.enable()

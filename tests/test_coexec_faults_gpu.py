@@ -30,7 +30,7 @@ def test_conditional_writes_keep_old_values(gpu_device, coherent):
 
 
 @pytest.mark.parametrize("kind", ["numpy", "array", "resident"])
-@pytest.mark.parametrize("where,at", [("run_chunk", 4), ("sync", 2)])
+@pytest.mark.parametrize("where,at", [("run_chunk", 4), ("retire", 2), ("sync", 1)])
 def test_read_modify_write_applies_once_when_the_gpu_fails(gpu_device, monkeypatch, kind, where, at):
     start = np.arange(N, dtype=np.float64)
     out = start.copy() if kind == "numpy" else hetflow.array(start)

@@ -121,6 +121,7 @@ def test_numpy_arrays_are_registered_and_copied_directly_on_a_real_gpu(gpu_devic
     devices = gpu_device.id if devices == "gpu0" else [gpu_device.id if d == "gpu0" else d for d in devices]
     kw = {} if schedule is None else {"schedule": schedule}
     p = host_pins()
+    gc.collect()                                # arrays of earlier tests that are garbage go first
     before = p.registered
     rng = np.random.default_rng(3)
     x = rng.random(4_000_000)

@@ -48,15 +48,17 @@ class Device:
     (together they make "this worker fails before that one runs anything" certain)."""
 
     def __init__(self, name, kind, counts, chunk_size, inflight=1, delay=0.0,
-                 fail_at=None, fail_at_sync=False, wait_for=None, failed=None):
+                 fail_at=None, fail_at_sync=False, wait_for=None, failed=None, rolling=False):
         self.kind, self.counts, self.delay = kind, counts, delay
         self.fail_at, self.fail_at_sync = fail_at, fail_at_sync
         self.wait_for, self.failed = wait_for, failed
         self.launches = 0
         self.pending = []
+        self.most_in_flight = 0
+        gpu = kind == "gpu"
         self.worker = Worker(name, kind, self.run_chunk, chunk_size, f"{kind}-{name}",
-                             inflight=inflight if kind == "gpu" else 1,
-                             sync=self.sync if kind == "gpu" else None)
+                             inflight=inflight if gpu else 1, sync=self.sync if gpu else None,
+                             retire=self.retire if gpu and rolling else None)
 
     def run_chunk(self, lo, hi):
         self.launches += 1
@@ -72,15 +74,24 @@ class Device:
             count(lo, hi, self.counts)
         else:
             self.pending.append((lo, hi))
+            self.most_in_flight = max(self.most_in_flight, len(self.pending))
 
     def sync(self):
+        self._wait()
+        for lo, hi in self.pending:
+            count(lo, hi, self.counts)
+        self.pending.clear()
+
+    def retire(self):
+        """Run the oldest launched range alone (``Worker.retire``)."""
+        self._wait()
+        count(*self.pending.pop(0), self.counts)
+
+    def _wait(self):
         if self.fail_at_sync:
             self.pending.clear()
             self._signal()
             raise ChunkFailed(f"{self.worker.name} failed at sync")
-        for lo, hi in self.pending:
-            count(lo, hi, self.counts)
-        self.pending.clear()
 
     def _signal(self):
         if self.failed is not None:
@@ -102,7 +113,7 @@ def assert_events_partition(report, n):
 
 device_spec = st.tuples(st.sampled_from(["cpu", "gpu"]), st.integers(1, 40),
                         st.integers(1, 3), st.sampled_from([0.0, 0.0, 0.0, 2e-5, 2e-4]),
-                        st.sampled_from([None] * 4 + [1, 2, 5]), st.booleans())
+                        st.sampled_from([None] * 4 + [1, 2, 5]), st.booleans(), st.booleans())
 
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -112,8 +123,8 @@ device_spec = st.tuples(st.sampled_from(["cpu", "gpu"]), st.integers(1, 40),
 def test_every_index_runs_exactly_once(n, specs, data, schedule, threshold):
     counts = np.zeros(n, dtype=np.int64)
     devices = [Device(f"w{i}", kind, counts, chunk, inflight, delay, fail_at,
-                      fail_at_sync=kind == "gpu" and fail_at is not None and at_sync)
-               for i, (kind, chunk, inflight, delay, fail_at, at_sync) in enumerate(specs)]
+                      fail_at_sync=kind == "gpu" and fail_at is not None and at_sync, rolling=rolling)
+               for i, (kind, chunk, inflight, delay, fail_at, at_sync, rolling) in enumerate(specs)]
     weights = data.draw(st.lists(st.integers(0, 3), min_size=len(specs), max_size=len(specs)))
     shares = weights if sum(weights) else None
     try:
@@ -325,6 +336,32 @@ def test_gpu_failing_at_sync_gives_back_its_chunks_in_flight():
     assert_events_partition(report, n)
 
 
+def test_a_gpu_that_retires_chunks_keeps_its_inflight_in_flight_and_completes_them_in_order():
+    n = 400
+    counts = np.zeros(n, dtype=np.int64)
+    gpu = Device("gpu", "gpu", counts, 20, inflight=3, rolling=True)
+    report = run_loop(n, [gpu.worker], shares=[1])
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    assert gpu.most_in_flight == 3                 # never more, and the pipeline was kept full
+    ends = [(e.t_end, e.lo) for e in report.events]
+    assert [lo for _, lo in sorted(ends)] == list(range(0, n, 20))   # one at a time, oldest first
+    assert len({t for t, _ in ends}) > n // 20 - 3  # only the last ones complete together (sync)
+    assert_events_partition(report, n)
+
+
+def test_a_gpu_failing_as_it_retires_a_chunk_gives_back_what_it_had_in_flight():
+    n = 300
+    counts = np.zeros(n, dtype=np.int64)
+    gpu_failed = threading.Event()
+    gpu = Device("gpu", "gpu", counts, 20, inflight=3, fail_at_sync=True, failed=gpu_failed, rolling=True)
+    cpu = Device("cpu", "cpu", counts, 5, wait_for=gpu_failed)
+    report = run_loop(n, [gpu.worker, cpu.worker], shares=[1, 0])
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    (failure,) = report.failures
+    assert len(failure.requeued) == 3 and report.by_name["gpu"].chunks == 0
+    assert_events_partition(report, n)
+
+
 def test_a_failed_gpu_whose_launched_chunks_still_complete_has_only_the_rest_re_run():
     n = 300
     counts = np.zeros(n, dtype=np.int64)
@@ -451,6 +488,7 @@ def _ok_worker(name="w"):
     (dict(chunk_size=2.5), "chunk_size must be a positive integer, got 2.5"),
     (dict(inflight=0), "inflight must be a positive integer, got 0"),
     (dict(inflight=2), "inflight=2 needs a sync callable"),
+    (dict(retire=lambda: None), "retire needs a sync callable"),
 ])
 def test_worker_rejects_bad_fields(kwargs, message):
     fields = dict(name="w", kind="cpu", run_chunk=lambda lo, hi: None, chunk_size=4,

@@ -132,18 +132,27 @@ def _cpu_workers(launch: Launch, rows: int, count: int, held=(), beside_gpu=Fals
     return [Worker(f"{launch.device.id}/core{k}", "cpu", run, size, launch.device.id) for k in range(count)]
 
 
+GPU_WAVES = (16, 64)  # the fewest and most waves of a GPU's chunk (_gpu_worker)
+GPU_CHUNKS = 16      # chunks of a whole launch, where those bounds allow
+
+
 def _gpu_worker(launch: Launch, held=()) -> tuple[Worker, GpuChunks]:
     chunks = GpuChunks(launch, held)
     dev = launch.device
     per_row = max(1, math.prod(launch.inner))
     # The simulator runs a launch as OS threads: few, large chunks keep tests quick. On a
-    # GPU, 16 waves: with host memory registered (hostpins) a chunk's copies take 0.2 ms
-    # at 4 waves, less than the host's work per chunk, and on the H100 host a 2^27-index
-    # loop over host arrays ran 10-25% faster with 16 than with 4 (docs/performance.md).
-    threads = 64 if dev.simulated else gpu_chunk_size(dev.compute_units, dev.simd_width, 32, waves=16)
+    # GPU, a sixteenth of the launch, from 16 to 64 waves: each chunk costs its worker
+    # about 0.15 ms of Python (copies, launch, bookkeeping), for which it needs the GIL
+    # that the cores' workers take too, while with host memory registered (hostpins) the
+    # copies of 16 waves take only 0.4 ms (docs/performance.md).
+    if dev.simulated:
+        threads = 64
+    else:
+        wave = gpu_chunk_size(dev.compute_units, dev.simd_width, 32)
+        threads = min(GPU_WAVES[1] * wave, max(GPU_WAVES[0] * wave, launch.extent[0] * per_row // GPU_CHUNKS))
     size = max(1, threads // per_row)
-    worker = Worker(dev.id, "gpu", chunks.run_chunk, size, dev.id, inflight=4, sync=chunks.sync,
-                    setup=chunks.setup, salvage=chunks.salvage)
+    worker = Worker(dev.id, "gpu", chunks.run_chunk, size, dev.id, inflight=chunks.INFLIGHT, sync=chunks.sync,
+                    setup=chunks.setup, salvage=chunks.salvage, retire=chunks.retire)
     return worker, chunks
 
 
@@ -292,7 +301,7 @@ def _land(gpu_parts, report, cpu_launch, held, device_of) -> None:
                 raise
             left = _minus(coalesce(ranges), coalesce(chunks.merged_home))
             log.warning("could not read results back from %s (%s); %d of its ranges are to re-run on the CPU",
-                        worker.device_id, exc, len(left))
+                        worker.device_id, str(exc), len(left))
             redo += left
     lost = _not_redoable(held, redo, cpu_launch.device) if redo else None
     if redo and not lost:  # before the marks: the CPU takes rows still current on the host from there

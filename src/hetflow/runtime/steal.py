@@ -117,7 +117,10 @@ class Worker:
     ``run_chunk(lo, hi)`` executes indices ``[lo, hi)``; a CPU worker's should release
     the GIL (a Numba ``nogil`` function). A GPU worker's may return before the work is
     done: give it ``sync`` (waits for everything launched) and ``inflight`` > 1, and up
-    to ``inflight`` chunks are launched before ``sync`` is called. ``setup(stopped)``,
+    to ``inflight`` chunks are launched before ``sync`` is called; with ``retire`` too
+    (waits for the oldest chunk in flight alone) the worker keeps ``inflight`` chunks in
+    flight, completing them one at a time, so that the device never runs dry between
+    them (``sync`` then completes the last ones). ``setup(stopped)``,
     if given, runs in the worker's thread before it takes any work (a GPU copying its
     data in); it should return early once ``stopped()`` says the loop is over, and if it
     raises, the worker fails and the others run its chunks. Meanwhile the other workers
@@ -135,6 +138,7 @@ class Worker:
     sync: Callable[[], object] | None = None
     setup: Callable[[Callable[[], bool]], object] | None = None
     salvage: Callable[[], int] | None = None
+    retire: Callable[[], object] | None = None
 
     def __post_init__(self):
         if self.kind not in ("cpu", "gpu"):
@@ -148,9 +152,10 @@ class Worker:
         if not isinstance(self.inflight, (int, np.integer)) or self.inflight < 1:
             raise ArgumentError(f"worker {self.name!r}: inflight must be a positive "
                                 f"integer, got {self.inflight!r}")
-        if self.inflight > 1 and self.sync is None:
-            raise ArgumentError(f"worker {self.name!r}: inflight={self.inflight} needs a "
-                                f"sync callable to complete the chunks in flight")
+        if (self.inflight > 1 or self.retire is not None) and self.sync is None:
+            what = f"inflight={self.inflight}" if self.inflight > 1 else "retire"
+            raise ArgumentError(f"worker {self.name!r}: {what} needs a sync callable to complete "
+                                f"the chunks in flight")
 
 
 def gpu_chunk_size(sm_count: int, warp_size: int, warps_per_sm: int, waves: int = 1) -> int:
@@ -460,17 +465,19 @@ class _Loop:
                 if not held:
                     group_start = t
                 held.append((lo, hi, victim, t))
+                full = False
                 try:
                     if w.sync is None:
                         per_index = self._run_pieces(me, log_, held, per_index)
                     else:
                         w.run_chunk(lo, hi)
-                        if len(held) >= w.inflight:
-                            w.sync()
+                        full = len(held) >= w.inflight
+                        if full:
+                            (w.retire or w.sync)()
                 except Exception as exc:
                     return self._fail(me, held, exc)
-                if w.sync is None or len(held) >= w.inflight:
-                    group_start = self._complete(me, log_, held, group_start)
+                if w.sync is None or full:
+                    group_start = self._complete(me, log_, held, group_start, 1 if w.retire else None)
             elif st == EMPTY:
                 if held:                 # nothing to launch: finish what is in flight
                     try:
@@ -527,15 +534,19 @@ class _Loop:
             lo, t = end, now
             held[0] = (lo, hi, victim, t)
 
-    def _complete(self, me, log_, held, group_start):
+    def _complete(self, me, log_, held, group_start, oldest=None):
+        """Count the ``oldest`` ranges held (all by default) as run, now: busy since
+        ``group_start`` (the first launch of the group, or a GPU's last completion while
+        it kept chunks in flight); returns now, the next group's start."""
         t_end = time.perf_counter()
+        done = held[:oldest]
         log_.busy += t_end - group_start
-        count = sum(hi - lo for lo, hi, *_ in held)
+        count = sum(hi - lo for lo, hi, *_ in done)
         if count and self.workers[me].sync is not None:  # a CPU's: per piece (_run_pieces)
             self.per_index[me] = (t_end - group_start) / count
-        self._log(me, log_, held, t_end)
-        _release(self.ctl, len(held))
-        held.clear()
+        self._log(me, log_, done, t_end)
+        _release(self.ctl, len(done))
+        del held[:len(done)]
         return t_end
 
     def _log(self, me, log_, ranges, t_end):
@@ -571,8 +582,9 @@ class _Loop:
         self.logs[me].failed = True
         with self.lock:
             self.failures.append((time.perf_counter() - self.t0, me, exc, ranges))
-        log.warning("worker %s on %s failed: %r; %d range(s) re-queued for the others",
-                    w.name, w.device_id, exc, len(ranges))
+        # (the exception as text: a record kept by a handler would keep its frames alive)
+        log.warning("worker %s on %s failed: %s; %d range(s) re-queued for the others",
+                    w.name, w.device_id, repr(exc), len(ranges))
         if self.faults == "raise":
             self.deques.write_empty_token()
         _release(self.ctl, len(held))
@@ -582,8 +594,8 @@ class _Loop:
         self.t0 = time.perf_counter()
         done = []
         try:
-            for i, w in enumerate(self.workers):
-                done.append(_THREADS.start(lambda i=i: self.work(i), f"hetflow-{w.name}"))
+            for i in self.order:  # GPUs first: their first chunk has the longest way to go
+                done.append(_THREADS.start(lambda i=int(i): self.work(i), f"hetflow-{self.workers[i].name}"))
             for d in done:
                 # Short sleeps: SIGINT may land on any thread (often one of the simulated
                 # GPU's), and its handler runs here only when this thread runs again.
@@ -655,6 +667,10 @@ def run_loop(n: int, workers, *, schedule: str = "steal", shares=None,
     result = loop.report(int(n), schedule, wall)
     if loop.failures:
         t, me, exc, _ = min(loop.failures, key=lambda f: f[0])
+        # The workers' exceptions hold their frames, and those the loop: dropped here,
+        # the loop (and through its workers the launch's arrays) goes at once, not at
+        # the garbage collector's next pass.
+        loop.failures.clear()
         failed = [f"{w.name} ({w.device_id})" for w, lg in zip(workers, loop.logs) if lg.failed]
         err = None
         if faults == "raise":

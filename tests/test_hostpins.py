@@ -124,7 +124,7 @@ def test_numpy_arrays_are_registered_and_copied_directly_on_a_real_gpu(gpu_devic
     gc.collect()                                # arrays of earlier tests that are garbage go first
     before = p.registered
     rng = np.random.default_rng(3)
-    x = rng.random(4_000_000)
+    x = rng.random(1 << 24)                     # 128 MiB: a whole launch runs 8 pieces, 4 in flight
     out = np.zeros_like(x)
     acc = rng.random(x.size)
     want_acc = acc.copy()

@@ -17,9 +17,13 @@ import time
 import pytest
 
 CHILD = textwrap.dedent("""
-    import sys, threading, time
+    import signal, sys, threading, time
     import numpy as np
     import hetflow
+
+    # Python leaves SIGINT ignored when it starts with it ignored (a suite run as a
+    # background job): Ctrl-C must raise KeyboardInterrupt here all the same.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     @hetflow.kernel
     def costly(i, reps, x, out):

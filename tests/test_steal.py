@@ -21,7 +21,8 @@ from hetflow.errors import ArgumentError, DeviceError
 from hetflow.runtime.deque import fetch_add
 from hetflow.platform.repository import default_root
 from hetflow.runtime.perfmodel import FILE_NAME, PerfModel
-from hetflow.runtime.steal import Worker, cpu_chunk_size, gpu_chunk_size, run_loop, split_range
+from hetflow.runtime.deque import DequeSet
+from hetflow.runtime.steal import Worker, _worth_stealing, cpu_chunk_size, gpu_chunk_size, run_loop, split_range
 
 
 @njit(nogil=True)
@@ -360,6 +361,24 @@ def test_a_gpu_failing_as_it_retires_a_chunk_gives_back_what_it_had_in_flight():
     (failure,) = report.failures
     assert len(failure.requeued) == 3 and report.by_name["gpu"].chunks == 0
     assert_events_partition(report, n)
+
+
+@pytest.mark.parametrize("latency,worth", [(0.0, True), (0.030, True), (0.060, False)])
+def test_a_gpu_steals_a_core_s_chunk_only_where_its_latency_still_lets_it_finish_first(latency, worth):
+    # The core (worker 1) has two chunks of 1000 indices queued, at 20 us an index: it
+    # reaches the far one after its range in hand and the near one, in 60 ms (counting
+    # the range in hand as one chunk). The GPU (worker 0) runs an index in 1 ns, but each
+    # chunk it takes costs it ``latency`` beyond that (a GPU loaded by another process).
+    d = DequeSet(2, 4)
+    d.push(1, 0, 1000)
+    d.push(1, 1000, 2000)
+    per_index, chunk_sizes = np.array([1e-9, 20e-6]), np.array([100_000, 1000], dtype=np.int64)
+    got = _worth_stealing(d.state, np.zeros(2, dtype=np.int64), per_index, np.array([latency, 0.0]),
+                          chunk_sizes, 0, 1, 100_000)
+    assert got is worth
+    # a core thief has no latency: the GPU's own test stands as before
+    assert _worth_stealing(d.state, np.zeros(2, dtype=np.int64), per_index[::-1].copy(), np.zeros(2),
+                           chunk_sizes[::-1].copy(), 0, 1, 1000) is False
 
 
 def test_a_failed_gpu_whose_launched_chunks_still_complete_has_only_the_rest_re_run():

@@ -22,13 +22,14 @@ from ..cuda_compat import cuda_module, cupy_module
 from ..errors import HostCopyWarning, warn_user
 from . import gpu
 from .gpu import FastEntry, device_pointer, entry_head, launch_rows, stream_pointer
-from .hostpins import SMALLEST, host_pins
+from .hostpins import host_pins
 from .launch import SCALARS, Launch, coherent, is_device_array, warn_scattered
 
 log = logging.getLogger(__name__)
 
 _TO_DEVICE, _TO_HOST = 1, 2  # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost
-RUN_PIECES = 8  # a launch run whole on one GPU over streamed host arrays: pieces of its rows
+RUN_PIECES = 8  # a launch run whole on one GPU over streamed host arrays: pieces of its rows,
+PIECE_RUN_BYTES = 16 << 20  # at most, and each of at least this much of its largest array
 
 # A NumPy argument this large that launches of one kernel copied to a GPU this many times
 # earns a hint, once per process: hetflow.array would keep it there between launches.
@@ -63,9 +64,10 @@ def run(launch: Launch) -> None:
     chunks = GpuChunks(launch, pinned=False)  # staged copies to pageable memory are synchronous
     chunks.setup()
     # Rows that move per chunk go in pieces over the two streams: while one piece's
-    # results copy home, the next one's rows copy in (on registered memory).
-    streamed = [host for host, *_ in chunks.streamed_in + chunks.streamed_out]
-    pieces = min(RUN_PIECES, rows) if any(h.nbytes >= SMALLEST for h in streamed) else 1
+    # results copy home, the next one's rows copy in (on registered memory). A piece
+    # costs about 0.1 ms of host time: pieces of less than PIECE_RUN_BYTES gain less.
+    streamed = [host.nbytes for host, *_ in chunks.streamed_in + chunks.streamed_out]
+    pieces = max(1, min(RUN_PIECES, rows, max(streamed, default=0) // PIECE_RUN_BYTES))
     for k in range(pieces):
         if len(chunks.pending) == chunks.INFLIGHT:
             chunks.retire()

@@ -7,8 +7,8 @@ shares (:mod:`hetflow.runtime.perfmodel`). One Python thread per worker then pop
 its own deque and, when that is empty (or at most ``steal_threshold`` long), steals the
 top entry of the other deques, visited in a fixed order: GPU queues first, then CPU
 queues, skipping a queue whose owner would reach that entry before the thief finished it
-(by each worker's measured time per index): a core that took a GPU's last chunks would
-keep the loop running long after the GPU ran dry. Stealing is bidirectional. The chunk
+(by each worker's measured time per index, and a GPU's latency per chunk): a core that
+took a GPU's last chunks would keep the loop running long after the GPU ran dry. Stealing is bidirectional. The chunk
 functions release the GIL (CPU: Numba ``nogil`` functions; GPU: asynchronous launches),
 so the workers really run at once.
 
@@ -175,20 +175,23 @@ def cpu_chunk_size(n: int, cpu_workers: int, per_worker: int = 64, minimum: int 
 
 # -- the lock-free parts, run without the GIL ----------------------------------------------
 @njit(nogil=True, cache=True)
-def _worth_stealing(state, dead, per_index, chunk_sizes, me, v, want):
+def _worth_stealing(state, dead, per_index, latency, chunk_sizes, me, v, want):
     """Would ``me`` finish a chunk taken from the far end of ``v``'s deque before ``v``
     reached it? ``v`` reaches it after its range in hand and every chunk below it; a
-    core that took a GPU's last chunks would run long after the GPU ran dry. Yes where
-    either speed is not measured yet, and always from a failed worker."""
+    core that took a GPU's last chunks would run long after the GPU ran dry. ``me``
+    finishes it after its latency too (a GPU's last chunk took that long from launch to
+    done, beyond its size: a GPU loaded by another process queues each launch behind
+    that work, and a core's last few rows, handed to it, ended the loop tens of ms
+    late). Yes where either speed is not measured yet, and always from a failed worker."""
     mine, theirs = per_index[me], per_index[v]
     if mine <= 0.0 or theirs <= 0.0 or atomic_load(dead, v) != 0:
         return True
-    return min(want, chunk_sizes[v]) * mine < (size(state, v) + 1) * chunk_sizes[v] * theirs
+    return latency[me] + min(want, chunk_sizes[v]) * mine < (size(state, v) + 1) * chunk_sizes[v] * theirs
 
 
 @njit(nogil=True, cache=True)
 def _acquire(state, buf, capacity, ctl, dead, steals, order, me, steal_live, want, low_water,
-             per_index, chunk_sizes):
+             per_index, latency, chunk_sizes):
     """Take a range for worker ``me``: ``(status, lo, hi, victim)``, status OK/EMPTY/STOP.
 
     Pops its own deque when it holds more than ``low_water`` chunks, else steals from
@@ -211,7 +214,7 @@ def _acquire(state, buf, capacity, ctl, dead, steals, order, me, steal_live, wan
         v = order[k]
         if v == me or (not steal_live and atomic_load(dead, v) == 0):
             continue
-        if not _worth_stealing(state, dead, per_index, chunk_sizes, me, v, want):
+        if not _worth_stealing(state, dead, per_index, latency, chunk_sizes, me, v, want):
             continue
         row = 2 * (me * nw + v)
         st = ABORT
@@ -415,6 +418,9 @@ class _Loop:
         # Seconds per index each worker took over its last completed ranges (0: none yet),
         # written by that worker alone; thieves read them (_worth_stealing).
         self.per_index = np.zeros(nw)
+        # Seconds a GPU's last completed chunk took beyond its indices' time (launch to
+        # done: what a chunk it steals costs however small; 0 for a core), the same way.
+        self.latency = np.zeros(nw)
         # Whether each worker found nothing to take, last it looked (written by that
         # worker alone): a core holding a long range then gives the rest of it up.
         self.idle = [False] * nw
@@ -454,7 +460,7 @@ class _Loop:
             st, lo, hi, victim = _acquire(d.state, d.buf, d.capacity, self.ctl, self.dead,
                                           self.steals, self.order, me, self.steal_live,
                                           w.chunk_size, self.low_water, self.per_index,
-                                          self.chunk_sizes)
+                                          self.latency, self.chunk_sizes)
             if st == OK:
                 backoff = _MIN_BACKOFF
                 self.idle[me] = False
@@ -543,7 +549,9 @@ class _Loop:
         log_.busy += t_end - group_start
         count = sum(hi - lo for lo, hi, *_ in done)
         if count and self.workers[me].sync is not None:  # a CPU's: per piece (_run_pieces)
-            self.per_index[me] = (t_end - group_start) / count
+            per_index = self.per_index[me] = (t_end - group_start) / count
+            lo, hi, _, launched = done[0]
+            self.latency[me] = max(0.0, t_end - launched - (hi - lo) * per_index)
         self._log(me, log_, done, t_end)
         _release(self.ctl, len(done))
         del held[:len(done)]

@@ -15,6 +15,7 @@ import pytest
 
 import hetflow
 from hetflow import cshift, interior, project
+from hetflow.cuda_compat import cuda_module
 from hetflow.runtime import coexec
 
 pytestmark = pytest.mark.simgpu
@@ -251,3 +252,17 @@ def test_a_recovered_fault_keeps_the_launch_s_arrays_alive_no_longer_than_the_ca
         assert alive() is None
     finally:
         gc.enable()
+
+
+def test_a_gpu_that_cannot_allocate_its_copies_raises_device_error_or_leaves_its_rows(gpu_device, monkeypatch):
+    def full(*args, **kwargs):
+        raise MemoryError("out of device memory (injected)")
+
+    monkeypatch.setattr(cuda_module(), "device_array", full)
+    x, out = np.arange(N, dtype=np.float64), np.zeros(N)
+    with pytest.raises(hetflow.errors.DeviceError, match=r"gpu0: cannot allocate 4096 bytes .* kernel 'scale_add'"):
+        hetflow.forall(N, scale_add, 2.0, x, out, device=gpu_device.id)       # alone: the launch fails
+    np.testing.assert_array_equal(out, np.zeros(N))
+    report = both(gpu_device, scale_add, 2.0, x, out)                          # beside the cores: they take its rows
+    assert report.failures and "cannot allocate" in report.failures[0].error and gpu_rows(report) == 0
+    np.testing.assert_array_equal(out, x)

@@ -19,7 +19,7 @@ from ..index import views as _views
 from ..index.managed import device_view
 from ..index.operators import section
 from ..cuda_compat import cuda_module, cupy_module
-from ..errors import HostCopyWarning, warn_user
+from ..errors import DeviceError, HostCopyWarning, warn_user
 from . import gpu
 from .gpu import FastEntry, device_pointer, entry_head, launch_rows, stream_pointer
 from .hostpins import host_pins
@@ -260,10 +260,16 @@ class GpuChunks:
         CuPy arrays) instead of the driver allocating a GiB again, which took 0.3-3.7 ms
         of each launch on an H100 host; else (or for records) numba-cuda's own."""
         cupy = None if self.device.simulated else cupy_module()
-        if cupy is None or np.dtype(dtype).kind not in "biufc":  # CuPy has no records
-            return self.cuda.device_array(shape, dtype, stream=self.stream)
-        with cupy.cuda.Device(self.device.ordinal):
-            owner = cupy.empty(shape, dtype)
+        try:
+            if cupy is None or np.dtype(dtype).kind not in "biufc":  # CuPy has no records
+                return self.cuda.device_array(shape, dtype, stream=self.stream)
+            with cupy.cuda.Device(self.device.ordinal):
+                owner = cupy.empty(shape, dtype)
+        except Exception as exc:  # the allocator's own (CuPy's OutOfMemoryError, a driver error)
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            raise DeviceError(f"{self.device.id}: cannot allocate {nbytes} bytes for the copy of a "
+                              f"{dtype} array of shape {tuple(shape)} that kernel "
+                              f"{self.launch.kernel.name!r} needs there: {exc}") from exc
         # numba-cuda's view for its copies, keeping the CuPy array alive; nothing was
         # enqueued on the array yet, so no stream to wait for
         return self.cuda.as_cuda_array(owner, sync=False)

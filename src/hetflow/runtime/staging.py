@@ -28,8 +28,10 @@ from .launch import SCALARS, Launch, coherent, is_device_array, warn_scattered
 log = logging.getLogger(__name__)
 
 _TO_DEVICE, _TO_HOST = 1, 2  # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost
-RUN_PIECES = 8  # a launch run whole on one GPU over streamed host arrays: pieces of its rows,
-PIECE_RUN_BYTES = 16 << 20  # at most, and each of at least this much of its largest array
+# A launch run whole on one GPU over streamed host arrays runs in pieces of its rows: at
+# most RUN_PIECES, each of at least PIECE_RUN_BYTES of its largest such array.
+RUN_PIECES = 8
+PIECE_RUN_BYTES = 16 << 20
 
 # A NumPy argument this large that launches of one kernel copied to a GPU this many times
 # earns a hint, once per process: hetflow.array would keep it there between launches.
@@ -382,11 +384,11 @@ class GpuChunks:
         del self.pending[0]
 
     def salvage(self) -> int:
-        """After a failure: how many of the chunks launched since the last sync landed
-        all the same (the stream still completes them). When it does not, the rows those
-        chunks read and wrote of a coherent array may hold half-applied updates here:
-        they stop counting as current on this GPU, and if they are current nowhere else
-        they are lost (DeviceError)."""
+        """After a failure: how many of the chunks in flight landed all the same (the
+        stream still completes them). When it does not, the rows those chunks read and
+        wrote of a coherent array may hold half-applied updates here: they stop counting
+        as current on this GPU, and if they are current nowhere else they are lost
+        (DeviceError)."""
         ran = len(self.pending)
         try:
             self.sync()

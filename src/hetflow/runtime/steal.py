@@ -8,9 +8,10 @@ its own deque and, when that is empty (or at most ``steal_threshold`` long), ste
 top entry of the other deques, visited in a fixed order: GPU queues first, then CPU
 queues, skipping a queue whose owner would reach that entry before the thief finished it
 (by each worker's measured time per index, and a GPU's latency per chunk): a core that
-took a GPU's last chunks would keep the loop running long after the GPU ran dry. Stealing is bidirectional. The chunk
-functions release the GIL (CPU: Numba ``nogil`` functions; GPU: asynchronous launches),
-so the workers really run at once.
+took a GPU's last chunks would keep the loop running long after the GPU ran dry.
+Stealing is bidirectional. The chunk functions release the GIL (CPU: Numba ``nogil``
+functions; GPU: asynchronous launches), so the workers really run at once. A GPU worker
+keeps several chunks in flight and completes them one at a time (``Worker.retire``).
 
 Two refinements keep mixed chunk sizes efficient without giving up exactly-once:
 a worker that obtains a range larger than twice its own chunk size (a CPU that stole a

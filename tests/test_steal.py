@@ -719,6 +719,16 @@ def test_a_worker_whose_setup_fails_leaves_its_chunks_to_the_others():
     assert report.by_name["g"].failed and "no memory for the copy" in report.failures[0].error
 
 
+def test_perfmodel_that_cannot_save_warns_and_keeps_its_history(tmp_path, caplog):
+    blocked = tmp_path / "file"
+    blocked.write_text("")                         # the cache directory's place holds a file
+    model = PerfModel(blocked / FILE_NAME)
+    with caplog.at_level(logging.WARNING, logger="hetflow.runtime.perfmodel"):
+        model.record("k", "a", 1.0)                # a launch's measurement: no exception
+    assert "could not save the performance history" in caplog.text
+    assert model.throughput("k", "a") == 1.0
+
+
 def test_perfmodel_saves_at_most_every_interval_and_the_rest_at_exit(tmp_path, monkeypatch):
     import atexit
 

@@ -9,7 +9,8 @@ The history is one JSON file, ``perfmodel.json`` in the code repository director
 (``$HETFLOW_CACHE_DIR``, else ``~/.cache/hetflow``). It is written atomically (a temporary
 file then ``os.replace``), and merged with what other processes wrote meanwhile; a
 loop run hundreds of times a second saves at most every ``SAVE_INTERVAL`` seconds, and
-what is left is saved when the process exits.
+what is left is saved when the process exits. A cache that cannot be written is warned
+of once; the history then lives in memory.
 Keys are opaque strings; device keys should name the kind of unit, not its slot (e.g.
 one key for every core of a CPU model, one per GPU model), so that history carries over
 between machines of the same build.
@@ -52,6 +53,7 @@ class PerfModel:
         self._dirty: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._saved_at = -float("inf")
+        self._save_failed = False  # warned once that the cache is unwritable
         self._exit_hook = False
 
     # reading -------------------------------------------------------------------------
@@ -164,14 +166,25 @@ class PerfModel:
 
     def _save_throttled(self) -> None:
         if time.monotonic() - self._saved_at >= SAVE_INTERVAL:
-            self.save()
+            self._save_logged()
         elif not self._exit_hook:
             self._exit_hook = True
             atexit.register(self._save_if_dirty)
 
     def _save_if_dirty(self) -> None:
         if self._dirty:
+            self._save_logged()
+
+    def _save_logged(self) -> None:
+        """:meth:`save`, an unwritable cache warned of (the history stays in memory, to
+        be saved with the next measurements): a launch must not fail for it."""
+        try:
             self.save()
+        except OSError as exc:
+            self._saved_at = time.monotonic()  # not again at every launch
+            log.log(logging.DEBUG if self._save_failed else logging.WARNING,
+                    "could not save the performance history %s: %s", self.path, exc)
+            self._save_failed = True
 
     # writing ---------------------------------------------------------------------------
     def save(self) -> None:
@@ -186,8 +199,10 @@ class PerfModel:
                                        dir=self.path.parent)
             try:
                 with os.fdopen(fd, "w") as fh:
-                    json.dump({"version": _VERSION, "entries": merged}, fh, indent=1,
-                              sort_keys=True)
+                    # compact: json's C encoder takes no indent, and a save of a few
+                    # hundred entries runs in a launch's thread (2 ms with indent=1)
+                    fh.write(json.dumps({"version": _VERSION, "entries": merged}, separators=(",", ":"),
+                                        sort_keys=True))
                 os.replace(tmp, self.path)
             except BaseException:
                 os.unlink(tmp)

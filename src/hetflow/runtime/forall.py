@@ -48,23 +48,14 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
         return find_devices(device)
     if isinstance(device, Device):
         return (device,)
-    if type(device) in (list, tuple) and all(type(d) is str for d in device):
-        found = _resolved.get(tuple(device))  # ids name the same devices all along: looked up once
-        if found:
-            return found
-    try:
+    try:  # (get_device keeps the ids it found: a list of ids is a few dict look-ups)
         found = tuple(get_device(d) if isinstance(d, str) else d for d in device)
     except TypeError:
         raise ArgumentTypeError(f"device must be an id, 'all', 'gpu', a Device, a list of ids or "
                                 f"Devices, a LogicalDevice or a Context; got {type(device).__name__}") from None
     if not found:
         raise ArgumentError(f"device {device!r} names no device; give at least one")
-    if all(type(d) is str for d in device):
-        _resolved[tuple(device)] = found
     return found
-
-
-_resolved: dict = {}  # a list of device ids -> its devices
 
 
 def forall(extent, kernel, *args, device=None, schedule=None, shares=None, snapshot=False):

@@ -29,7 +29,9 @@ combined time 1 / (1/T_cpu + 1/T_gpu) and with the best single device, T_cpu and
 taken in the same rounds as T_co (the single devices race beside the co-executed calls). Then the GPU is
 loaded partway: a second process starts repeated large matmuls and host-to-device
 copies on the GPU shortly after the loop starts, and steal and static (both from the
-unloaded speed shares) are timed again.
+unloaded speed shares) are timed again, beside gpu0 alone under the same load: its
+delay over its unloaded time is the GPU's own stall, and the co-executed calls' delay
+beyond that is what co-executing costs under load.
 
 Contenders alternate round by round; each one's best round counts (the loaded case:
 the median, since the load's timing varies). Ratios are baseline time / hetflow time:
@@ -310,7 +312,7 @@ def gpu_section(args, gpu):
               "single-device calls: " + ", ".join(f"{k} {fmt_s(v)}" for k, v in singles.items()),
               f"co-exec steal: GPU ran {gpu_share:.0%} of the indices (speed shares give "
               f"{speed_shares[1] / sum(speed_shares):.0%}); steals {_steals(last['steal'])}"]
-    loaded_rows, loaded_notes = loaded_case(chain, devs, speed_shares, t_static, args, gpu)
+    loaded_rows, loaded_notes = loaded_case(chain, devs, speed_shares, t_static, args, gpu, t_gpu)
     return rows + loaded_rows, notes + loaded_notes
 
 
@@ -330,10 +332,13 @@ def _timed(run):
     return result, time.perf_counter() - t
 
 
-def loaded_case(chain, devs, speed_shares, t_static, args, gpu):
+def loaded_case(chain, devs, speed_shares, t_static, args, gpu, t_gpu):
     """Steal and static, both from the unloaded speed shares, with the GPU loaded from
-    ``args.hog_delay`` x (the unloaded static time) on."""
+    ``args.hog_delay`` x (the unloaded static time) on; and gpu0 alone under the same
+    load (``t_gpu``: its time unloaded), which tells how much of the co-executed calls'
+    delay the GPU's own stall explains."""
     contenders = {s: chain.call(devs, schedule=s, shares=speed_shares) for s in ("steal", "static")}
+    contenders["gpu0"] = chain.call(gpu.id)
     delay = args.hog_delay * t_static
     hog = GpuHog(gpu.ordinal, args.hog_size, args.hog_copy_mb)
     times = {s: [] for s in contenders}
@@ -341,7 +346,8 @@ def loaded_case(chain, devs, speed_shares, t_static, args, gpu):
     steps = []
     try:
         for k in range(args.rounds):
-            for label in (("steal", "static") if k % 2 == 0 else ("static", "steal")):
+            labels = list(contenders)
+            for label in (labels if k % 2 == 0 else labels[::-1]):
                 chain.out[...] = np.nan
                 # The loop's own time: ``during`` returns only once the load process has
                 # finished its current step (a matmul and a copy, up to ~60 ms).
@@ -353,13 +359,17 @@ def loaded_case(chain, devs, speed_shares, t_static, args, gpu):
     finally:
         hog.close()
     t_steal, t_stat = statistics.median(times["steal"]), statistics.median(times["static"])
-    row = _row("GPU loaded partway: steal vs static", t_stat, t_steal, (">=", 1.1), seconds=times)
+    t_alone = statistics.median(times["gpu0"])
+    rows = [_row("GPU loaded partway: steal vs static", t_stat, t_steal, (">=", 1.1), seconds=times),
+            _row("GPU loaded partway: steal vs gpu0 alone", t_alone, t_steal)]
     note = (f"GPU loaded partway: a second process runs {args.hog_size}^2 float32 matmuls and "
             f"{args.hog_copy_mb} MiB host-to-device copies from {fmt_s(delay)} after the loop "
             f"starts (load steps per run: {min(steps)}..{max(steps)}); GPU share of the indices: "
             f"steal {statistics.median(shares['steal']):.0%}, static "
-            f"{statistics.median(shares['static']):.0%}; median of {args.rounds} round(s)")
-    return [row], [note]
+            f"{statistics.median(shares['static']):.0%}; median of {args.rounds} round(s); "
+            f"gpu0 alone under the same load {fmt_s(t_alone)} ({(t_alone - t_gpu) * 1e3:+.2f} ms "
+            "against its time unloaded)")
+    return rows, [note]
 
 
 # -- entry point ---------------------------------------------------------------------------

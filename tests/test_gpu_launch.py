@@ -58,6 +58,21 @@ def test_fast_entry_launches_every_argument_type():
     assert plans and all(p.fast_entry for p in plans)  # launched without the dispatcher
 
 
+@pytest.mark.gpu
+def test_fast_entry_launches_host_and_numba_device_arrays():
+    """Host arrays staged on the GPU (as numba-cuda device arrays), and numba-cuda's device
+    arrays passed directly, launch through the fast entry too."""
+    from numba import cuda
+
+    _run(np, "gpu0")
+    x = np.random.default_rng(4).random(1001)
+    out = cuda.device_array(1001)
+    hetflow.forall(1001, mixed, 2.0, 3, True, 1j, cuda.to_device(x), cuda.to_device(x), out, device="gpu0")
+    np.testing.assert_allclose(out.copy_to_host(), _oracle(2.0, 3, True, 1j, x, x))
+    plans = [p for p in mixed.plans.values() if p.executable.description.kind == "gpu"]
+    assert len(plans) >= 2 and all(p.fast_entry for p in plans)  # launched without the dispatcher
+
+
 @pytest.mark.simgpu
 def test_simulated_gpu_launches_through_the_dispatcher(gpu_device):
     _run(np, gpu_device.id)

@@ -95,10 +95,10 @@ def entry_head(launch: Launch, lo: int, hi: int) -> tuple:
 def _array_type(a) -> types.Array:
     """Numba's type of a device array (CuPy's, Numba's, any with the CUDA array interface)."""
     flags = getattr(a, "flags", None)
-    if flags is not None:
+    if hasattr(flags, "c_contiguous"):  # CuPy's: read here, quicker than its interface dict
         layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
         return types.Array(numba.from_dtype(a.dtype), a.ndim, layout)
-    return numba.typeof(a)
+    return numba.typeof(a)  # Numba's own device arrays (whose flags are a dict), any other
 
 
 def device_pointer(a) -> int:

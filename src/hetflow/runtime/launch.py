@@ -177,6 +177,8 @@ def _arg_key(a):
         return (t, a.dtype, a.ndim)
     flags = getattr(a, "flags", None)
     if flags is not None and hasattr(a, "dtype"):  # CuPy and other device arrays
+        if type(flags) is dict:  # numba-cuda's device arrays keep theirs in a dict
+            return (t, a.dtype, a.ndim, flags["C_CONTIGUOUS"], flags["F_CONTIGUOUS"])
         if hasattr(a, "_c_contiguous") and hasattr(a, "_f_contiguous"):
             _FLAGGED.add(t)
         return (t, a.dtype, a.ndim, flags.c_contiguous, flags.f_contiguous)

@@ -115,6 +115,11 @@ def main(argv=None) -> int:
         current.channel.barrier()
         start = time.perf_counter()
         result = advance(program, u, v, args.iterations)
+        if devices:  # steps on blocks in GPU memory return once they are enqueued
+            from numba import cuda
+
+            with cuda.gpus[hetflow.get_device(devices[0]).ordinal]:
+                cuda.synchronize()
         seconds = time.perf_counter() - start
         return result.gather(0), seconds, program.partitions
 

@@ -14,7 +14,7 @@ import pytest
 from launcher import mpiexec as _mpiexec
 
 import hetflow
-from hetflow.cli.demo import STARTUP
+from hetflow.cli.demo import STARTUP, rank_devices
 
 
 def _environment(env=None):
@@ -129,6 +129,19 @@ def test_demo_under_mpiexec_splits_the_grid_over_the_ranks(tmp_path):
     assert busy == {f"rank {r}" for r in range(ranks)}
     assert _trace_line(out)[2] == sum(int(r[5]) for r in rows)     # the picture's steals: the table's
     assert (together / "all.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.simgpu
+def test_a_rank_of_the_demo_runs_on_its_own_gpu_unless_told(gpu_device):
+    """Under mpiexec a rank with a GPU keeps its rows there and runs them there alone; one
+    without runs on its cores; --devices overrides both."""
+    class Args:
+        devices = None
+
+    assert rank_devices(Args, ("cpu0", gpu_device.id)) == (gpu_device.id,)
+    assert rank_devices(Args, ("cpu0",)) == ("cpu0",)
+    Args.devices = f"cpu0, {gpu_device.id}"
+    assert rank_devices(Args, ("cpu0", gpu_device.id)) == ("cpu0", gpu_device.id)
 
 
 # -- bench ------------------------------------------------------------------------------------

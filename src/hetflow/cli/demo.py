@@ -10,8 +10,12 @@ Under ``mpiexec -n K hetflow demo`` the grid is split by rows over the ranks: th
 two steps run as a :class:`hetflow.cluster.DistributedProgram` (rank 0's central
 interpreter cuts the rows over the ranks and rebalances them; each rank's local
 interpreter co-executes its part on its own devices; halos are exchanged between
-steps). Rank 0 prints one summary, with rows per rank and device, checks the gathered
-grid against NumPy, and writes one trace holding every rank's lanes and one picture.
+steps). A rank with a GPU of its own keeps its rows in that GPU's memory and runs them
+there (unless ``--devices`` says otherwise): with its rows in host memory, every step
+would copy them to the GPU and back, and its cores, some 50x slower than the GPU on
+this memory-bound step, would earn almost none of them. Rank 0 prints one summary,
+with rows per rank and device, checks the gathered grid against NumPy, and writes one
+trace holding every rank's lanes and one picture.
 """
 from __future__ import annotations
 
@@ -61,13 +65,14 @@ def initial(n):
     return u
 
 
-def grids(n, distributed: bool):
+def grids(n, distributed: bool, gpu=None):
     """The two grids the steps go between, both holding the initial state (v's border is
     u's and never changes): coherent arrays (each device keeps the rows it works on
-    between steps), or arrays split by rows over the ranks."""
+    between steps), or arrays split by rows over the ranks, each rank's block in host
+    memory or in the memory of its GPU ``gpu``."""
     if not distributed:
         return array(initial(n)), array(initial(n))
-    u = cluster.asarray(initial(n))
+    u = cluster.asarray(initial(n), device=gpu)
     return u, cluster.asarray(initial(n), like=u)
 
 
@@ -182,6 +187,16 @@ def _targets(args) -> list | None:
     return [get_device(d.strip()).id for d in args.devices.split(",")] if args.devices else None
 
 
+def rank_devices(args, own) -> tuple:
+    """The devices a rank runs on, of its ``own`` (its cores and GPUs): ``--devices`` if
+    given; else its first GPU alone where it has one (the module docstring says why),
+    else its cores."""
+    if args.devices:
+        return tuple(_targets(args))
+    gpus = [d for d in own if get_device(d).kind == "gpu"]
+    return (gpus[0],) if gpus else tuple(own)
+
+
 def run_demo(args) -> int:
     if args.iterations < 2 or args.iterations % 2:
         raise SystemExit("hetflow demo: --iterations must be even and >= 2")
@@ -216,7 +231,8 @@ def _run_ranks(args) -> int:
     fails stops the others); rank 0 reports for all."""
     current = cluster.session()
     channel, rank = current.channel, current.rank
-    here = tuple(_targets(args) or current.devices)
+    here = rank_devices(args, current.devices)
+    gpu = here[0] if len(here) == 1 and get_device(here[0]).kind == "gpu" else None
     n = args.size
     listed = channel.gather(here)
     if rank == 0:
@@ -228,14 +244,14 @@ def _run_ranks(args) -> int:
 
     def setup():
         nonlocal program
-        u, v = grids(n, distributed=True)
+        u, v = grids(n, distributed=True, gpu=gpu)
         program = cluster.DistributedProgram(capture(u, v), devices=here, rule_file=args.rules)
         return u, lambda: program.run(1)
 
     channel.barrier()  # the ranks begin recording together: one clock for the merged trace
     bar_file = sys.stdout if rank == 0 else io.StringIO()  # only rank 0 draws a progress bar
     with trace.record() as rec, trace.progress(args.iterations, "diffusing", file=bar_file) as bar:
-        u, startup, steady = diffuse(setup, args.iterations, rec, bar)
+        u, startup, steady = diffuse(setup, args.iterations, rec, bar, lambda: _finish(here))
     grid = u.gather(0)
     gathered = channel.gather((rec.to_chrome_trace(rank=rank), summary_rows(rec)))
     ok = True

@@ -10,8 +10,9 @@ Under ``mpiexec -n K hetflow demo`` the grid is split by rows over the ranks: th
 two steps run as a :class:`hetflow.cluster.DistributedProgram` (rank 0's central
 interpreter cuts the rows over the ranks and rebalances them; each rank's local
 interpreter co-executes its part on its own devices; halos are exchanged between
-steps). A rank with a GPU of its own keeps its rows in that GPU's memory and runs them
-there (unless ``--devices`` says otherwise): with its rows in host memory, every step
+steps). When every rank has a GPU of its own, each keeps its rows in that GPU's memory
+and runs them there (unless ``--devices`` says otherwise; a distributed array's blocks
+are all in host memory or all in GPU memory): with its rows in host memory, every step
 would copy them to the GPU and back, and its cores, some 50x slower than the GPU on
 this memory-bound step, would earn almost none of them. Rank 0 prints one summary,
 with rows per rank and device, checks the gathered grid against NumPy, and writes one
@@ -233,6 +234,8 @@ def _run_ranks(args) -> int:
     channel, rank = current.channel, current.rank
     here = rank_devices(args, current.devices)
     gpu = here[0] if len(here) == 1 and get_device(here[0]).kind == "gpu" else None
+    if not all(channel.allgather(gpu is not None)):  # the ranks' blocks live on GPUs on all or none
+        gpu, here = None, tuple(_targets(args) or current.devices)
     n = args.size
     listed = channel.gather(here)
     if rank == 0:

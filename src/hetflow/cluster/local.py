@@ -27,6 +27,7 @@ from hetflow.ir.defaults import drop_idle_devices, drop_lost_devices, idle_devic
 from hetflow.ir.graph import Node, Version
 from hetflow.ir.runner import run_version
 from hetflow.platform.devices import get_device
+from hetflow.runtime.gpu import synchronize
 
 # The least share a busy device keeps: it still steals work when the other user leaves.
 MIN_SHARE = 0.05
@@ -121,6 +122,8 @@ class LocalInterpreter:
         self.rank = rank
         records = [get_device(d) if isinstance(d, str) else d for d in devices]
         self.monitor = monitor if monitor is not None else Monitor(Topology(records), sources=[])
+        # Launches on a GPU return once enqueued: run() waits for these before reading the clock.
+        self._gpus = [d for d in records if d.kind == "gpu" and not d.simulated]
         self.rules = rules if rules is not None else local_rules()
         self.interpreter = Interpreter(self.monitor, rules=self.rules, place=rank)
         self.versions: list[Version] = []
@@ -196,6 +199,8 @@ class LocalInterpreter:
         halo_before = self.halo_seconds
         start = time.perf_counter()
         run_version(self.current, self.monitor)
+        for gpu in self._gpus:  # (the next halo exchange would wait for them anyway)
+            synchronize(gpu)
         compute = time.perf_counter() - start - (self.halo_seconds - halo_before)
         if not self.first_iteration:  # the first one loads kernels and makes device copies
             self._window[0] += self._rows

@@ -115,15 +115,18 @@ class LocalInterpreter:
 
     ``rules``: its RuleSet (default :func:`local_rules`); ``monitor``: its monitor
     (default: one over ``devices`` with no sampled sources — feedback comes from run
-    reports and ``monitor.inject``/``set``).
+    reports and ``monitor.inject``/``set``); ``blocks_on``: the GPU (device record)
+    holding the rank's blocks, None for host memory.
     """
 
-    def __init__(self, rank: int, devices, *, rules: RuleSet | None = None, monitor: Monitor | None = None):
+    def __init__(self, rank: int, devices, *, rules: RuleSet | None = None, monitor: Monitor | None = None,
+                 blocks_on=None):
         self.rank = rank
         records = [get_device(d) if isinstance(d, str) else d for d in devices]
         self.monitor = monitor if monitor is not None else Monitor(Topology(records), sources=[])
-        # Launches on a GPU return once enqueued: run() waits for these before reading the clock.
-        self._gpus = [d for d in records if d.kind == "gpu" and not d.simulated]
+        # Launches over blocks in a GPU's memory return once enqueued: run() waits for that
+        # GPU before reading the clock.
+        self.blocks_on = blocks_on if blocks_on is not None and not blocks_on.simulated else None
         self.rules = rules if rules is not None else local_rules()
         self.interpreter = Interpreter(self.monitor, rules=self.rules, place=rank)
         self.versions: list[Version] = []
@@ -199,8 +202,8 @@ class LocalInterpreter:
         halo_before = self.halo_seconds
         start = time.perf_counter()
         run_version(self.current, self.monitor)
-        for gpu in self._gpus:  # (the next halo exchange would wait for them anyway)
-            synchronize(gpu)
+        if self.blocks_on is not None:  # (the next halo exchange would wait for it anyway)
+            synchronize(self.blocks_on)
         compute = time.perf_counter() - start - (self.halo_seconds - halo_before)
         if not self.first_iteration:  # the first one loads kernels and makes device copies
             self._window[0] += self._rows

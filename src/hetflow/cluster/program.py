@@ -69,8 +69,9 @@ class DistributedProgram:
             self.central = CentralInterpreter(self.nodes, size, self.distribution.n,
                                               self.distribution.min_rows, rules=central_rules,
                                               threshold=threshold, local_rules=shipped)
-        self.local = LocalInterpreter(rank, devices or _default_devices(self.session, self.nodes),
-                                      rules=local_rules, monitor=monitor)
+        blocks_on = _blocks_device(self.nodes)
+        self.local = LocalInterpreter(rank, devices or ((blocks_on.id,) if blocks_on else self.session.devices),
+                                      rules=local_rules, monitor=monitor, blocks_on=blocks_on)
         self.partial = None  # the central version this rank runs its part of
         self.partitions = []  # (iteration, rows per rank) each time the partition changed
         self.iteration = 0
@@ -148,10 +149,10 @@ def _distribution(nodes):
     return next(iter(found.values()))
 
 
-def _default_devices(current, nodes) -> tuple:
-    """The GPU holding the arrays, or the session's devices for arrays in host memory."""
+def _blocks_device(nodes):
+    """The GPU holding this rank's blocks of the arrays, or None for host memory."""
     for node in nodes:
         for arg in node.args:
             if darray.is_distributed(arg) and darray.as_view(arg).base.device is not None:
-                return (darray.as_view(arg).base.device.id,)
-    return current.devices
+                return darray.as_view(arg).base.device
+    return None

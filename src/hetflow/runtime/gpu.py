@@ -12,6 +12,7 @@ entry is compiled once per plan and each launch only packs the numbers that chan
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 import time
@@ -183,6 +184,19 @@ def _compiled(dispatcher, sig):
 _UNBOUNDED: dict = {}  # a bounded entry's dispatcher -> the same entry without the bound
 
 
+@contextlib.contextmanager
+def compile_errors(launch: Launch):
+    """numba-cuda's failures to compile the launch's GPU entry, raised as hetflow's
+    compile error naming kernel and device."""
+    try:
+        yield
+    except NumbaError as exc:
+        raise launch.executable.compile_error(exc, launch.device, launch.kernel) from None
+    except NotImplementedError as exc:  # numba-cuda cannot lower something (a ufunc's integer loop)
+        raise launch.executable.compile_error(NumbaError(f"NotImplementedError: {exc}"), launch.device,
+                                              launch.kernel) from exc
+
+
 class FastEntry:
     """A plan's entry compiled for its argument types, launched by the driver directly.
 
@@ -226,7 +240,8 @@ class FastEntry:
         fast = plan.fast_entry
         if fast is False:
             try:
-                fast = None if launch.device.simulated else cls(launch.device, launch.executable.entry, head, args)
+                with compile_errors(launch):
+                    fast = None if launch.device.simulated else cls(launch.device, launch.executable.entry, head, args)
             except (TypeError, AttributeError, ImportError):
                 fast = None
             plan.fast_entry = fast
@@ -294,11 +309,8 @@ def launch_rows(launch: Launch, stream, lo: int, hi: int, dev_args: tuple, point
             fast(hi - lo, inner, pointer if pointer is not None else stream_pointer(stream), head, dev_args)
             return
         blocks, threads = launch_shape(launch, hi - lo)
-        (exe.entry[blocks, threads, stream] if stream else exe.entry[blocks, threads])(*head, *dev_args)
-    except NumbaError as exc:
-        raise exe.compile_error(exc, launch.device, launch.kernel) from None
-    except NotImplementedError as exc:  # numba-cuda cannot lower something (a ufunc's integer loop)
-        raise exe.compile_error(NumbaError(f"NotImplementedError: {exc}"), launch.device, launch.kernel) from exc
+        with compile_errors(launch):
+            (exe.entry[blocks, threads, stream] if stream else exe.entry[blocks, threads])(*head, *dev_args)
     except Exception as exc:
         if launch.device.simulated and not isinstance(exc, HetflowError):
             raise KernelRaisedError.of(launch.kernel.name, launch.device.id, lo, hi, exc) from exc

@@ -138,3 +138,21 @@ def test_entries_run_at_full_occupancy_unless_they_need_their_registers():
     np.testing.assert_allclose(out.get(), want)
     fast = bind(many_live, 1000, (cp.asarray(x), out), dev).plan.fast_entry
     assert fast.compiled.local_mem_per_thread <= gpu.SPILL_BYTES
+
+
+@pytest.mark.simgpu
+def test_what_numba_cuda_cannot_compile_is_hetflows_compile_error(gpu_device):
+    """Compiling a GPU entry, by the dispatcher or for the fast entry, fails as
+    KernelCompileError naming kernel and device, whichever of numba-cuda's errors it was."""
+    from numba.core.errors import TypingError
+
+    from hetflow.errors import KernelCompileError
+    from hetflow.runtime.gpu import compile_errors
+    from hetflow.runtime.launch import bind
+
+    x = np.zeros(4)
+    launch = bind(shifted_copy, 4, (x, np.zeros(7)), gpu_device)
+    for exc in (NotImplementedError("no lowering for absolute(int64)"), TypingError("cannot type it")):
+        with pytest.raises(KernelCompileError, match=rf"shifted_copy.*{gpu_device.id}"):
+            with compile_errors(launch):
+                raise exc

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -93,15 +93,35 @@ class Node:
                 tuple(getattr(r, "name", id(r)) for r in self.rules))
 
 
+_ATOM, _SEQUENCE, _MAPPING, _NODE, _OBJECT = range(5)
+# How freeze() treats a value, by its type (found once per type: the rule interpreter
+# freezes every node before each firing, and isinstance tests against ABCs such as
+# Mapping cost more than the rest of it together).
+_KINDS: dict[type, int] = {t: _ATOM for t in (str, int, float, bool, type(None))}
+
+
+def _kind(t: type) -> int:
+    if len(_KINDS) > 4096:  # types made on the fly: keep the table small
+        _KINDS.clear()
+    kind = (_MAPPING if issubclass(t, Mapping) else _SEQUENCE if issubclass(t, (list, tuple))
+            else _ATOM if issubclass(t, (str, int, float, bool, np.generic)) else _NODE
+            if issubclass(t, Node) else _OBJECT)
+    _KINDS[t] = kind
+    return kind
+
+
 def freeze(value):
     """A hashable stand-in for a value: containers by content, other objects by identity."""
-    if isinstance(value, Mapping):
-        return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(freeze(v) for v in value)
-    if isinstance(value, (str, int, float, bool, type(None), np.generic)):
+    kind = _KINDS.get(type(value))
+    if kind is None:
+        kind = _kind(type(value))
+    if kind == _ATOM:
         return value
-    if isinstance(value, Node):
+    if kind == _SEQUENCE:
+        return tuple(freeze(v) for v in value)
+    if kind == _MAPPING:
+        return tuple(sorted((str(k), freeze(v)) for k, v in value.items()))
+    if kind == _NODE:
         return ("node", value.id)
     return ("object", id(value))
 

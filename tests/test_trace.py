@@ -403,7 +403,10 @@ def test_timeline_counts_steals_as_the_run_report_does(tmp_path):
 
 def test_timeline_window_draws_only_what_overlaps_it(tmp_path):
     report = many_lanes_report()
-    cut = sorted(e.t_end for e in report.events)[len(report.events) // 2]
+    # Midway between two chunk boundaries: a worker's next chunk starts at the very time
+    # its last one ended, and at a boundary the window's ms would decide by rounding.
+    times = sorted({t for e in report.events for t in (e.t_start, e.t_end)})
+    cut = (times[len(times) // 2] + times[len(times) // 2 + 1]) / 2
     drawn = ht.plot_timeline(report, tmp_path / "w.png", window=(0.0, cut * 1e3))
     assert drawn.bars == sum(e.t_start <= cut for e in report.events)
     assert drawn.span_ms == pytest.approx(cut * 1e3)

@@ -295,10 +295,10 @@ class Interpreter:
             if not all(ctx.present(n) for n in match.nodes):
                 continue  # an earlier firing rewrote these nodes
             saved = ctx.save()
-            before = ctx.state()
             try:
-                if not rule.holds(ctx, match):
+                if not rule.holds(ctx, match):  # (a predicate changes nothing)
                     continue
+                before = ctx.state()
                 rule.fire(ctx, match)
             except UnknownName as exc:
                 ctx.restore(saved)

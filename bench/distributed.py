@@ -30,10 +30,8 @@ import time
 import numba
 import numpy as np
 
-import hetflow
 from hetflow import cluster, collectives
 from hetflow.collectives import launched_by_mpi
-from hetflow.cuda_compat import cupy_module
 
 sys.path.append(os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
@@ -105,10 +103,9 @@ def measure(group, n, steps, repeat, devices=None, baseline=True) -> dict:
     """Times (seconds) of hetflow and the baseline on ``group`` (a hetflow communicator)."""
     mpi_comm = group.mpi_comm
     program, u, v = heat.setup(n, group, devices=devices)
-    done = _waiter(devices)
     program.run(1)  # compiles, partitions, materialises
-    done()
-    t_het = slowest(mpi_comm, lambda: (program.run(steps // 2), done()), repeat)
+    heat.wait(devices)
+    t_het = slowest(mpi_comm, lambda: (program.run(steps // 2), heat.wait(devices)), repeat)
     result = u.gather(0)
     out = {"hetflow": t_het}
     if baseline:
@@ -126,16 +123,6 @@ def measure(group, n, steps, repeat, devices=None, baseline=True) -> dict:
         out["baseline"] = t_base
     out["partitions"] = program.partitions
     return out
-
-
-def _waiter(devices):
-    """A function that waits until this rank's GPUs among ``devices`` have run what was
-    enqueued on them: steps on blocks in GPU memory return once they are enqueued."""
-    gpus = [d for d in map(hetflow.get_device, devices or ()) if d.kind == "gpu" and not d.simulated]
-    if not gpus:
-        return lambda: None
-    cupy = cupy_module()
-    return lambda: [cupy.cuda.Device(d.ordinal).synchronize() for d in gpus]
 
 
 def group(comm, k):

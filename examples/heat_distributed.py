@@ -19,8 +19,9 @@ import time
 
 import numpy as np
 
-import hetflow
+import hetflow  # before numba.cuda: hetflow sets up numba-cuda's compatibility
 from hetflow import cluster
+from numba import cuda
 
 ALPHA = 0.1
 
@@ -82,6 +83,15 @@ def advance(program, u, v, iterations: int):
     return u
 
 
+def wait(devices) -> None:
+    """Wait until this rank's GPUs among ``devices`` have run what was enqueued on them:
+    steps on blocks in GPU memory return once they are enqueued."""
+    for d in map(hetflow.get_device, devices or ()):
+        if d.kind == "gpu" and not d.simulated:
+            with cuda.gpus[d.ordinal]:
+                cuda.synchronize()
+
+
 def solve(n: int, iterations: int, comm=None, devices=None):
     """The grid after ``iterations`` steps: the full array on rank 0, None elsewhere.
 
@@ -115,11 +125,7 @@ def main(argv=None) -> int:
         current.channel.barrier()
         start = time.perf_counter()
         result = advance(program, u, v, args.iterations)
-        if devices:  # steps on blocks in GPU memory return once they are enqueued
-            from numba import cuda
-
-            with cuda.gpus[hetflow.get_device(devices[0]).ordinal]:
-                cuda.synchronize()
+        wait(devices)
         seconds = time.perf_counter() - start
         return result.gather(0), seconds, program.partitions
 

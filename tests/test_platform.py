@@ -92,19 +92,21 @@ def test_cli_devices_json():
                                "simulated"}
 
 
-def test_numba_cuda_is_used_where_its_pth_file_was_not_processed():
+@pytest.mark.parametrize("code", ["from hetflow.cuda_compat import cuda_module\nprint(cuda_module().__file__)",
+                                  "import hetflow\nfrom numba import cuda\nprint(cuda.__file__)"],
+                         ids=["hetflow's import", "the user's import after hetflow's"])
+def test_numba_cuda_is_used_where_its_pth_file_was_not_processed(code):
     """A venv that adds another environment's site-packages by path skips that
     environment's .pth files, so numba-cuda's redirect of ``numba.cuda`` is not installed
-    and Numba's old CUDA target fails on hetflow's kernels; hetflow installs it itself."""
+    and Numba's old CUDA target fails on hetflow's kernels; ``import hetflow`` installs it,
+    for hetflow and for a user's (or an example's) own ``from numba import cuda``."""
     import site
     from pathlib import Path
 
     import hetflow as hf
 
     paths = [str(Path(hf.__file__).parents[1]), *site.getsitepackages()]
-    code = ("import sys; sys.path[:0] = %r\n"
-            "from hetflow.cuda_compat import cuda_module\n"
-            "print(cuda_module().__file__)") % paths
+    code = "import sys; sys.path[:0] = %r\n%s" % (paths, code)
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=120,
                          env={**__import__("os").environ, "NUMBA_ENABLE_CUDASIM": "1"})
     assert out.returncode == 0, out.stderr

@@ -33,7 +33,9 @@ def _use_numba_cuda():
     a ``.pth`` file; where that file is not processed (a venv that adds another
     environment's site-packages by path, ``python -S``), ``numba.cuda`` would be the old
     target, which fails on hetflow's kernels ("Signature mismatch"). Installing the finder
-    ourselves is what the ``.pth`` line does.
+    ourselves is what the ``.pth`` line does. It happens when this module is imported (so
+    at ``import hetflow``): a user's own ``from numba import cuda`` after that gets
+    numba-cuda too, not only hetflow's first :func:`cuda_module`.
     """
     if "numba.cuda" not in sys.modules:
         try:
@@ -41,6 +43,9 @@ def _use_numba_cuda():
         except ImportError:  # numba-cuda absent: numba.cuda is whatever Numba ships
             pass
 
+
+_patch_numpy()
+_use_numba_cuda()
 
 # Called with numba.cuda once it is imported for a real GPU (hetflow.atomic's GPU versions).
 _on_import: list = []
@@ -59,8 +64,6 @@ def on_cuda_import(hook) -> None:
 @functools.lru_cache(maxsize=1)
 def cuda_module():
     """Return ``numba.cuda``, or None when numba-cuda is not installed or fails to import."""
-    _patch_numpy()
-    _use_numba_cuda()
     try:
         from numba import cuda
     except Exception:  # numba-cuda absent, or broken CUDA install: no GPU backend

@@ -19,9 +19,8 @@ import time
 
 import numpy as np
 
-import hetflow  # before numba.cuda: hetflow sets up numba-cuda's compatibility
+import hetflow
 from hetflow import cluster
-from numba import cuda
 
 ALPHA = 0.1
 
@@ -87,9 +86,7 @@ def wait(devices) -> None:
     """Wait until this rank's GPUs among ``devices`` have run what was enqueued on them:
     steps on blocks in GPU memory return once they are enqueued."""
     for d in map(hetflow.get_device, devices or ()):
-        if d.kind == "gpu" and not d.simulated:
-            with cuda.gpus[d.ordinal]:
-                cuda.synchronize()
+        d.synchronize()
 
 
 def solve(n: int, iterations: int, comm=None, devices=None):

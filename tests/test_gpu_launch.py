@@ -156,3 +156,49 @@ def test_what_numba_cuda_cannot_compile_is_hetflows_compile_error(gpu_device):
         with pytest.raises(KernelCompileError, match=rf"shifted_copy.*{gpu_device.id}"):
             with compile_errors(launch):
                 raise exc
+
+
+@hetflow.kernel
+def add_one(i, x):
+    x[i] += 1.0
+
+
+@pytest.mark.gpu
+def test_synchronize_waits_for_every_launch_enqueued_on_the_gpu(gpu_device):
+    """Launches over CuPy arrays return once enqueued; ``Device.synchronize`` returns only
+    when they have run (a CUDA event recorded after them has completed), from another
+    thread's launches too."""
+    import threading
+
+    import cupy
+
+    x = cupy.zeros(1 << 25)
+    elsewhere = cupy.zeros(1 << 25)
+
+    def launch_from_another_thread():
+        for _ in range(20):
+            hetflow.forall(elsewhere.size, add_one, elsewhere, device=gpu_device.id)
+        other_done.record()
+
+    other_done = cupy.cuda.Event(disable_timing=True)
+    t = threading.Thread(target=launch_from_another_thread)
+    t.start()
+    for _ in range(20):
+        hetflow.forall(x.size, add_one, x, device=gpu_device.id)
+    done = cupy.cuda.Event(disable_timing=True)
+    done.record()
+    t.join()
+    gpu_device.synchronize()
+    assert done.done and other_done.done
+    assert float(x.min()) == float(x.max()) == 20.0 == float(elsewhere.max()) == float(elsewhere.min())
+
+
+@pytest.mark.simgpu
+def test_synchronize_on_the_simulator_and_on_a_cpu(gpu_device):
+    """Under the simulator (launches run as they are made) and on a CPU, synchronize
+    returns with the launches' results in place."""
+    for device in (gpu_device, hetflow.get_device("cpu0")):
+        x = np.zeros(64)
+        hetflow.forall(x.size, add_one, x, device=device.id)
+        device.synchronize()
+        np.testing.assert_array_equal(x, 1.0)

@@ -32,7 +32,6 @@ from ..ir import RuleSet, graph
 from ..kernels import kernel
 from ..platform.devices import devices, get_device
 from ..runtime.buffers import array
-from ..runtime.gpu import synchronize
 
 ALPHA = 0.1
 STARTUP = "start-up (compile, first transfers)"
@@ -178,10 +177,9 @@ def check(grid, n, iterations) -> bool:
 
 
 def _finish(targets) -> None:
-    """Wait for the steps still queued on the real GPUs among ``targets``."""
+    """Wait for the steps still queued on the GPUs among ``targets``."""
     for d in map(get_device, targets):
-        if d.kind == "gpu" and not d.simulated:
-            synchronize(d)
+        d.synchronize()
 
 
 def _targets(args) -> list | None:

@@ -27,7 +27,6 @@ from hetflow.ir.defaults import drop_idle_devices, drop_lost_devices, idle_devic
 from hetflow.ir.graph import Node, Version
 from hetflow.ir.runner import run_version
 from hetflow.platform.devices import get_device
-from hetflow.runtime.gpu import synchronize
 
 # The least share a busy device keeps: it still steals work when the other user leaves.
 MIN_SHARE = 0.05
@@ -203,7 +202,7 @@ class LocalInterpreter:
         start = time.perf_counter()
         run_version(self.current, self.monitor)
         if self.blocks_on is not None:  # (the next halo exchange would wait for it anyway)
-            synchronize(self.blocks_on)
+            self.blocks_on.synchronize()
         compute = time.perf_counter() - start - (self.halo_seconds - halo_before)
         if not self.first_iteration:  # the first one loads kernels and makes device copies
             self._window[0] += self._rows

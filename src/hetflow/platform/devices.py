@@ -47,6 +47,17 @@ class Device:
     def to_dict(self):
         return dataclasses.asdict(self)
 
+    def synchronize(self) -> None:
+        """Wait until everything enqueued on this device, from any thread and stream, has
+        run: a GPU launch over device data (CuPy or hetflow arrays) returns once it is
+        enqueued, so a loop of them is timed, or its GPU's results read by other means
+        than hetflow's, after this. A CPU's launches return done: nothing to wait for."""
+        if self.kind != "gpu":
+            return
+        cuda = cuda_module()
+        with cuda.gpus[self.ordinal]:
+            cuda.synchronize()
+
 
 _lock = threading.Lock()
 _table: tuple[Device, ...] | None = None

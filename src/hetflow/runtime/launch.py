@@ -107,6 +107,7 @@ class Plan:
                                 # memory (the key says so): the arrays' positions (see bind)
     column_shift: int | None = None  # GPU, rank 2: see runtime.gpu.column_shift (None: not yet known)
     guard: object = None        # its key's check, generated (see _guard); None: looked up by key
+    guard_checks: bool = False  # the guard also makes _check_launch's checks
 
 
 @dataclasses.dataclass(slots=True)  # one object per launch, no __dict__: made per enqueue
@@ -322,14 +323,15 @@ def _key(params: tuple, ndim: int, args: tuple) -> tuple:
 FRESH = "lowered afresh"
 
 
-def _guard(args: tuple, key: tuple):
-    """``guard(args) -> bool``: whether :func:`_key` gives ``args`` the key ``key`` (which it
-    gave the arguments here), generated for them as one expression: a warm launch with
-    views built afresh spends more host time computing and hashing its key than anything
-    else, and its plan is most often the one the kernel last ran on that device. It says
-    False where in doubt (an element type equal but not identical, say): the launch then
-    looks its plan up by key. None where it cannot be written (a view lowered afresh, an
-    argument type only :func:`_arg_key` knows)."""
+def _guard(args: tuple, key: tuple, checks: tuple = ()):
+    """``guard(args, rows) -> bool``: whether :func:`_key` gives ``args`` the key ``key``
+    (which it gave the arguments here), generated for them as one expression: a warm launch
+    with views built afresh spends more host time computing and hashing its key than
+    anything else, and its plan is most often the one the kernel last ran on that device.
+    It says False where in doubt (an element type equal but not identical, say): the
+    launch then looks its plan up by key. None where it cannot be written (a view lowered
+    afresh, an argument type only :func:`_arg_key` knows). ``checks``: more terms, over
+    ``a0``, ``a1``, ... and the launch's ``rows`` (:func:`_check_terms`)."""
     env, terms, roots = {"ndarray": np.ndarray}, [], []
     for k, (a, part) in enumerate(zip(args, key)):
         if type(a) not in _views._VIEW_TYPES:
@@ -348,11 +350,29 @@ def _guard(args: tuple, key: tuple):
         roots.append(k)
     if None in terms:
         return None
+    terms += checks
     names = "".join(f"a{k}, " for k in range(len(args)))
-    source = (f"def guard(a):\n    if len(a) != {len(args)}:\n        return False\n"
+    source = (f"def guard(a, rows):\n    if len(a) != {len(args)}:\n        return False\n"
               f"    {names or '_'} = a\n    return {' and '.join(terms) or 'True'}\n")
     exec(compile(source, "<hetflow.runtime.launch plan guard>", "exec"), env)
     return env["guard"]
+
+
+def _check_terms(args: tuple, plan: Plan) -> tuple | None:
+    """Terms for ``plan``'s guard that make :func:`_check_launch`'s checks, where those are
+    only of arrays' rows and of arrays passed twice (``plan.owned``); else None. (``len()``
+    is safe in them: the key's terms before them fix each array's type and rank.)"""
+    if plan.checks and not plan.rows_only:
+        return None
+    for p in plan.rows_only:  # arrays of a type and rank that len() works on
+        if not (type(args[p]) is np.ndarray or type(args[p]) in _FLAGGED) or args[p].ndim < 1:
+            return None
+    terms = [f"len(a{p}) >= rows" for p in plan.rows_only]
+    if plan.written and len(args) > 1 and not plan.alias_free:
+        if plan.owned is None:
+            return None
+        terms += [f"a{w} is not a{k}" for w in plan.written for k in plan.owned if k != w]
+    return tuple(terms)
 
 
 def _value_guard(name: str, a, part, env: dict) -> str | None:
@@ -385,16 +405,36 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         args = with_defaults(kernel, ndim, args)
     repo = repository()
     recent = kernel.recent.get(device.id)  # (repo, ndim, guard, plan): see _guard
-    if recent is not None and recent[0] is repo and recent[1] == ndim and recent[2](args):
+    if recent is not None and recent[0] is repo and recent[1] == ndim and recent[2](args, extent[0]):
         plan = recent[3]
+        if not plan.guard_checks:  # (else the guard checked the extent and the aliasing too)
+            _check_launch(kernel, extent, args, plan)
     else:
         key = _key(kernel.params, ndim, args)
         plan = kernel.plans.get((repo, device.id, ndim, key))
         if plan is None:
             plan = kernel.plans[(repo, device.id, ndim, key)] = _plan(kernel, ndim, args, device, repo)
-            plan.guard = _guard(args, key)
+            checks = _check_terms(args, plan)  # where the guard can make them, it does
+            plan.guard, plan.guard_checks = _guard(args, key, checks or ()), checks is not None
         if plan.guard is not None:
             kernel.recent[device.id] = (repo, ndim, plan.guard, plan)
+        _check_launch(kernel, extent, args, plan)
+    lowerings = plan.lowerings
+    if not lowerings:
+        return Launch(kernel, extent, device, plan, args, args)
+    if plan.fresh:
+        lowerings = _lowerings(kernel.params[ndim:], args)
+        template, fill = _entry_template(lowerings)
+    else:
+        template, fill = plan.entry_template
+    entry_args = list(template)
+    for pos, k, root in fill:
+        entry_args[pos] = args[k].root if root else args[k]
+    return Launch(kernel, extent, device, plan, args, tuple(entry_args), lowerings)
+
+
+def _check_launch(kernel: Kernel, extent: tuple, args: tuple, plan: Plan) -> None:
+    """Raise unless the arrays cover ``extent`` and no written one aliases another."""
     if plan.rows_only:  # the common check, kept cheap: each array has enough rows
         rows = extent[0]
         try:
@@ -418,18 +458,6 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
                     if args[k] is r and k != w:
                         _aliasing.check(kernel, extent, args, plan)  # raises if that conflicts
                         break
-    lowerings = plan.lowerings
-    if not lowerings:
-        return Launch(kernel, extent, device, plan, args, args)
-    if plan.fresh:
-        lowerings = _lowerings(kernel.params[ndim:], args)
-        template, fill = _entry_template(lowerings)
-    else:
-        template, fill = plan.entry_template
-    entry_args = list(template)
-    for pos, k, root in fill:
-        entry_args[pos] = args[k].root if root else args[k]
-    return Launch(kernel, extent, device, plan, args, tuple(entry_args), lowerings)
 
 
 def _entry_template(lowerings: tuple) -> tuple:

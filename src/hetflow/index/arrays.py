@@ -42,6 +42,23 @@ def is_device_array(x) -> bool:
     return True
 
 
+def gpu_ordinal(x) -> int | None:
+    """The ordinal of the GPU whose memory holds device array ``x`` (CuPy's, Numba's, any
+    with the CUDA array interface), or None where that cannot be told (the simulator's)."""
+    device = getattr(x, "device", None)  # CuPy: a cupy.cuda.Device
+    if isinstance(getattr(device, "id", None), int):
+        return device.id
+    data = getattr(x, "gpu_data", None)  # Numba's device arrays: a MemoryPointer in a context
+    context = getattr(data, "context", None)
+    if context is not None:
+        return context.device.id
+    interface = getattr(x, "__cuda_array_interface__", None)
+    cp = cupy_module() if interface is not None else None
+    if cp is None or not interface["data"][0]:
+        return None
+    return cp.cuda.runtime.pointerGetAttributes(interface["data"][0]).device
+
+
 def is_host_array(x):
     """True for host arrays: NumPy arrays and ``__array_interface__`` exporters."""
     return isinstance(x, np.ndarray) or hasattr(x, "__array_interface__")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
+from ..index.arrays import gpu_ordinal
 from ..platform.context import Context
 from ..platform.devices import Device, cpu_device, devices, find_devices, get_device
 from ..platform.matching import LogicalDevice
@@ -27,13 +28,24 @@ _HOST_TYPES = frozenset((np.ndarray, float, int, bool, complex))
 
 
 def _default_devices(args) -> tuple[Device, ...]:
-    """Data on a GPU runs on that GPU's kind of device; anything else on the CPU."""
+    """Data on a GPU runs on the GPU holding it (the first such argument's); anything
+    else on the CPU."""
     for a in args:
-        if type(a) not in _HOST_TYPES and (is_device_array(a) or is_device_array(getattr(a, "root", None))):
-            gpus = [d for d in devices() if d.kind == "gpu"]
-            if gpus:
-                return (gpus[0],)
+        if type(a) not in _HOST_TYPES:
+            root = a if is_device_array(a) else getattr(a, "root", None)
+            if is_device_array(root):
+                gpu = holding_gpu(root)
+                if gpu is not None:
+                    return (gpu,)
     return (cpu_device(),)
+
+
+def holding_gpu(array) -> Device | None:
+    """The GPU whose memory holds device array ``array``: the first GPU where that cannot
+    be told (the simulator's arrays); None on a machine without GPUs."""
+    gpus = [d for d in devices() if d.kind == "gpu"]
+    ordinal = gpu_ordinal(array) if len(gpus) > 1 else None
+    return next((d for d in gpus if d.ordinal == ordinal), gpus[0] if gpus else None)
 
 
 def resolve_devices(device, args=()) -> tuple[Device, ...]:

@@ -334,8 +334,12 @@ _thread = threading.local()
 
 def _make_current(ordinal: int) -> None:
     """Make GPU ``ordinal``'s primary context (numba-cuda's and CuPy's) current in this
-    thread; once per thread and GPU, as a context switch costs more than a launch."""
-    if getattr(_thread, "ordinal", None) != ordinal:
+    thread, and leave it so: a context switch costs more than a launch. What is current
+    is read each time (CuPy's ``getDevice``, a fraction of a microsecond), since the
+    application may have switched since (``with cupy.cuda.Device(k)``; without CuPy,
+    the last switch made here is trusted)."""
+    cupy = cupy_module()
+    if getattr(_thread, "ordinal", None) != ordinal or cupy is not None and cupy.cuda.runtime.getDevice() != ordinal:
         from cuda.core import Device
 
         Device(ordinal).set_current()

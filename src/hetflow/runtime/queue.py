@@ -60,6 +60,7 @@ from .buffers import Buffer, acquired, wrote
 from .deps import READ, WRITE, check_cycle_locked, depend_locked, track_locked, untrack_locked
 from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locked, release_locked,
                      settle_locked, start_locked)
+from .forall import holding_gpu
 from .launch import bind, is_device_array, normalize_extent
 from .scheduler import Lane, Scheduler
 
@@ -198,11 +199,16 @@ class _Core:
                                     f"({', '.join(lane.device.id for lane in self.lanes)})")
         on_gpu = None
         for pos, a in enumerate(args):
-            if type(a) is not np.ndarray and (is_device_array(a) or is_device_array(getattr(a, "root", None))):
+            root = a if type(a) is np.ndarray or is_device_array(a) else getattr(a, "root", None)
+            if is_device_array(root):
                 if explicit is not None and explicit.cpu:
                     raise ArgumentError(f"argument {pos} is a GPU array: it cannot run on {explicit.device.id}")
-                # Several lanes and at most one CPU: there is a GPU.
-                on_gpu = explicit or next(lane for lane in self.lanes if not lane.cpu)
+                holder = holding_gpu(root)  # (an explicit GPU that is not its holder: enqueue raises)
+                on_gpu = explicit or (sched.lane(holder.id) if holder is not None else None)
+                if on_gpu is None:
+                    raise ArgumentError(f"argument {pos} is an array in the memory of "
+                                        f"{holder.id if holder else 'a GPU'}, which is not in this queue's "
+                                        f"context ({', '.join(lane.device.id for lane in self.lanes)})")
                 break
         work = 1
         for e in normalize_extent(extent):
@@ -519,6 +525,8 @@ class Queue:
         else:
             lanes, pinned = core.route(extent, args, device)
         launch = bind(kernel, extent, args, lanes[0].device)
+        if not lanes[0].cpu:  # GPU arrays of another GPU: an argument error, raised here
+            staging.check_residence(launch)
         buffers = _buffer_positions(args) if launch.plan.buffers else None
         modes = rec.modes.get(len(launch.extent)) or rec.learn(launch)
         inst = Instance(core, rec.label, launch, modes, priority, lanes, pinned, buffers)

@@ -1,0 +1,177 @@
+"""GPU arrays run where they live. A launch over device arrays with no device named runs on
+the GPU that holds them; one named for another GPU is an ArgumentError, raised before
+anything is launched (a kernel reading another GPU's memory faults, and the fault ends
+the process's CUDA context). The real-GPU tests need a machine with two GPUs; the rest
+check how a GPU array's GPU is told, with stand-ins for the arrays and the device table."""
+import numpy as np
+import pytest
+
+import hetflow
+from hetflow.errors import ArgumentError
+from hetflow.index.arrays import gpu_ordinal
+from hetflow.platform.devices import Device
+from hetflow.runtime import forall as forall_module
+from hetflow.runtime.forall import holding_gpu
+from hetflow.runtime.queue import Queue
+
+
+class _CupyLike:
+    """What CuPy's arrays show of their GPU: ``device.id``."""
+
+    __cuda_array_interface__ = {"data": (0, False), "shape": (1,), "typestr": "<f8", "version": 3}
+
+    def __init__(self, ordinal):
+        self.device = type("Device", (), {"id": ordinal})()
+
+
+class _NumbaLike:
+    """What Numba's device arrays show of theirs: ``gpu_data.context.device.id``."""
+
+    __cuda_array_interface__ = _CupyLike.__cuda_array_interface__
+
+    def __init__(self, ordinal):
+        device = type("Device", (), {"id": ordinal})()
+        self.gpu_data = type("Pointer", (), {"context": type("Context", (), {"device": device})()})()
+
+
+def _gpu(ordinal):
+    return Device(id=f"gpu{ordinal}", kind="gpu", vendor="NVIDIA", name="stand-in", version="9.0",
+                  compute_units=132, simd_width=32, global_memory=1 << 30, local_memory=1 << 16, fp64=True,
+                  atomics=True, host_shared=False, ordinal=ordinal)
+
+
+def test_a_gpu_arrays_ordinal_is_read_from_cupy_and_numba_arrays():
+    assert [gpu_ordinal(_CupyLike(k)) for k in (0, 1, 3)] == [0, 1, 3]
+    assert [gpu_ordinal(_NumbaLike(k)) for k in (0, 2)] == [0, 2]
+
+
+@pytest.mark.simgpu
+def test_the_simulators_arrays_have_no_ordinal_and_run_on_its_gpu():
+    from numba import cuda
+
+    a = cuda.to_device(np.zeros(4))
+    assert gpu_ordinal(a) is None
+    assert holding_gpu(a).id == "gpu0"
+
+
+def test_the_holding_gpu_is_the_one_of_the_arrays_ordinal(monkeypatch):
+    table = (hetflow.get_device("cpu0"), _gpu(0), _gpu(1))
+    monkeypatch.setattr(forall_module, "devices", lambda: table)
+    assert holding_gpu(_CupyLike(1)).id == "gpu1"
+    assert holding_gpu(_NumbaLike(0)).id == "gpu0"
+    assert forall_module._default_devices((2.0, _CupyLike(1))) == (table[2],)
+    monkeypatch.setattr(forall_module, "devices", lambda: table[:1])
+    assert holding_gpu(_CupyLike(1)) is None  # no GPU at all
+
+
+# -- two real GPUs -----------------------------------------------------------------------------
+@hetflow.kernel
+def _bump(i, x):
+    x[i] += 1.0
+
+
+@hetflow.kernel
+def _scale(i, j, out, src):
+    out[i, j] = 3.0 * src[i, j]
+
+
+@hetflow.kernel
+def _bigger(a, b):
+    return a if a > b else b
+
+
+def _two_gpus():
+    gpus = [d for d in hetflow.devices() if d.kind == "gpu" and not d.simulated]
+    if len(gpus) < 2:
+        pytest.skip("needs two GPUs")
+    from hetflow.cuda_compat import cupy_module
+
+    return cupy_module()
+
+
+@pytest.mark.gpu
+def test_a_launch_over_arrays_of_the_second_gpu_runs_there():
+    cp = _two_gpus()
+    rng = np.random.default_rng(5)
+    start, u = rng.random(10_001), rng.random((40, 33))
+    with cp.cuda.Device(1):
+        x, src, out = cp.asarray(start), cp.asarray(u), cp.zeros((38, 31))
+    report = hetflow.forall(x.size, _bump, x)
+    assert report.workers[0].device_id == "gpu1"
+    report = hetflow.forall(out.shape, _scale, out, hetflow.interior(src, 1))  # a view: its root's GPU
+    assert report.workers[0].device_id == "gpu1"
+    with cp.cuda.Device(1):
+        np.testing.assert_array_equal(x.get(), start + 1.0)
+        np.testing.assert_array_equal(out.get(), 3.0 * u[1:-1, 1:-1])
+        assert float(hetflow.reduce(x, _bigger)) == start.max() + 1.0  # the compiled path, on gpu1
+
+
+@pytest.mark.gpu
+def test_numba_device_arrays_of_the_second_gpu_run_there():
+    _two_gpus()
+    from numba import cuda
+
+    with cuda.gpus[1]:
+        x = cuda.to_device(np.arange(1000.0))
+    assert hetflow.forall(1000, _bump, x).workers[0].device_id == "gpu1"
+    with cuda.gpus[1]:
+        np.testing.assert_array_equal(x.copy_to_host(), np.arange(1000.0) + 1.0)
+
+
+@pytest.mark.gpu
+def test_naming_another_gpu_than_the_arrays_is_an_argument_error_and_harms_nothing():
+    cp = _two_gpus()
+    with cp.cuda.Device(1):
+        x = cp.zeros(1000)
+    with pytest.raises(ArgumentError, match=r"argument 'x' is an array in the memory of gpu1, but the launch "
+                                            r"runs on gpu0"):
+        hetflow.forall(x.size, _bump, x, device="gpu0")
+    with Queue(["cpu0", "gpu0", "gpu1"]) as q, pytest.raises(ArgumentError, match="memory of gpu1"):
+        q.enqueue(_bump, x.size, x, device="gpu0")
+    with Queue("gpu0") as q, pytest.raises(ArgumentError, match="memory of gpu1"):
+        q.enqueue(_bump, x.size, x)
+    with Queue(["cpu0", "gpu0"]) as q, pytest.raises(ArgumentError, match="gpu1, which is not in this queue"):
+        q.enqueue(_bump, x.size, x)
+    # nothing ran, and both GPUs still work (no fault ended a CUDA context)
+    with cp.cuda.Device(0):
+        y = cp.zeros(1000)
+    hetflow.forall(y.size, _bump, y, device="gpu0")
+    hetflow.forall(x.size, _bump, x, device="gpu1")
+    with cp.cuda.Device(0):
+        assert float(y.sum()) == 1000.0
+    with cp.cuda.Device(1):
+        assert float(x.sum()) == 1000.0
+
+
+@pytest.mark.gpu
+def test_a_launch_runs_on_its_gpu_whichever_gpu_the_application_made_current():
+    cp = _two_gpus()
+    with cp.cuda.Device(0):
+        x0 = cp.zeros(1000)
+    with cp.cuda.Device(1):
+        x1 = cp.zeros(1000)
+    for current in (0, 1, 0, 1):  # the application switches between hetflow's launches
+        with cp.cuda.Device(current):
+            hetflow.forall(1000, _bump, x0, device="gpu0")
+            hetflow.forall(1000, _bump, x1)
+            hetflow.forall(1000, _bump, x0)
+    for x in (x0, x1):
+        with x.device:
+            assert float(x.sum()) == (8000.0 if x is x0 else 4000.0)
+
+
+@pytest.mark.gpu
+def test_a_queue_on_every_device_runs_each_instance_on_its_arrays_gpu():
+    cp = _two_gpus()
+    with cp.cuda.Device(1):
+        x1 = cp.zeros(5000)
+    with cp.cuda.Device(0):
+        x0 = cp.zeros(5000)
+    with Queue() as q:
+        events = [q.enqueue(_bump, 5000, x) for x in (x1, x0, x1)]
+        q.finish()
+    assert [e.device for e in events] == ["gpu1", "gpu0", "gpu1"]
+    with cp.cuda.Device(0):
+        assert float(x0.sum()) == 5000.0
+    with cp.cuda.Device(1):
+        assert float(x1.sum()) == 10000.0

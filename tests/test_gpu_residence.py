@@ -89,6 +89,17 @@ def _two_gpus():
     return cupy_module()
 
 
+def _zeros(cp, ordinal, n):
+    """``n`` zeros in GPU ``ordinal``'s memory (a launch leaves its own GPU current)."""
+    with cp.cuda.Device(ordinal):
+        return cp.zeros(n)
+
+
+def _total(x) -> float:
+    with x.device:
+        return float(x.sum())
+
+
 @pytest.mark.gpu
 def test_a_launch_over_arrays_of_the_second_gpu_runs_there():
     cp = _two_gpus()
@@ -121,8 +132,7 @@ def test_numba_device_arrays_of_the_second_gpu_run_there():
 @pytest.mark.gpu
 def test_naming_another_gpu_than_the_arrays_is_an_argument_error_and_harms_nothing():
     cp = _two_gpus()
-    with cp.cuda.Device(1):
-        x = cp.zeros(1000)
+    x = _zeros(cp, 1, 1000)
     with pytest.raises(ArgumentError, match=r"argument 'x' is an array in the memory of gpu1, but the launch "
                                             r"runs on gpu0"):
         hetflow.forall(x.size, _bump, x, device="gpu0")
@@ -133,45 +143,30 @@ def test_naming_another_gpu_than_the_arrays_is_an_argument_error_and_harms_nothi
     with Queue(["cpu0", "gpu0"]) as q, pytest.raises(ArgumentError, match="gpu1, which is not in this queue"):
         q.enqueue(_bump, x.size, x)
     # nothing ran, and both GPUs still work (no fault ended a CUDA context)
-    with cp.cuda.Device(0):
-        y = cp.zeros(1000)
+    y = _zeros(cp, 0, 1000)
     hetflow.forall(y.size, _bump, y, device="gpu0")
     hetflow.forall(x.size, _bump, x, device="gpu1")
-    with cp.cuda.Device(0):
-        assert float(y.sum()) == 1000.0
-    with cp.cuda.Device(1):
-        assert float(x.sum()) == 1000.0
+    assert _total(y) == _total(x) == 1000.0
 
 
 @pytest.mark.gpu
 def test_a_launch_runs_on_its_gpu_whichever_gpu_the_application_made_current():
     cp = _two_gpus()
-    with cp.cuda.Device(0):
-        x0 = cp.zeros(1000)
-    with cp.cuda.Device(1):
-        x1 = cp.zeros(1000)
+    x0, x1 = _zeros(cp, 0, 1000), _zeros(cp, 1, 1000)
     for current in (0, 1, 0, 1):  # the application switches between hetflow's launches
         with cp.cuda.Device(current):
             hetflow.forall(1000, _bump, x0, device="gpu0")
             hetflow.forall(1000, _bump, x1)
             hetflow.forall(1000, _bump, x0)
-    for x in (x0, x1):
-        with x.device:
-            assert float(x.sum()) == (8000.0 if x is x0 else 4000.0)
+    assert (_total(x0), _total(x1)) == (8000.0, 4000.0)
 
 
 @pytest.mark.gpu
 def test_a_queue_on_every_device_runs_each_instance_on_its_arrays_gpu():
     cp = _two_gpus()
-    with cp.cuda.Device(1):
-        x1 = cp.zeros(5000)
-    with cp.cuda.Device(0):
-        x0 = cp.zeros(5000)
+    x1, x0 = _zeros(cp, 1, 5000), _zeros(cp, 0, 5000)
     with Queue() as q:
         events = [q.enqueue(_bump, 5000, x) for x in (x1, x0, x1)]
         q.finish()
     assert [e.device for e in events] == ["gpu1", "gpu0", "gpu1"]
-    with cp.cuda.Device(0):
-        assert float(x0.sum()) == 5000.0
-    with cp.cuda.Device(1):
-        assert float(x1.sum()) == 10000.0
+    assert (_total(x0), _total(x1)) == (5000.0, 10000.0)

@@ -64,6 +64,24 @@ def test_the_holding_gpu_is_the_one_of_the_arrays_ordinal(monkeypatch):
     assert holding_gpu(_CupyLike(1)) is None  # no GPU at all
 
 
+def test_a_launch_over_another_gpus_array_is_refused_only_where_there_are_several(monkeypatch):
+    from types import SimpleNamespace
+
+    from hetflow.runtime import staging
+
+    launch = SimpleNamespace(kernel=SimpleNamespace(name="bump"), device=_gpu(0), args=(2.0, _CupyLike(1)),
+                             plan=SimpleNamespace(data=("a", "x")))
+    table = (hetflow.get_device("cpu0"), _gpu(0), _gpu(1))
+    monkeypatch.setattr(staging, "devices", lambda: table)
+    with pytest.raises(ArgumentError, match=r"kernel 'bump' argument 'x' is an array in the memory of gpu1, "
+                                            r"but the launch runs on gpu0"):
+        staging.check_residence(launch)
+    staging.check_residence(SimpleNamespace(**{**vars(launch), "args": (2.0, _CupyLike(0))}))  # its own GPU
+    one_gpu = table[:2]
+    monkeypatch.setattr(staging, "devices", lambda: one_gpu)
+    staging.check_residence(launch)  # one GPU: nothing to check (an array's ordinal is not even read)
+
+
 # -- two real GPUs -----------------------------------------------------------------------------
 @hetflow.kernel
 def _bump(i, x):

@@ -98,6 +98,21 @@ def _bigger(a, b):
     return a if a > b else b
 
 
+@hetflow.kernel
+def _plus(a, b):
+    return a + b
+
+
+@hetflow.kernel
+def _product(i, x, y):
+    return x[i] * y[i]
+
+
+@hetflow.kernel
+def _negated(v):
+    return -v
+
+
 def _two_gpus():
     gpus = [d for d in hetflow.devices() if d.kind == "gpu" and not d.simulated]
     if len(gpus) < 2:
@@ -188,3 +203,20 @@ def test_a_queue_on_every_device_runs_each_instance_on_its_arrays_gpu():
         q.finish()
     assert [e.device for e in events] == ["gpu1", "gpu0", "gpu1"]
     assert (_total(x0), _total(x1)) == (5000.0, 10000.0)
+
+
+@pytest.mark.gpu
+def test_reduce_scan_sort_and_map_reduce_of_the_second_gpus_arrays_run_there_whatever_is_current():
+    cp = _two_gpus()
+    rng = np.random.default_rng(8)
+    host, other = rng.random(50_000), rng.random(50_000)
+    with cp.cuda.Device(1):
+        x, y = cp.asarray(host), cp.asarray(other)
+    with cp.cuda.Device(0):  # the application's current GPU is not the data's: temporaries follow the data
+        assert float(hetflow.reduce(x, _bigger)) == host.max()
+        np.testing.assert_allclose(hetflow.scan(x, "sum").get(), np.cumsum(host), rtol=1e-10)
+        np.testing.assert_allclose(hetflow.scan(x, _plus).get(), np.cumsum(host), rtol=1e-10)
+        np.testing.assert_array_equal(hetflow.sort(x).get(), np.sort(host))
+        np.testing.assert_array_equal(hetflow.sort(x, key=_negated).get(), np.sort(host)[::-1])
+        assert np.isclose(float(hetflow.reduce(x.size, _product, x, y)), host @ other, rtol=1e-10)
+        assert cp.cuda.runtime.getDevice() == 0  # and the application's choice stands after them

@@ -38,7 +38,7 @@ from ..platform.repository import repository
 from . import binops, blockgen
 from .forall import forall, resolve_devices
 from .launch import _arg_key as arg_key, is_device_array, normalize_extent
-from .reductions import block_plan, folder, planner
+from .reductions import block_plan, current_gpu, folder, planner
 
 
 # CPU blocks of a map-reduce: at most this many per core.
@@ -72,12 +72,13 @@ def map_reduce(extent, kernel, args, op, device, commutative, identity):
     targets = resolve_devices(device, args)
     acc = op.acc_dtype(value) if fields == 0 else None
     cast = acc.name if acc is not None and acc != value else None
-    parts = _fold_level(kernel, ext, args, op, fields, (acc,) if fields == 0 else dtypes, cast, targets)
-    targets = folder(targets)
-    while parts[0].shape[0] > 1:  # the partials, folded in index order on one device
-        parts = _fold_level(blockgen.gather(fields), parts[0].shape, parts, op, fields,
-                            tuple(np.dtype(p.dtype) for p in parts), None, targets[:1])
-    first = [_first(p) for p in parts]
+    with current_gpu(targets):  # the partials on the GPU the launches run on
+        parts = _fold_level(kernel, ext, args, op, fields, (acc,) if fields == 0 else dtypes, cast, targets)
+        targets = folder(targets)
+        while parts[0].shape[0] > 1:  # the partials, folded in index order on one device
+            parts = _fold_level(blockgen.gather(fields), parts[0].shape, parts, op, fields,
+                                tuple(np.dtype(p.dtype) for p in parts), None, targets[:1])
+        first = [_first(p) for p in parts]
     if fields == 0:
         return op.result_dtype(value).type(first[0])
     return tuple(first)

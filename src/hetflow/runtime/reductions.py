@@ -16,12 +16,14 @@ Two paths compute a reduction:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import operator
 
 import numpy as np
 
+from ..cuda_compat import cupy_module
 from ..errors import ArgumentError, ArgumentTypeError, ShapeError
 from ..index import views as _views
 from ..index.arrays import array_module
@@ -69,6 +71,15 @@ def targets(device, x, site: str) -> tuple:
             raise ArgumentError(f"{site}: the operand lives on a GPU but device {devs[0].id} is a CPU; "
                                 f"run it on a GPU device or copy it with hetflow.asarray(x, device='cpu')")
     return devs
+
+
+def current_gpu(devs):
+    """A context in which the one GPU of ``devs`` is current (the previous one after it),
+    so that the call site's temporaries, which CuPy allocates on the current GPU, land
+    on the GPU its launches run on; nothing for a CPU, several devices or the simulator."""
+    dev = devs[0]
+    cp = cupy_module() if len(devs) == 1 and dev.kind == "gpu" and not dev.simulated else None
+    return cp.cuda.Device(dev.ordinal) if cp is not None else contextlib.nullcontext()
 
 
 def planner(devs):
@@ -182,7 +193,8 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
         result = _library_reduce(x, op, dtype, axis, devs[0])
         if result is not None:
             return result
-    return _compiled_reduce(x, op, dtype, axis, devs)
+    with current_gpu(devs):
+        return _compiled_reduce(x, op, dtype, axis, devs)
 
 
 def array_arguments(what, args, op, axis, device):
@@ -253,5 +265,5 @@ def _library_reduce(x, op, dtype, axis, dev):
     name = _CUPY_REDUCTIONS.get(op.name) or (_CUPY_LOGICAL.get(op.name) if dtype.kind == "b" else None)
     if name is None:
         return None
-    with cp.cuda.Device(dev.ordinal):
+    with current_gpu((dev,)):
         return getattr(cp, name)(x, axis=axis).astype(res, copy=False)

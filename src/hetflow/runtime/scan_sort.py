@@ -32,7 +32,8 @@ from ..platform.repository import repository
 from . import binops, blockgen
 from .forall import forall
 from .launch import is_device_array
-from .reductions import block_plan, element, fold_blocks, folder, normalize_axis, operand, planner, targets
+from .reductions import (block_plan, current_gpu, element, fold_blocks, folder, normalize_axis, operand,
+                         planner, targets)
 
 
 # -- scan ---------------------------------------------------------------------------------
@@ -45,29 +46,30 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
     rank = len(x.shape)
     axis = normalize_axis(axis, rank, "scan")
     devs = targets(device, x, "scan")
-    init = _scan_init(op, dtype, inclusive, identity)
-    res, acc = op.result_dtype(dtype), op.acc_dtype(dtype)
-    xp = array_module(_views.root_of(x))
-    if rank == 0:
-        out = xp.empty(1, res)
-        out[0] = element(x) if inclusive else init
-        return out
-    if op.builtin and not _views.is_view(x) and len(devs) == 1:
-        out = _library_scan(x, op, dtype, axis, inclusive, init, devs[0])
-        if out is not None:
+    with current_gpu(devs):  # temporaries and results on the GPU the launches run on
+        init = _scan_init(op, dtype, inclusive, identity)
+        res, acc = op.result_dtype(dtype), op.acc_dtype(dtype)
+        xp = array_module(_views.root_of(x))
+        if rank == 0:
+            out = xp.empty(1, res)
+            out[0] = element(x) if inclusive else init
             return out
-    if axis is None or rank == 1:
-        size = math.prod(x.shape)
-        if not size:
-            return xp.empty(0, res)
-        return _scan_flat(x, op, acc, res, inclusive, init, devs, xp)
-    out = xp.empty(x.shape, res)
-    if out.size:
-        cast = acc.name if acc != dtype else None
-        outer = x.shape[:axis] + x.shape[axis + 1:]
-        kernel = blockgen.scan_axis(rank, axis, op.kernel, cast, inclusive)
-        forall(outer, kernel, x, x.shape[axis], *([] if inclusive else [init]), out, device=devs)
-    return out
+        if op.builtin and not _views.is_view(x) and len(devs) == 1:
+            out = _library_scan(x, op, dtype, axis, inclusive, init, devs[0])
+            if out is not None:
+                return out
+        if axis is None or rank == 1:
+            size = math.prod(x.shape)
+            if not size:
+                return xp.empty(0, res)
+            return _scan_flat(x, op, acc, res, inclusive, init, devs, xp)
+        out = xp.empty(x.shape, res)
+        if out.size:
+            cast = acc.name if acc != dtype else None
+            outer = x.shape[:axis] + x.shape[axis + 1:]
+            kernel = blockgen.scan_axis(rank, axis, op.kernel, cast, inclusive)
+            forall(outer, kernel, x, x.shape[axis], *([] if inclusive else [init]), out, device=devs)
+        return out
 
 
 def _scan_init(op, dtype, inclusive, identity):
@@ -129,17 +131,16 @@ def _library_scan(x, op, dtype, axis, inclusive, init, dev):
     name = _CUPY_SCANS.get(op.name)
     if name is None or not is_device_array(x):
         return None
-    cp = array_module(x)
-    with cp.cuda.Device(dev.ordinal):
-        inc = getattr(cp, name)(x, axis=axis, dtype=res)  # axis=None: CuPy's flat (CUB) scan
-        if inclusive:
-            return inc
-        axis = axis or 0
-        head = (slice(None),) * axis
-        out = cp.empty(inc.shape, res)
-        out[head + (slice(0, 1),)] = init
-        out[head + (slice(1, None),)] = inc[head + (slice(0, -1),)]
-        return out
+    cp = array_module(x)  # (scan made the GPU current: current_gpu)
+    inc = getattr(cp, name)(x, axis=axis, dtype=res)  # axis=None: CuPy's flat (CUB) scan
+    if inclusive:
+        return inc
+    axis = axis or 0
+    head = (slice(None),) * axis
+    out = cp.empty(inc.shape, res)
+    out[head + (slice(0, 1),)] = init
+    out[head + (slice(1, None),)] = inc[head + (slice(0, -1),)]
+    return out
 
 
 # -- sort -----------------------------------------------------------------------------------
@@ -154,17 +155,18 @@ def sort(x, axis=-1, descending=False, key=None, device=None):
         raise ArgumentTypeError("sort: structured elements have no order of their own; pass key=, a kernel "
                                 "returning each element's sort key")
     devs = targets(device, x, "sort")
-    xp = array_module(_views.root_of(x))
-    a = _materialized(x, devs, xp)
-    if axis is None:
-        a, axis = a.reshape(-1), 0
-    if key is None:
-        return _sorted(xp, a, axis, descending)
-    keys = xp.empty(a.shape, key_dtype)
-    if a.size:
-        forall(a.shape, blockgen.keys(a.ndim, key), a, keys, device=devs)
-    perm = _argsorted(xp, keys, axis, descending)
-    return xp.take_along_axis(a, perm, axis=axis)
+    with current_gpu(devs):
+        xp = array_module(_views.root_of(x))
+        a = _materialized(x, devs, xp)
+        if axis is None:
+            a, axis = a.reshape(-1), 0
+        if key is None:
+            return _sorted(xp, a, axis, descending)
+        keys = xp.empty(a.shape, key_dtype)
+        if a.size:
+            forall(a.shape, blockgen.keys(a.ndim, key), a, keys, device=devs)
+        perm = _argsorted(xp, keys, axis, descending)
+        return xp.take_along_axis(a, perm, axis=axis)
 
 
 def _materialized(x, devs, xp):

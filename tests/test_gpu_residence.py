@@ -3,6 +3,8 @@ the GPU that holds them; one named for another GPU is an ArgumentError, raised b
 anything is launched (a kernel reading another GPU's memory faults, and the fault ends
 the process's CUDA context). The real-GPU tests need a machine with two GPUs; the rest
 check how a GPU array's GPU is told, with stand-ins for the arrays and the device table."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,8 @@ from hetflow.platform.devices import Device
 from hetflow.runtime import forall as forall_module
 from hetflow.runtime.forall import holding_gpu
 from hetflow.runtime.queue import Queue
+
+devices_module = sys.modules["hetflow.platform.devices"]  # (hetflow.platform.devices is its function)
 
 
 class _CupyLike:
@@ -56,11 +60,11 @@ def test_the_simulators_arrays_have_no_ordinal_and_run_on_its_gpu():
 
 def test_the_holding_gpu_is_the_one_of_the_arrays_ordinal(monkeypatch):
     table = (hetflow.get_device("cpu0"), _gpu(0), _gpu(1))
-    monkeypatch.setattr(forall_module, "devices", lambda: table)
+    monkeypatch.setattr(devices_module, "devices", lambda: table)
     assert holding_gpu(_CupyLike(1)).id == "gpu1"
     assert holding_gpu(_NumbaLike(0)).id == "gpu0"
     assert forall_module._default_devices((2.0, _CupyLike(1))) == (table[2],)
-    monkeypatch.setattr(forall_module, "devices", lambda: table[:1])
+    monkeypatch.setattr(devices_module, "devices", lambda: table[:1])
     assert holding_gpu(_CupyLike(1)) is None  # no GPU at all
 
 
@@ -72,13 +76,13 @@ def test_a_launch_over_another_gpus_array_is_refused_only_where_there_are_severa
     launch = SimpleNamespace(kernel=SimpleNamespace(name="bump"), device=_gpu(0), args=(2.0, _CupyLike(1)),
                              plan=SimpleNamespace(data=("a", "x")))
     table = (hetflow.get_device("cpu0"), _gpu(0), _gpu(1))
-    monkeypatch.setattr(staging, "devices", lambda: table)
+    monkeypatch.setattr(devices_module, "devices", lambda: table)
     with pytest.raises(ArgumentError, match=r"kernel 'bump' argument 'x' is an array in the memory of gpu1, "
                                             r"but the launch runs on gpu0"):
         staging.check_residence(launch)
     staging.check_residence(SimpleNamespace(**{**vars(launch), "args": (2.0, _CupyLike(0))}))  # its own GPU
     one_gpu = table[:2]
-    monkeypatch.setattr(staging, "devices", lambda: one_gpu)
+    monkeypatch.setattr(devices_module, "devices", lambda: one_gpu)
     staging.check_residence(launch)  # one GPU: nothing to check (an array's ordinal is not even read)
 
 

@@ -85,6 +85,18 @@ def cpu_device() -> Device:
     return _cpu_device()
 
 
+_gpus: tuple = (None, ())  # (a device table, its GPUs)
+
+
+def gpus() -> tuple[Device, ...]:
+    """The GPUs of the device table (none on a machine without one), taken once per table."""
+    global _gpus
+    table = devices()
+    if _gpus[0] is not table:
+        _gpus = (table, tuple(d for d in table if d.kind == "gpu"))
+    return _gpus[1]
+
+
 def find_devices(name: str) -> tuple[Device, ...]:
     """The devices ``name`` stands for: one id ('cpu0', 'gpu1'), ``'all'`` (every device
     in the table) or ``'gpu'`` (every GPU, or the CPU on a machine without one, so that
@@ -92,7 +104,7 @@ def find_devices(name: str) -> tuple[Device, ...]:
     if name == "all":
         return devices()
     if name == "gpu":
-        return tuple(d for d in devices() if d.kind == "gpu") or (cpu_device(),)
+        return gpus() or (cpu_device(),)
     return (get_device(name),)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import ArgumentError, ArgumentTypeError
 from ..index.arrays import gpu_ordinal
 from ..platform.context import Context
-from ..platform.devices import Device, cpu_device, devices, find_devices, get_device
+from ..platform.devices import Device, cpu_device, find_devices, get_device, gpus
 from ..platform.matching import LogicalDevice
 from . import aliasing
 from .coexec import co_forall
@@ -43,9 +43,9 @@ def _default_devices(args) -> tuple[Device, ...]:
 def holding_gpu(array) -> Device | None:
     """The GPU whose memory holds device array ``array``: the first GPU where that cannot
     be told (the simulator's arrays); None on a machine without GPUs."""
-    gpus = [d for d in devices() if d.kind == "gpu"]
-    ordinal = gpu_ordinal(array) if len(gpus) > 1 else None
-    return next((d for d in gpus if d.ordinal == ordinal), gpus[0] if gpus else None)
+    table = gpus()
+    ordinal = gpu_ordinal(array) if len(table) > 1 else None
+    return next((d for d in table if d.ordinal == ordinal), table[0] if table else None)
 
 
 def resolve_devices(device, args=()) -> tuple[Device, ...]:

@@ -21,7 +21,7 @@ from ..index.operators import section
 from ..cuda_compat import cuda_module, cupy_module
 from ..errors import ArgumentError, DeviceError, HostCopyWarning, warn_user
 from ..index.arrays import gpu_ordinal
-from ..platform.devices import devices
+from ..platform.devices import gpus
 from . import gpu
 from .gpu import FastEntry, device_pointer, entry_head, launch_rows, stream_pointer
 from .hostpins import host_pins
@@ -61,10 +61,7 @@ def check_residence(launch: Launch) -> None:
     """ArgumentError unless every GPU array argument of ``launch`` lives on its GPU: a
     kernel on one GPU that reads another's memory faults (an illegal address, after
     which the process's CUDA context is lost). Only a machine with several GPUs checks."""
-    table = devices()
-    if _several_gpus[0] is not table:  # counted once per device table
-        _several_gpus[:] = table, sum(d.kind == "gpu" and not d.simulated for d in table) > 1
-    if not _several_gpus[1]:
+    if len(gpus()) < 2:  # (the simulator's one GPU, whose arrays tell no ordinal, too)
         return
     for name, a in zip(launch.plan.data, launch.args):
         root = _views.root_of(a) if not isinstance(a, SCALARS) else None
@@ -74,9 +71,6 @@ def check_residence(launch: Launch) -> None:
                 f"kernel {launch.kernel.name!r} argument {name!r} is an array in the memory of gpu{ordinal}, "
                 f"but the launch runs on {launch.device.id}; run it on gpu{ordinal} (device='gpu{ordinal}', "
                 f"or device=None: the GPU holding the data) or copy the array to {launch.device.id}")
-
-
-_several_gpus: list = [None, False]  # (a device table, whether it holds several real GPUs)
 
 
 def run(launch: Launch) -> None:

@@ -1,8 +1,10 @@
 """Another process that loads a GPU on demand (for the benchmarks that adapt to it).
 
-The process runs float32 matmuls of ``size``^2 and ``copy_mb`` MiB host-to-device
-copies in a loop between a "go" and a "stop" read from its standard input, and reports
-how many loop steps it ran.
+The process runs, in a loop between a "go" and a "stop" read from its standard input,
+steps of a float32 matmul of ``size``^2 beside ``copy_mb`` MiB copied to the GPU and as
+much back, each on a stream of its own, and reports how many steps it ran. The copies
+go through page-locked host memory, so they run at the bus's speed: a loop over host
+arrays, which the bus bounds, feels the load as much as a kernel that computes does.
 """
 from __future__ import annotations
 
@@ -15,18 +17,26 @@ from hetflow.errors import DeviceError
 HOG = r"""
 import os, select, sys
 import cupy as cp
+import numpy as np
 ordinal, size, copy_mb = (int(a) for a in sys.argv[1:4])
 cp.cuda.Device(ordinal).use()
 a = cp.random.random((size, size), dtype=cp.float32)
 b = cp.random.random((size, size), dtype=cp.float32)
-host = cp.asnumpy(cp.ones(copy_mb << 18, dtype=cp.float32))
-dev = cp.empty(host.shape, host.dtype)
+count = copy_mb << 18
+up_host, down_host = (np.frombuffer(cp.cuda.alloc_pinned_memory(count * 4), np.float32, count)
+                      for _ in range(2))
+up_host[...] = 1.0
+up_dev, down_dev = cp.empty(count, cp.float32), cp.ones(count, cp.float32)
+streams = [cp.cuda.Stream(non_blocking=True) for _ in range(3)]
 pending = []
 
 def step():
-    a @ b
-    dev.set(host)
-    cp.cuda.Device().synchronize()
+    with streams[0]:
+        a @ b
+    up_dev.set(up_host, stream=streams[1])
+    down_dev.get(stream=streams[2], out=down_host, blocking=False)
+    for s in streams:
+        s.synchronize()
 
 def command():
     while not pending:
@@ -49,7 +59,7 @@ while command() == "go":
 
 
 class GpuHog:
-    """Another process that, on demand, keeps the GPU busy with matmuls and copies."""
+    """Another process that, on demand, keeps the GPU busy with matmuls and its bus with copies."""
 
     def __init__(self, ordinal, size, copy_mb):
         self.proc = subprocess.Popen([sys.executable, "-c", HOG, str(ordinal), str(size), str(copy_mb)],

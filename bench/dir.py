@@ -330,7 +330,7 @@ def adaptive_rows(args):
                  target=">= 1.3x")]
     notes = [f"adaptive Jacobi: per iteration (2 steps) unloaded: GPU {fmt_s(per_it['gpu'])}, "
              f"CPU {fmt_s(per_it['cpu'])}; load from {fmt_s(delay)} on ({args.hog_size}^2 f32 matmuls + "
-             f"{args.hog_copy_mb} MiB copies; load steps per run {min(steps)}..{max(steps)})",
+             f"{args.hog_copy_mb} MiB copies each way; load steps per run {min(steps)}..{max(steps)})",
              f"adaptive placements by version: {'; '.join(moves)}; times static "
              f"{', '.join(fmt_s(t) for t in times['static'])}, adaptive "
              f"{', '.join(fmt_s(t) for t in times['adaptive'])} (median of {args.rounds})"]
@@ -353,7 +353,7 @@ def main(argv=None) -> int:
     p.add_argument("--hog-delay", type=float, default=0.25,
                    help="load starts after this fraction of the unloaded GPU run")
     p.add_argument("--hog-size", type=int, default=8192, help="load process's matmul side")
-    p.add_argument("--hog-copy-mb", type=int, default=256, help="load process's copy size (MiB)")
+    p.add_argument("--hog-copy-mb", type=int, default=256, help="load process's copies each way (MiB)")
     p.add_argument("--rounds", type=int, default=2, help="adaptive Jacobi runs per contender")
     args = p.parse_args(argv)
     args.n = args.n or (10**5 if args.quick else 10**7)

@@ -27,8 +27,8 @@ Contenders: ``cpu0`` alone, ``gpu0`` alone, both co-executed with ``schedule='st
 proportional to the measured single-device speeds. T_co is compared with the ideal
 combined time 1 / (1/T_cpu + 1/T_gpu) and with the best single device, T_cpu and T_gpu
 taken in the same rounds as T_co (the single devices race beside the co-executed calls). Then the GPU is
-loaded partway: a second process starts repeated large matmuls and host-to-device
-copies on the GPU shortly after the loop starts, and steal and static (both from the
+loaded partway: a second process starts repeated large matmuls, and copies both ways
+over the bus that bounds this loop, shortly after the loop starts, and steal and static (both from the
 unloaded speed shares) are timed again, beside gpu0 alone under the same load: its
 delay over its unloaded time is the GPU's own stall, and the co-executed calls' delay
 beyond that is what co-executing costs under load.
@@ -363,7 +363,7 @@ def loaded_case(chain, devs, speed_shares, t_static, args, gpu, t_gpu):
     rows = [_row("GPU loaded partway: steal vs static", t_stat, t_steal, (">=", 1.1), seconds=times),
             _row("GPU loaded partway: steal vs gpu0 alone", t_alone, t_steal)]
     note = (f"GPU loaded partway: a second process runs {args.hog_size}^2 float32 matmuls and "
-            f"{args.hog_copy_mb} MiB host-to-device copies from {fmt_s(delay)} after the loop "
+            f"{args.hog_copy_mb} MiB copies each way (page-locked) from {fmt_s(delay)} after the loop "
             f"starts (load steps per run: {min(steps)}..{max(steps)}); GPU share of the indices: "
             f"steal {statistics.median(shares['steal']):.0%}, static "
             f"{statistics.median(shares['static']):.0%}; median of {args.rounds} round(s); "
@@ -393,7 +393,7 @@ def _parse(argv):
     p.add_argument("--speed-ratio", type=float, default=1.5,
                    help="--work auto aims at this T_cpu / T_gpu")
     p.add_argument("--hog-size", type=int, default=8192, help="GPU load: matmul side")
-    p.add_argument("--hog-copy-mb", type=int, default=256, help="GPU load: MiB copied per step")
+    p.add_argument("--hog-copy-mb", type=int, default=1024, help="GPU load: MiB copied each way per step")
     p.add_argument("--hog-delay", type=float, default=0.25,
                    help="GPU load starts this fraction of the unloaded static time into the loop")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds")

@@ -273,6 +273,37 @@ def test_cpu_steals_from_gpu_and_splits_the_large_chunk():
     assert_events_partition(report, 640)
 
 
+def test_a_core_takes_its_next_own_chunks_while_they_follow_on():
+    from hetflow.runtime.deque import aligned_zeros
+    from hetflow.runtime.steal import EPOCH, _gather_own
+    d, ctl = DequeSet(1, 16), aligned_zeros(16)
+    for k in range(9, -1, -1):             # chunks of 4, the first one at the bottom
+        d.push(0, 4 * k, 4 * k + 4)
+    st, lo, hi = d.pop(0)
+    assert (st, lo, hi) == (0, 0, 4)
+    assert tuple(_gather_own(d.state, d.buf, d.capacity, ctl, 0, lo, hi, 10)) == (0, 12)
+    assert d.size(0) == 7 and ctl[EPOCH] == 0
+    d.push(0, 100, 104)                      # rows that do not follow on (a range pushed back)
+    assert tuple(_gather_own(d.state, d.buf, d.capacity, ctl, 0, 12, 16, 100)) == (12, 16)
+    assert d.size(0) == 8 and ctl[EPOCH] == 1  # put back where it was, and the push counted
+    assert d.pop(0)[1:] == (100, 104)
+
+
+def test_many_cores_on_short_chunks_take_several_at_once(monkeypatch):
+    """With GIL_S per core above TAIL_S, a core whose chunks take less than that runs
+    several of its own adjacent chunks in one call; every index still runs once."""
+    from hetflow.runtime import steal
+    monkeypatch.setattr(steal, "GIL_S", 4e-3)  # two cores make 8 ms: 40 chunks of 0.2 ms
+    n = 400
+    counts = np.zeros(n, dtype=np.int64)
+    devices = [Device(f"w{i}", "cpu", counts, 4, delay=2e-4) for i in range(2)]
+    report = run_loop(n, [d.worker for d in devices])
+    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
+    assert_events_partition(report, n)
+    assert max(e.hi - e.lo for e in report.events) > 8  # several chunks of 4 in one call
+    assert sum(d.launches for d in devices) < n // 4 // 2
+
+
 def test_static_schedule_runs_only_own_chunks():
     n, shares = 1000, [3, 1, 0, 2]
     counts = np.zeros(n, dtype=np.int64)

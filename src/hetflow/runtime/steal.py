@@ -18,7 +18,10 @@ a worker that obtains a range larger than twice its own chunk size (a CPU that s
 GPU chunk) runs one chunk of it and pushes the rest onto its own deque, where it can be
 stolen back; a thief whose chunk size is larger than what it stole (a GPU stealing CPU
 chunks) keeps taking the victim's top entry while that entry is adjacent, and runs the
-merged range as one launch.
+merged range as one launch. And with many cores (``GIL_S`` per core above ``TAIL_S``),
+a core whose chunks run shorter than ``GIL_S`` per core takes as many of its own
+adjacent chunks at once as fill that time: every range costs the Python around it,
+under the GIL, and many cores on short chunks queue for the GIL.
 
 Nothing interrupts a ``run_chunk`` call, and one CPU chunk of a costly kernel may take
 seconds (a chunk holds at least ``cpu.INLINE_LIMIT`` indices), so a worker without
@@ -33,7 +36,7 @@ The same pieces end a loop evenly. Once every deque is empty each core still run
 range it holds, a chunk of many milliseconds, while a GPU that ran dry waits: the loop's
 tail (16 ms on an H100 host). So under ``schedule='steal'`` a CPU worker's pieces last
 no longer than the deques will take to run dry at every worker's measured speed (down
-to ``TAIL_S``); once they have, while it sees another worker idle, it pushes the rest
+to ``TAIL_S``, or ``GIL_S`` per core where that is longer); once they have, while it sees another worker idle, it pushes the rest
 of its range back onto its own deque before each piece, where the idle worker steals it
 (the push is made while holding a range: the termination argument below covers it).
 
@@ -107,6 +110,12 @@ _MIN_BACKOFF = 2e-5
 _MAX_BACKOFF = 2e-4
 SLICE_S = 0.05      # about the longest run_chunk call of a CPU worker: see the module docstring
 TAIL_S = 1e-3       # the same while another worker is idle: the rest of the range is given up
+# Each range or piece a core runs costs it tens of microseconds of Python, with the GIL,
+# before and after: a piece lasts at least this long per core (and at least TAIL_S), or
+# the cores queue for the GIL. On a 32-core host, 1 ms pieces made a co-executed loop
+# 1.7x slower than 3 ms ones, and 1.3 ms chunks made a loop on its cores alone 1.45x
+# slower than running it without stealing.
+GIL_S = 1e-4
 _PROBE = 64         # the first piece of a large first range is 1/_PROBE of it
 _WAKE_S = 0.05      # the calling thread's longest sleep while the workers run
 
@@ -191,14 +200,32 @@ def _worth_stealing(state, dead, per_index, latency, chunk_sizes, me, v, want):
 
 
 @njit(nogil=True, cache=True)
+def _gather_own(state, buf, capacity, ctl, me, lo, hi, want):
+    """Worker ``me``'s own range ``[lo, hi)`` grown by the next chunks of its deque while
+    they follow on, up to ``want`` indices. (A chunk that does not follow on goes back:
+    a push made while holding a range, so EPOCH is bumped.)"""
+    while hi - lo < want:
+        st, a, b = pop_bottom(state, buf, capacity, me)
+        if st != OK:
+            break
+        if a != hi:
+            push_bottom(state, buf, capacity, me, a, b)
+            fetch_add(ctl, EPOCH, 1)
+            break
+        hi = b
+    return lo, hi
+
+
+@njit(nogil=True, cache=True)
 def _acquire(state, buf, capacity, ctl, dead, steals, order, me, steal_live, want, low_water,
-             per_index, latency, chunk_sizes):
+             per_index, latency, chunk_sizes, own_want):
     """Take a range for worker ``me``: ``(status, lo, hi, victim)``, status OK/EMPTY/STOP.
 
     Pops its own deque when it holds more than ``low_water`` chunks, else steals from
     the others in ``order`` (from live ones only when ``steal_live``, and only where it
     would finish the chunk first: ``_worth_stealing``; a dead worker's queue is always
-    open), else pops what is left of its own. ``victim`` is -1 for an own chunk.
+    open), else pops what is left of its own. ``victim`` is -1 for an own chunk, which
+    takes the chunks that follow it too, up to ``own_want`` indices.
     ``steals[2 * (me * nw + v)]`` counts CAS attempts on ``v``, ``+ 1`` wins.
     """
     if has_empty_token(state, me):
@@ -209,6 +236,7 @@ def _acquire(state, buf, capacity, ctl, dead, steals, order, me, steal_live, wan
     if size(state, me) > low_water:
         st, lo, hi = pop_bottom(state, buf, capacity, me)
         if st == OK:
+            lo, hi = _gather_own(state, buf, capacity, ctl, me, lo, hi, own_want)
             return OK, lo, hi, -1
     nw = order.size
     for k in range(nw):
@@ -236,6 +264,7 @@ def _acquire(state, buf, capacity, ctl, dead, steals, order, me, steal_live, wan
     if low_water > 0:
         st, lo, hi = pop_bottom(state, buf, capacity, me)
         if st == OK:
+            lo, hi = _gather_own(state, buf, capacity, ctl, me, lo, hi, own_want)
             return OK, lo, hi, -1
     fetch_add(ctl, HELD, -1)
     return EMPTY, 0, 0, -1
@@ -426,6 +455,11 @@ class _Loop:
         # worker alone): a core holding a long range then gives the rest of it up.
         self.idle = [False] * nw
         self.chunk_sizes = np.array([w.chunk_size for w in workers], dtype=np.int64)
+        # A core's shortest piece; the shortest range it takes of its own, where that
+        # bound is the GIL's (0: a chunk, however short).
+        cores = sum(w.sync is None for w in workers)
+        self.least_s = max(TAIL_S, GIL_S * cores)
+        self.gather_s = GIL_S * cores if GIL_S * cores > TAIL_S else 0.0
         self.logs = [_WorkerLog() for _ in workers]
         self.failures: list[tuple[float, int, BaseException, list]] = []
         self.crash: BaseException | None = None
@@ -458,16 +492,20 @@ class _Loop:
         per_index = None                 # seconds per index of the last piece run (no sync)
         backoff = _MIN_BACKOFF
         while True:
+            # A core takes at least its shortest piece's worth of its own chunks at once.
+            keep = w.chunk_size
+            if self.gather_s and w.sync is None and per_index:
+                keep = max(keep, int(self.gather_s / per_index))
             st, lo, hi, victim = _acquire(d.state, d.buf, d.capacity, self.ctl, self.dead,
                                           self.steals, self.order, me, self.steal_live,
                                           w.chunk_size, self.low_water, self.per_index,
-                                          self.latency, self.chunk_sizes)
+                                          self.latency, self.chunk_sizes, keep)
             if st == OK:
                 backoff = _MIN_BACKOFF
                 self.idle[me] = False
-                if hi - lo > 2 * w.chunk_size:
-                    self._push_back(me, [(lo + w.chunk_size, hi)])
-                    hi = lo + w.chunk_size
+                if hi - lo > 2 * keep:
+                    self._push_back(me, [(lo + keep, hi)])
+                    hi = lo + keep
                 t = time.perf_counter()
                 if not held:
                     group_start = t
@@ -525,7 +563,7 @@ class _Loop:
                 d = self.deques
                 drain = _drain_seconds(d.state, self.dead, self.per_index, self.chunk_sizes)
                 donate = drain == 0.0 and True in self.idle
-                seconds = max(TAIL_S, min(SLICE_S, drain))
+                seconds = max(self.least_s, min(SLICE_S, drain))
             end = lo + _piece(hi - lo, per_index, seconds)
             if donate and hi - end >= end - lo:  # the rest is at least another piece
                 self._push_back(me, [(end, hi)])

@@ -113,7 +113,7 @@ TAIL_S = 1e-3       # the same while another worker is idle: the rest of the ran
 # Each range or piece a core runs costs it tens of microseconds of Python, with the GIL,
 # before and after: a piece lasts at least this long per core (and at least TAIL_S), or
 # the cores queue for the GIL. On a 32-core host, 1 ms pieces made a co-executed loop
-# 1.7x slower than 3 ms ones, and 1.3 ms chunks made a loop on its cores alone 1.45x
+# 1.7x slower than 3 ms ones, and 1.4 ms chunks made a loop on its cores alone 1.4-1.5x
 # slower than running it without stealing.
 GIL_S = 1e-4
 _PROBE = 64         # the first piece of a large first range is 1/_PROBE of it

@@ -178,10 +178,11 @@ def test_the_run_here_bound_follows_the_faster_of_the_last_two_timed_runs(monkey
 
     run_taking(5e-6)                           # compiles (or finds its code): not timed
     assert plan.tiny_below == 0.0
-    run_taking(5e-6)                           # 2 indices in 5 us: tiny below 8 at that rate
-    assert plan.tiny_below == pytest.approx(2 * queue_module.RUN_HERE_S / 5e-6)
+    run_taking(5e-6)                           # 2 indices in 5 us: tiny below 2 * RUN_HERE_S / 5 us
+    bound = 2 * queue_module.RUN_HERE_S / 5e-6
+    assert plan.tiny_below == pytest.approx(bound)
     run_taking(1.0)                            # slow once: the faster run still counts
-    assert plan.tiny_below == pytest.approx(8.0)
+    assert plan.tiny_below == pytest.approx(bound)
     run_taking(1.0)                            # slow twice: nothing is tiny
     assert plan.tiny_below == 0.0
     np.testing.assert_array_equal(x[:2], 1.0)

@@ -65,8 +65,12 @@ from .launch import bind, is_device_array, normalize_extent
 from .scheduler import Lane, Scheduler
 
 # A ready CPU instance predicted (``_tiny``) to take less than this runs in the enqueuing
-# thread (module docstring): about what handing it to a worker costs.
-RUN_HERE_S = 20e-6
+# thread (module docstring): less than what handing it to a worker costs. On the H200
+# host a worker that ran some 400 of a fan-out's 10,000 one-index instances doubled the
+# fan-out's time (the two threads wait for each other's GIL): about 250 us an instance
+# moved. At 20 us, the fan-out's root instance, run once per 10,000 and so from a cold
+# cache (20-50 us), went to the worker and took the instances waiting for it along.
+RUN_HERE_S = 50e-6
 
 # -- kernel objects ----------------------------------------------------------------------
 class _KernelRecord:

@@ -36,9 +36,10 @@ The same pieces end a loop evenly. Once every deque is empty each core still run
 range it holds, a chunk of many milliseconds, while a GPU that ran dry waits: the loop's
 tail (16 ms on an H100 host). So under ``schedule='steal'`` a CPU worker's pieces last
 no longer than the deques will take to run dry at every worker's measured speed (down
-to ``TAIL_S``, or ``GIL_S`` per core where that is longer); once they have, while it sees another worker idle, it pushes the rest
-of its range back onto its own deque before each piece, where the idle worker steals it
-(the push is made while holding a range: the termination argument below covers it).
+to ``TAIL_S``, or ``GIL_S`` per core where that is longer); once they have, while it
+sees another worker idle, it pushes the rest of its range back onto its own deque before
+each piece, where the idle worker steals it (the push is made while holding a range: the
+termination argument below covers it).
 
 Termination (SPEC §3.5) and why it is correct
 ---------------------------------------------
@@ -492,7 +493,7 @@ class _Loop:
         per_index = None                 # seconds per index of the last piece run (no sync)
         backoff = _MIN_BACKOFF
         while True:
-            # A core takes at least its shortest piece's worth of its own chunks at once.
+            # With many cores, a core takes GIL_S per core's worth of its own chunks at once.
             keep = w.chunk_size
             if self.gather_s and w.sync is None and per_index:
                 keep = max(keep, int(self.gather_s / per_index))

@@ -86,6 +86,17 @@ def test_a_launch_over_another_gpus_array_is_refused_only_where_there_are_severa
     staging.check_residence(launch)  # one GPU: nothing to check (an array's ordinal is not even read)
 
 
+@pytest.mark.simgpu
+def test_a_queue_refuses_an_array_of_a_gpu_outside_its_context(monkeypatch):
+    """The simulator's gpu0 in the queue, a stand-in gpu1 in the device table holding the array."""
+    with Queue(["cpu0", "gpu0"]) as q:
+        lanes = q.devices
+        monkeypatch.setattr(devices_module, "devices", lambda: (*lanes, _gpu(1)))
+        with pytest.raises(ArgumentError, match=r"argument 0 is an array in the memory of gpu1, which is "
+                                                r"not in this queue's context \(cpu0, gpu0\)"):
+            q.enqueue(_bump, 1, _CupyLike(1))
+
+
 # -- two real GPUs -----------------------------------------------------------------------------
 @hetflow.kernel
 def _bump(i, x):

@@ -31,7 +31,10 @@ loaded partway: a second process starts repeated large matmuls, and copies both 
 over the bus that bounds this loop, shortly after the loop starts, and steal and static (both from the
 unloaded speed shares) are timed again, beside gpu0 alone under the same load: its
 delay over its unloaded time is the GPU's own stall, and the co-executed calls' delay
-beyond that is what co-executing costs under load.
+beyond that is what co-executing costs under load. The cores alone are timed under it
+too (the load process keeps a core busy waiting for its GPU work), and with gpu0's time
+they give the loaded ideal: no split ends sooner, so static / loaded ideal is the most
+stealing could gain over the static split there.
 
 Contenders alternate round by round; each one's best round counts (the loaded case:
 the median, since the load's timing varies). Ratios are baseline time / hetflow time:
@@ -312,7 +315,8 @@ def gpu_section(args, gpu):
               "single-device calls: " + ", ".join(f"{k} {fmt_s(v)}" for k, v in singles.items()),
               f"co-exec steal: GPU ran {gpu_share:.0%} of the indices (speed shares give "
               f"{speed_shares[1] / sum(speed_shares):.0%}); steals {_steals(last['steal'])}"]
-    loaded_rows, loaded_notes = loaded_case(chain, devs, speed_shares, t_static, args, gpu, t_gpu)
+    cpu_label = min(("cpu0", "cpu0 steal"), key=singles.get)  # the faster CPU call
+    loaded_rows, loaded_notes = loaded_case(chain, devs, speed_shares, t_static, args, gpu, t_gpu, cpu_label)
     return rows + loaded_rows, notes + loaded_notes
 
 
@@ -332,13 +336,18 @@ def _timed(run):
     return result, time.perf_counter() - t
 
 
-def loaded_case(chain, devs, speed_shares, t_static, args, gpu, t_gpu):
+def loaded_case(chain, devs, speed_shares, t_static, args, gpu, t_gpu, cpu_label):
     """Steal and static, both from the unloaded speed shares, with the GPU loaded from
     ``args.hog_delay`` x (the unloaded static time) on; and gpu0 alone under the same
     load (``t_gpu``: its time unloaded), which tells how much of the co-executed calls'
-    delay the GPU's own stall explains."""
+    delay the GPU's own stall explains; and the cores alone (``cpu_label``, the faster
+    CPU call unloaded) under it too, since the load process takes a core of its own.
+    From those two, the loaded ideal 1/(1/T_cpu + 1/T_gpu), both loaded: at those speeds
+    no split of the loop, stolen or not, ends sooner, so static / that ideal is the most
+    stealing could gain over the static split under this load."""
     contenders = {s: chain.call(devs, schedule=s, shares=speed_shares) for s in ("steal", "static")}
     contenders["gpu0"] = chain.call(gpu.id)
+    contenders["cpu0"] = chain.singles()[cpu_label]
     delay = args.hog_delay * t_static
     hog = GpuHog(gpu.ordinal, args.hog_size, args.hog_copy_mb)
     times = {s: [] for s in contenders}
@@ -359,16 +368,20 @@ def loaded_case(chain, devs, speed_shares, t_static, args, gpu, t_gpu):
     finally:
         hog.close()
     t_steal, t_stat = statistics.median(times["steal"]), statistics.median(times["static"])
-    t_alone = statistics.median(times["gpu0"])
+    t_alone, t_cpu = statistics.median(times["gpu0"]), statistics.median(times["cpu0"])
+    ideal = 1 / (1 / t_cpu + 1 / t_alone)
     rows = [_row("GPU loaded partway: steal vs static", t_stat, t_steal, (">=", 1.1), seconds=times),
-            _row("GPU loaded partway: steal vs gpu0 alone", t_alone, t_steal)]
+            _row("GPU loaded partway: steal vs gpu0 alone", t_alone, t_steal),
+            _row("GPU loaded partway: steal vs loaded ideal 1/(1/T_cpu+1/T_gpu), both loaded", ideal, t_steal)]
     note = (f"GPU loaded partway: a second process runs {args.hog_size}^2 float32 matmuls and "
             f"{args.hog_copy_mb} MiB copies each way (page-locked) from {fmt_s(delay)} after the loop "
             f"starts (load steps per run: {min(steps)}..{max(steps)}); GPU share of the indices: "
             f"steal {statistics.median(shares['steal']):.0%}, static "
             f"{statistics.median(shares['static']):.0%}; median of {args.rounds} round(s); "
             f"gpu0 alone under the same load {fmt_s(t_alone)} ({(t_alone - t_gpu) * 1e3:+.2f} ms "
-            "against its time unloaded)")
+            f"against its time unloaded); {cpu_label} under the same load {fmt_s(t_cpu)}; loaded ideal "
+            f"{fmt_s(ideal)}: at these speeds no split ends sooner, so "
+            f"stealing can gain at most {t_stat / ideal:.2f}x over static under this load")
     return rows, [note]
 
 

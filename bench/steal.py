@@ -32,8 +32,8 @@ over the bus that bounds this loop, shortly after the loop starts, and steal and
 unloaded speed shares) are timed again, beside gpu0 alone under the same load: its
 delay over its unloaded time is the GPU's own stall, and the co-executed calls' delay
 beyond that is what co-executing costs under load. The cores alone are timed under it
-too (the load process keeps a core busy waiting for its GPU work), and with gpu0's time
-they give the loaded ideal: no split ends sooner, so static / loaded ideal is the most
+too (they slow under it as well: the load process runs on the host too), and with
+gpu0's time they give the loaded ideal: no split ends sooner, so static / loaded ideal is the most
 stealing could gain over the static split there.
 
 Contenders alternate round by round; each one's best round counts (the loaded case:
@@ -341,7 +341,7 @@ def loaded_case(chain, devs, speed_shares, t_static, args, gpu, t_gpu, cpu_label
     ``args.hog_delay`` x (the unloaded static time) on; and gpu0 alone under the same
     load (``t_gpu``: its time unloaded), which tells how much of the co-executed calls'
     delay the GPU's own stall explains; and the cores alone (``cpu_label``, the faster
-    CPU call unloaded) under it too, since the load process takes a core of its own.
+    CPU call unloaded) under it too, since the cores slow under it as well.
     From those two, the loaded ideal 1/(1/T_cpu + 1/T_gpu), both loaded: at those speeds
     no split of the loop, stolen or not, ends sooner, so static / that ideal is the most
     stealing could gain over the static split under this load."""

@@ -7,7 +7,7 @@ shares (:mod:`hetflow.runtime.perfmodel`). One Python thread per worker then pop
 its own deque and, when that is empty (or at most ``steal_threshold`` long), steals the
 top entry of the other deques, visited in a fixed order: GPU queues first, then CPU
 queues, skipping a queue whose owner would reach that entry before the thief finished it
-(by each worker's measured time per index, and what a GPU's chunk waits for): a core that
+(by each worker's measured time per index, and a GPU's latency per chunk): a core that
 took a GPU's last chunks would keep the loop running long after the GPU ran dry.
 Stealing is bidirectional. The chunk functions release the GIL (CPU: Numba ``nogil``
 functions; GPU: asynchronous launches), so the workers really run at once. A GPU worker
@@ -200,9 +200,9 @@ def _worth_stealing(state, dead, per_index, latency, chunk_sizes, me, v, want):
     """Would ``me`` finish a chunk taken from the far end of ``v``'s deque before ``v``
     reached it? ``v`` reaches it after its range in hand and every chunk below it; a
     core that took a GPU's last chunks would run long after the GPU ran dry. ``me``
-    finishes it after its latency too: a GPU's chunks in flight, or, with none, the delay
-    of its last chunk launched alone (a GPU loaded by another process queues each launch
-    behind that work, and a core's last few rows, handed to it, ended the loop tens of ms
+    finishes it after its latency too (a GPU's last chunk took that long from launch to
+    done, beyond its size: a GPU loaded by another process queues each launch behind
+    that work, and a core's last few rows, handed to it, ended the loop tens of ms
     late). Yes where either speed is not measured yet, and always from a failed worker."""
     mine, theirs = per_index[me], per_index[v]
     if mine <= 0.0 or theirs <= 0.0 or atomic_load(dead, v) != 0:
@@ -488,15 +488,9 @@ class _Loop:
         # Seconds per index each worker took over its last completed ranges (0: none yet),
         # written by that worker alone; thieves read them (_worth_stealing).
         self.per_index = np.zeros(nw)
-        # Seconds before a chunk a GPU takes now would start (0 for a core), written by
-        # that worker before it takes one: its chunks in flight at its measured speed, or
-        # with none, ``delay``: how much longer than its indices' time its last chunk
-        # launched alone took from launch to done. (The last chunk's time from launch to
-        # done, as it was, counts the chunks ahead of it: taken as the cost of one more,
-        # it kept an idle GPU from the cores' last rows while it could have run them.)
+        # Seconds a GPU's last completed chunk took beyond its indices' time (launch to
+        # done: what a chunk it steals costs however small; 0 for a core), the same way.
         self.latency = np.zeros(nw)
-        self.delay = [0.0] * nw
-        self.lone = [None] * nw          # launch time of a GPU's last chunk launched alone
         # Whether each worker found nothing to take, last it looked (written by that
         # worker alone): a core holding a long range then gives the rest of it up.
         self.idle = [False] * nw
@@ -552,9 +546,6 @@ class _Loop:
             keep = w.chunk_size
             if self.gather_s and w.sync is None and per_index:
                 keep = max(keep, int(self.gather_s / per_index))
-            if w.sync is not None:
-                self.latency[me] = (sum(b - a for a, b, *_ in held) * self.per_index[me] if held
-                                    else self.delay[me])
             st, lo, hi, victim = _acquire(d.state, d.buf, d.capacity, self.ctl, self.dead,
                                           self.steals, self.order, me, self.steal_live,
                                           w.chunk_size, self.low_water, self.per_index,
@@ -567,7 +558,7 @@ class _Loop:
                     hi = lo + keep
                 t = time.perf_counter()
                 if not held:
-                    group_start = self.lone[me] = t
+                    group_start = t
                 held.append((lo, hi, victim, t))
                 full = False
                 try:
@@ -655,11 +646,9 @@ class _Loop:
         log_.busy += t_end - group_start
         count = sum(hi - lo for lo, hi, *_ in done)
         if count and self.workers[me].sync is not None:  # a CPU's: per piece (_run_pieces)
+            per_index = self.per_index[me] = (t_end - group_start) / count
             lo, hi, _, launched = done[0]
-            if len(done) == 1 and launched == self.lone[me] and self.per_index[me] > 0:  # its delay
-                self.delay[me] = max(0.0, t_end - launched - (hi - lo) * self.per_index[me])
-            else:
-                self.per_index[me] = (t_end - group_start) / count
+            self.latency[me] = max(0.0, t_end - launched - (hi - lo) * per_index)
         self._log(me, log_, done, t_end)
         _release(self.ctl, len(done))
         del held[:len(done)]

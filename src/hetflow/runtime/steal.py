@@ -111,7 +111,7 @@ _MIN_BACKOFF = 2e-5
 # An idle GPU worker looks for work again after at most this, an idle core after GIL_S
 # per core (and at least this): every look takes the GIL, and 15 idle cores looking every
 # 0.2 ms made a GPU worker's Python (its chunks' copies and launches) run 6x slower. A
-# push or the loop's end wakes idle workers at once (GPUs first).
+# push or the loop's end wakes the idle workers at once.
 _MAX_BACKOFF = 2e-4
 SLICE_S = 0.05      # about the longest run_chunk call of a CPU worker: see the module docstring
 TAIL_S = 1e-3       # the same while another worker is idle: the rest of the range is given up
@@ -582,7 +582,7 @@ class _Loop:
                     group_start = self._complete(me, log_, held, group_start)
                 elif _try_terminate(d.state, self.ctl, self.order):
                     self.over = True
-                    self._wake(None)
+                    self._wake(idle_only=False)
                     return
                 else:
                     self.idle[me] = True
@@ -670,22 +670,21 @@ class _Loop:
                           np.array(ranges, dtype=np.int64).reshape(-1, 2)):
             raise EventFailedError(f"worker {self.workers[me].name!r}: deque of capacity "
                                  f"{d.capacity} overflowed")
-        self._wake(len(ranges))          # a thief for each range
+        self._wake()
 
-    def _wake(self, count):
-        """Wake ``count`` idle workers, GPUs first (None: every worker)."""
+    def _wake(self, idle_only=True):
+        """Wake the idle workers, GPUs first: after a push each may be the one that
+        should take it (waking one alone, a GPU that would not take a core's rows kept
+        the cores that would waiting); at the loop's end (``idle_only=False``) all."""
         for me in self.order:
-            if count is not None and count <= 0:
-                break
-            if count is None or self.idle[me]:
+            if not idle_only or self.idle[me]:
                 self.wakeups[me].set()
-                count = None if count is None else count - 1
 
     def _stop(self):
         """Stop the loop: the EMPTY token in every queue, and the idle workers woken to see it."""
         self.deques.write_empty_token()
         self.over = True
-        self._wake(None)
+        self._wake(idle_only=False)
 
     def _fail(self, me, held, exc):
         """Give back the held ranges whose results did not land, leave the loop, and let

@@ -22,7 +22,6 @@ from hetflow.runtime.deque import fetch_add
 from hetflow.platform.repository import default_root
 from hetflow.runtime.perfmodel import FILE_NAME, PerfModel
 from hetflow.runtime.deque import DequeSet
-from hetflow.runtime import steal
 from hetflow.runtime.steal import Worker, _worth_stealing, cpu_chunk_size, gpu_chunk_size, run_loop, split_range
 
 
@@ -129,9 +128,6 @@ def test_every_index_runs_exactly_once(n, specs, data, schedule, threshold):
                for i, (kind, chunk, inflight, delay, fail_at, at_sync, rolling) in enumerate(specs)]
     weights = data.draw(st.lists(st.integers(0, 3), min_size=len(specs), max_size=len(specs)))
     shares = weights if sum(weights) else None
-    for d, head_start in zip(devices, data.draw(st.lists(st.booleans(), min_size=len(specs),
-                                                         max_size=len(specs)))):
-        d.worker.head_start = head_start
     try:
         report = run_loop(n, [d.worker for d in devices], schedule=schedule, shares=shares,
                           steal_threshold=threshold)
@@ -738,35 +734,6 @@ def test_a_worker_still_in_setup_is_left_behind_when_the_others_finish():
     assert np.array_equal(counts, np.ones(n, dtype=np.int64))
     assert seen["stopped"] and report.by_name["g"].indices == 0 and report.by_name["c"].indices == n
     assert report.by_name["c"].steals_succeeded["cpu->gpu"] >= 1 and not report.failures
-
-
-def test_the_others_start_once_a_worker_with_a_head_start_launched_its_first_chunk(monkeypatch):
-    monkeypatch.setattr(steal, "HEAD_START_S", 30.0)  # waits for the launch, whatever the machine's pace
-    n = 400
-    counts = np.zeros(n, dtype=np.int64)
-    ran = []
-    # The head start goes to the worker that would start last (a core, after the others).
-    devices = [Device(f"c{k}", "cpu", counts, 10) for k in range(4)]
-    for d in devices:
-        d.worker.run_chunk = lambda lo, hi, d=d: (ran.append(d.worker.name), d.run_chunk(lo, hi))
-    devices[-1].worker.head_start = True
-    run_loop(n, [d.worker for d in devices], shares=[1, 1, 1, 1])
-    assert ran[0] == "c3"
-    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
-
-
-def test_a_head_start_holds_the_others_back_no_longer_than_head_start_s():
-    # The setup returns only once a core ran a chunk: it must not wait for the setup.
-    n = 200
-    counts = np.zeros(n, dtype=np.int64)
-    cpu_ran, waited = threading.Event(), {}
-    gpu, cpu = Device("g", "gpu", counts, 50, inflight=2), Device("c", "cpu", counts, 10)
-    gpu.worker.setup = lambda stopped: waited.setdefault("ok", cpu_ran.wait(timeout=30))
-    gpu.worker.head_start = True
-    cpu.worker.run_chunk = lambda lo, hi: (cpu.run_chunk(lo, hi), cpu_ran.set())
-    run_loop(n, [gpu.worker, cpu.worker], shares=[0.5, 0.5])
-    assert waited["ok"]
-    assert np.array_equal(counts, np.ones(n, dtype=np.int64))
 
 
 def test_a_worker_whose_setup_fails_leaves_its_chunks_to_the_others():

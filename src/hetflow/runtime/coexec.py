@@ -152,8 +152,7 @@ def _gpu_worker(launch: Launch, held=()) -> tuple[Worker, GpuChunks]:
         threads = min(GPU_WAVES[1] * wave, max(GPU_WAVES[0] * wave, launch.extent[0] * per_row // GPU_CHUNKS))
     size = max(1, threads // per_row)
     worker = Worker(dev.id, "gpu", chunks.run_chunk, size, dev.id, inflight=chunks.INFLIGHT, sync=chunks.sync,
-                    setup=chunks.setup, salvage=chunks.salvage, retire=chunks.retire,
-                    head_start=chunks.quick_setup)
+                    setup=chunks.setup, salvage=chunks.salvage, retire=chunks.retire)
     return worker, chunks
 
 

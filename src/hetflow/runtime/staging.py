@@ -174,7 +174,6 @@ class GpuChunks:
     def __init__(self, launch: Launch, residents=(), pinned=True):
         check_residence(launch)
         self.launch = launch
-        self.placements = _placements(launch.plan, launch.args)
         self.pinned = pinned
         self.residents = residents
         self.staged_s = 0.0   # time spent making coherent arrays' rows current here
@@ -195,11 +194,6 @@ class GpuChunks:
     def _context(self):
         return self.cuda.gpus[self.device.ordinal]
 
-    @property
-    def quick_setup(self) -> bool:
-        """Does :meth:`setup` only allocate? (Nothing to copy whole, the entry compiled.)"""
-        return WHOLE not in self.placements and self.launch.plan.fast_entry is not False
-
     def setup(self, stopped=lambda: False) -> None:
         """Allocate and copy in what the chunks need (returns early once ``stopped()``)."""
         plan = self.launch.plan
@@ -215,35 +209,43 @@ class GpuChunks:
                     copies[id(host)] = self._copy_in(host, stopped)
                 return copies[id(host)]
 
-            for k, (name, arg, how) in enumerate(zip(plan.data, self.launch.args, self.placements)):
-                view = _views.is_view(arg)
-                if how == COHERENT:  # the Buffer's own copy here: rows move per chunk
-                    root = _views.root_of(arg)
+            streamed = _streamed(plan, self.launch.args)
+            for k, (name, arg) in enumerate(zip(plan.data, self.launch.args)):
+                root = _views.root_of(arg) if not isinstance(arg, SCALARS) else None
+                if coherent(root):  # the Buffer's own copy here: rows move per chunk
                     dev = root.copy_on(self.device)
                     dev_args.extend(self.launch.view_arguments(k, dev) if arg is not root else [dev])
-                elif how == IN_PLACE:
-                    dev = _in_place(arg.root if view else arg)
-                    dev_args.extend(self.launch.view_arguments(k, dev) if view else [dev])
-                elif how == STREAMED:
-                    hint_residency(self.launch, name, arg)
-                    # allocated only: rows move with their chunk, written ones both ways
-                    # (what the kernel leaves alone must come back unchanged), unless the
-                    # kernel overwrites all of them
-                    dev = self._empty(arg.shape, arg.dtype)
-                    overwritten = _overwritten(plan.access, name, arg, len(self.launch.extent))
-                    if not overwritten:
-                        self.streamed_in.append((arg, dev))
-                    if plan.access.writes(name):
-                        self.streamed_out.append((arg, dev, overwritten))
-                    dev_args.append(dev)
-                elif how == WHOLE:
-                    hint_residency(self.launch, name, arg.root if view else arg)
-                    dev = whole(arg.root if view else arg)
+                elif _views.is_view(arg) and _in_place(arg.root) is not None:
+                    dev_args.extend(self.launch.view_arguments(k, _in_place(arg.root)))
+                elif _views.is_view(arg):
+                    hint_residency(self.launch, name, arg.root)
+                    dev = whole(arg.root)
                     if dev is None:
                         return
-                    dev_args.extend(self.launch.view_arguments(k, dev) if view else [dev])
+                    dev_args.extend(self.launch.view_arguments(k, dev))
                     if plan.access.writes(name):
                         self.merged.append((arg, dev))
+                elif _in_place(arg) is not None:
+                    dev_args.append(_in_place(arg))
+                elif isinstance(arg, np.ndarray):
+                    hint_residency(self.launch, name, arg)
+                    if name in streamed:
+                        # allocated only: rows move with their chunk, written ones both
+                        # ways (what the kernel leaves alone must come back unchanged),
+                        # unless the kernel overwrites all of them
+                        dev = self._empty(arg.shape, arg.dtype)
+                        overwritten = _overwritten(plan.access, name, arg, len(self.launch.extent))
+                        if not overwritten:
+                            self.streamed_in.append((arg, dev))
+                        if plan.access.writes(name):
+                            self.streamed_out.append((arg, dev, overwritten))
+                    else:
+                        dev = whole(arg)
+                        if dev is None:
+                            return
+                        if plan.access.writes(name):
+                            self.merged.append((arg, dev))
+                    dev_args.append(dev)
                 else:
                     dev_args.append(arg)
             self.dev_args = tuple(dev_args)
@@ -475,28 +477,6 @@ def _in_place(array):
     if is_device_array(array):
         return array
     return device_view(array) if isinstance(array, np.ndarray) else None
-
-
-COHERENT, IN_PLACE, STREAMED, WHOLE, VALUE = "coherent", "in place", "streamed", "whole", "value"
-
-
-def _placements(plan, args) -> list[str]:
-    """Where each argument's data is on the GPU during a launch: a coherent array's own
-    copy (COHERENT), a device array or managed memory used in place (IN_PLACE, also for
-    views of them), rows moved per chunk (STREAMED), a copy made whole (WHOLE, merged back
-    where written), or a value passed as it is (VALUE)."""
-    streamed = _streamed(plan, args)
-    found = []
-    for name, arg in zip(plan.data, args):
-        root = _views.root_of(arg) if not isinstance(arg, SCALARS) else None
-        if coherent(root):
-            found.append(COHERENT)
-        elif _views.is_view(arg) or isinstance(arg, np.ndarray) or is_device_array(arg):
-            found.append(IN_PLACE if _in_place(root) is not None else
-                         STREAMED if name in streamed else WHOLE)
-        else:
-            found.append(VALUE)
-    return found
 
 
 def _streamed(plan, args) -> set:

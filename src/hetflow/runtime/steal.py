@@ -108,10 +108,6 @@ STOP = 3            # acquire status: the EMPTY token is in this worker's queue
 HELD = 0            # ctl word: ranges taken and not completed
 EPOCH = 8           # ctl word: pushes made after the initial distribution
 _MIN_BACKOFF = 2e-5
-# An idle GPU worker looks for work again after at most this, an idle core after GIL_S
-# per core (and at least this): every look takes the GIL, and 15 idle cores looking every
-# 0.2 ms made a GPU worker's Python (its chunks' copies and launches) run 6x slower. A
-# push or the loop's end wakes the idle workers at once.
 _MAX_BACKOFF = 2e-4
 SLICE_S = 0.05      # about the longest run_chunk call of a CPU worker: see the module docstring
 TAIL_S = 1e-3       # the same while another worker is idle: the rest of the range is given up
@@ -123,7 +119,6 @@ TAIL_S = 1e-3       # the same while another worker is idle: the rest of the ran
 GIL_S = 1e-4
 _PROBE = 64         # the first piece of a large first range is 1/_PROBE of it
 _WAKE_S = 0.05      # the calling thread's longest sleep while the workers run
-HEAD_START_S = 2e-3  # the longest the other workers wait for a head start (Worker)
 
 
 @dataclasses.dataclass
@@ -143,10 +138,6 @@ class Worker:
     steal from its deque. ``salvage()``, if given, is called after ``run_chunk`` or
     ``sync`` raised: it returns how many of the ranges launched since the last ``sync``,
     oldest first, completed and landed anyway (the others are re-run elsewhere).
-    With ``head_start``, the loop starts the workers without it only once this one has
-    launched its first chunk (or found none), or after ``HEAD_START_S``: a GPU whose setup
-    is short would otherwise queue for the GIL behind every core's start (its first
-    chunk began 1.2-1.5 ms later on a 16-core H200 host).
     """
 
     name: str
@@ -159,7 +150,6 @@ class Worker:
     setup: Callable[[Callable[[], bool]], object] | None = None
     salvage: Callable[[], int] | None = None
     retire: Callable[[], object] | None = None
-    head_start: bool = False
 
     def __post_init__(self):
         if self.kind not in ("cpu", "gpu"):
@@ -386,19 +376,20 @@ class _Threads:
         self._idle: list[queue.SimpleQueue] = []
         self._lock = threading.Lock()
 
-    def start(self, job, name: str, jobs: "_Jobs") -> None:
-        """Run ``job()`` on a kept thread, one of ``jobs``."""
+    def start(self, job, name: str) -> threading.Event:
+        """Run ``job()`` on a kept thread; the returned event is set when it returns."""
         with self._lock:
             inbox = self._idle.pop() if self._idle else None
         if inbox is None:
             inbox = queue.SimpleQueue()
             threading.Thread(target=self._serve, args=(inbox,), daemon=True).start()
-        inbox.put((job, name, jobs))
-        jobs.add()
+        done = threading.Event()
+        inbox.put((job, name, done))
+        return done
 
     def _serve(self, inbox):
         while True:
-            job, name, jobs = inbox.get()
+            job, name, done = inbox.get()
             threading.current_thread().name = name
             try:
                 job()
@@ -410,40 +401,10 @@ class _Threads:
                 job = None
                 with self._lock:
                     self._idle.append(inbox)
-                jobs.finished()
+                done.set()
 
 
 _THREADS = _Threads()
-
-
-class _Jobs:
-    """The jobs of one loop: ``done`` is set once all have returned and no more will
-    start (``close``). One wake-up for the waiting thread, not one per job: on a 16-core
-    host every hand-over of the GIL costs a loop tens of microseconds."""
-
-    def __init__(self):
-        self._running, self._closed = 0, False
-        self._lock = threading.Lock()
-        self.done = threading.Event()
-
-    def add(self) -> None:
-        with self._lock:
-            self._running += 1
-
-    def finished(self) -> None:
-        with self._lock:
-            self._running -= 1
-            over = self._closed and self._running <= 0
-        if over:
-            self.done.set()
-
-    def close(self) -> None:
-        # (at most 0: a Ctrl-C between a job's start and its count ends the wait, not hangs it)
-        with self._lock:
-            self._closed = True
-            over = self._running <= 0
-        if over:
-            self.done.set()
 
 
 class _WorkerLog:
@@ -500,13 +461,6 @@ class _Loop:
         cores = sum(w.sync is None for w in workers)
         self.least_s = max(TAIL_S, GIL_S * cores)
         self.gather_s = GIL_S * cores if GIL_S * cores > TAIL_S else 0.0
-        self.idle_max = [_MAX_BACKOFF if w.sync is not None else max(_MAX_BACKOFF, GIL_S * cores)
-                         for w in workers]
-        # Each idle worker waits on its own (one shared condition made 15 woken cores
-        # queue for its lock); pushes and the loop's end wake them. ``over``: the loop ended.
-        self.wakeups = [threading.Event() for _ in workers]
-        self.over = False
-        self.begun = [threading.Event() if w.head_start else None for w in workers]
         self.logs = [_WorkerLog() for _ in workers]
         self.failures: list[tuple[float, int, BaseException, list]] = []
         self.crash: BaseException | None = None
@@ -522,11 +476,9 @@ class _Loop:
         except BaseException as exc:    # a bug, not a device failure: stop everyone
             with self.lock:
                 self.crash = self.crash or exc
-            self._stop()
+            self.deques.write_empty_token()
         finally:
             log_.lifetime = time.perf_counter() - start
-            if self.begun[me] is not None:
-                self.begun[me].set()
 
     def _work(self, me, log_):
         w = self.workers[me]
@@ -540,7 +492,6 @@ class _Loop:
         group_start = 0.0
         per_index = None                 # seconds per index of the last piece run (no sync)
         backoff = _MIN_BACKOFF
-        begun = self.begun[me]
         while True:
             # With many cores, a core takes GIL_S per core's worth of its own chunks at once.
             keep = w.chunk_size
@@ -581,16 +532,11 @@ class _Loop:
                         return self._fail(me, held, exc)
                     group_start = self._complete(me, log_, held, group_start)
                 elif _try_terminate(d.state, self.ctl, self.order):
-                    self.over = True
-                    self._wake(idle_only=False)
                     return
                 else:
                     self.idle[me] = True
-                    self.wakeups[me].wait(backoff)
-                    self.wakeups[me].clear()
-                    if self.over:        # (nothing held: leaving is all a STOP asks)
-                        return
-                    backoff = min(2 * backoff, self.idle_max[me])
+                    time.sleep(backoff)
+                    backoff = min(2 * backoff, _MAX_BACKOFF)
             else:                        # STOP: the EMPTY token is in our queue
                 if held:                 # only after faults='raise' stopped the loop
                     try:
@@ -599,9 +545,6 @@ class _Loop:
                         return self._fail(me, held, exc)
                     self._complete(me, log_, held, group_start)
                 return
-            if begun is not None:        # launched its first chunk, or found none
-                begun.set()
-                begun = None
 
     def _run_pieces(self, me, log_, held, per_index):
         """Run the one range a worker without sync holds, piece by piece (module
@@ -670,21 +613,6 @@ class _Loop:
                           np.array(ranges, dtype=np.int64).reshape(-1, 2)):
             raise EventFailedError(f"worker {self.workers[me].name!r}: deque of capacity "
                                  f"{d.capacity} overflowed")
-        self._wake()
-
-    def _wake(self, idle_only=True):
-        """Wake the idle workers, GPUs first: after a push each may be the one that
-        should take it (waking one alone, a GPU that would not take a core's rows kept
-        the cores that would waiting); at the loop's end (``idle_only=False``) all."""
-        for me in self.order:
-            if not idle_only or self.idle[me]:
-                self.wakeups[me].set()
-
-    def _stop(self):
-        """Stop the loop: the EMPTY token in every queue, and the idle workers woken to see it."""
-        self.deques.write_empty_token()
-        self.over = True
-        self._wake(idle_only=False)
 
     def _fail(self, me, held, exc):
         """Give back the held ranges whose results did not land, leave the loop, and let
@@ -706,62 +634,40 @@ class _Loop:
         log.warning("worker %s on %s failed: %s; %d range(s) re-queued for the others",
                     w.name, w.device_id, repr(exc), len(ranges))
         if self.faults == "raise":
-            self._stop()
+            self.deques.write_empty_token()
         _release(self.ctl, len(held))
 
     # The calling thread --------------------------------------------------------------
     def run(self):
         self.t0 = time.perf_counter()
-        jobs = _Jobs()
-        # GPUs first (self.order): their first chunk has the longest way to go.
-        first = [int(i) for i in self.order if self.workers[i].head_start]
-        rest = [int(i) for i in self.order if not self.workers[i].head_start]
+        done = []
         try:
-            for i in first:
-                self._start(i, jobs)
-            if first and rest:
-                self._await_head_start(first)
-            for i in rest:
-                self._start(i, jobs)
-            jobs.close()
-            # Short sleeps: SIGINT may land on any thread (often one of the simulated
-            # GPU's), and its handler runs here only when this thread runs again.
-            while not jobs.done.wait(_WAKE_S):
-                pass
+            for i in self.order:  # GPUs first: their first chunk has the longest way to go
+                done.append(_THREADS.start(lambda i=int(i): self.work(i), f"hetflow-{self.workers[i].name}"))
+            for d in done:
+                # Short sleeps: SIGINT may land on any thread (often one of the simulated
+                # GPU's), and its handler runs here only when this thread runs again.
+                while not d.wait(_WAKE_S):
+                    pass
         except BaseException:            # Ctrl-C: stop the workers after their piece
-            self._stop()
-            jobs.close()
-            jobs.done.wait()
+            self.deques.write_empty_token()
+            for d in done:
+                d.wait()
             raise
         return time.perf_counter() - self.t0
-
-    def _start(self, me, jobs):
-        _THREADS.start(lambda: self.work(me), f"hetflow-{self.workers[me].name}", jobs)
-
-    def _await_head_start(self, first):
-        """Wait until the workers ``first`` have begun (Worker.head_start), at most HEAD_START_S."""
-        until = time.perf_counter() + HEAD_START_S
-        for i in first:
-            left = until - time.perf_counter()
-            if left <= 0 or not self.begun[i].wait(left):
-                return
 
     def report(self, n, schedule, wall):
         names = [w.name for w in self.workers]
         nw = len(self.workers)
-        # per thief, per victim kind (cpu, gpu): [attempts, wins]
-        victim_gpu = np.array([w.kind == "gpu" for w in self.workers])
-        counts = self.steals.reshape(nw, nw, 2)
-        by_kind = np.stack([counts[:, ~victim_gpu].sum(axis=1), counts[:, victim_gpu].sum(axis=1)],
-                           axis=1).tolist()
         stats = []
-        for w, lg, mine in zip(self.workers, self.logs, by_kind):
+        for i, (w, lg) in enumerate(zip(self.workers, self.logs)):
             s = WorkerStats(w.name, w.kind, w.device_id, lg.chunks, lg.indices,
                             busy_s=lg.busy, idle_s=max(0.0, lg.lifetime - lg.busy),
                             failed=lg.failed)
-            for (tries, wins), victim in zip(mine, ("cpu", "gpu")):
-                s.steals_attempted[f"{w.kind}->{victim}"] = tries
-                s.steals_succeeded[f"{w.kind}->{victim}"] = wins
+            for v, victim in enumerate(self.workers):
+                direction = f"{w.kind}->{victim.kind}"
+                s.steals_attempted[direction] += int(self.steals[2 * (i * nw + v)])
+                s.steals_succeeded[direction] += int(self.steals[2 * (i * nw + v) + 1])
             stats.append(s)
         events = sorted((e for lg in self.logs for e in lg.events), key=lambda e: e.t_start)
         failures = [FailureRecord(names[me], self.workers[me].device_id, repr(exc), t,

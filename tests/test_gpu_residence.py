@@ -71,19 +71,19 @@ def test_the_holding_gpu_is_the_one_of_the_arrays_ordinal(monkeypatch):
 def test_a_launch_over_another_gpus_array_is_refused_only_where_there_are_several(monkeypatch):
     from types import SimpleNamespace
 
-    from hetflow.runtime import staging
+    from hetflow.runtime.launch import check_residence
 
-    launch = SimpleNamespace(kernel=SimpleNamespace(name="bump"), device=_gpu(0), args=(2.0, _CupyLike(1)),
-                             plan=SimpleNamespace(data=("a", "x")))
+    kernel, plan = SimpleNamespace(name="bump"), SimpleNamespace(data=("a", "x"))
     table = (hetflow.get_device("cpu0"), _gpu(0), _gpu(1))
     monkeypatch.setattr(devices_module, "devices", lambda: table)
     with pytest.raises(ArgumentError, match=r"kernel 'bump' argument 'x' is an array in the memory of gpu1, "
                                             r"but the launch runs on gpu0"):
-        staging.check_residence(launch)
-    staging.check_residence(SimpleNamespace(**{**vars(launch), "args": (2.0, _CupyLike(0))}))  # its own GPU
+        check_residence(kernel, table[1], plan, (2.0, _CupyLike(1)))
+    check_residence(kernel, table[1], plan, (2.0, _CupyLike(0)))  # its own GPU
+    check_residence(kernel, table[2], plan, (2.0, _CupyLike(1)))
     one_gpu = table[:2]
     monkeypatch.setattr(devices_module, "devices", lambda: one_gpu)
-    staging.check_residence(launch)  # one GPU: nothing to check (an array's ordinal is not even read)
+    check_residence(kernel, table[1], plan, (2.0, _CupyLike(1)))  # one GPU: nothing to check
 
 
 @pytest.mark.simgpu

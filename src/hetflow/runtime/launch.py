@@ -16,6 +16,7 @@ from ..index import views as _views
 from ..index import arrays as _arrays
 from ..index.lowering import shared_lowering
 from ..kernels.kernel import Kernel
+from ..platform.devices import gpus
 from ..platform.repository import repository
 from . import aliasing as _aliasing
 
@@ -419,6 +420,8 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         if plan.guard is not None:
             kernel.recent[device.id] = (repo, ndim, plan.guard, plan)
         _check_launch(kernel, extent, args, plan)
+    if device.kind == "gpu":
+        check_residence(kernel, device, plan, args)
     lowerings = plan.lowerings
     if not lowerings:
         return Launch(kernel, extent, device, plan, args, args)
@@ -431,6 +434,23 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     for pos, k, root in fill:
         entry_args[pos] = args[k].root if root else args[k]
     return Launch(kernel, extent, device, plan, args, tuple(entry_args), lowerings)
+
+
+def check_residence(kernel: Kernel, device, plan: Plan, args: tuple) -> None:
+    """ArgumentError unless every GPU array in ``args`` lives on ``device``, the GPU the
+    launch runs on: a kernel on one GPU that reads another's memory faults (an illegal
+    address, after which the process's CUDA context is lost). Only a machine with several
+    GPUs checks (the simulator's one GPU, whose arrays tell no ordinal, too)."""
+    if len(gpus()) < 2:
+        return
+    for name, a in zip(plan.data, args):
+        root = _views.root_of(a) if not isinstance(a, SCALARS) else None
+        ordinal = _arrays.gpu_ordinal(root) if is_device_array(root) else None
+        if ordinal is not None and ordinal != device.ordinal:
+            raise ArgumentError(
+                f"kernel {kernel.name!r} argument {name!r} is an array in the memory of gpu{ordinal}, "
+                f"but the launch runs on {device.id}; run it on gpu{ordinal} (device='gpu{ordinal}', "
+                f"or device=None: the GPU holding the data) or copy the array to {device.id}")
 
 
 def _check_launch(kernel: Kernel, extent: tuple, args: tuple, plan: Plan) -> None:

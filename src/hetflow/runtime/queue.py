@@ -528,9 +528,7 @@ class Queue:
             lanes, pinned = core.home, True
         else:
             lanes, pinned = core.route(extent, args, device)
-        launch = bind(kernel, extent, args, lanes[0].device)
-        if not lanes[0].cpu:  # GPU arrays of another GPU: an argument error, raised here
-            staging.check_residence(launch)
+        launch = bind(kernel, extent, args, lanes[0].device)  # (GPU arrays of another GPU: raises)
         buffers = _buffer_positions(args) if launch.plan.buffers else None
         modes = rec.modes.get(len(launch.extent)) or rec.learn(launch)
         inst = Instance(core, rec.label, launch, modes, priority, lanes, pinned, buffers)

@@ -187,13 +187,13 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
         return _scalar(value, x)
     if rank == 1:
         axis = None
-    if (math.prod(x.shape) if axis is None else x.shape[axis]) == 0:
-        return _empty_reduction(x, op, dtype, axis, identity)
-    if op.builtin and not _views.is_view(x) and len(devs) == 1:
-        result = _library_reduce(x, op, dtype, axis, devs[0])
-        if result is not None:
-            return result
-    with current_gpu(devs):
+    with current_gpu(devs):  # temporaries and results on the GPU the launches run on
+        if (math.prod(x.shape) if axis is None else x.shape[axis]) == 0:
+            return _empty_reduction(x, op, dtype, axis, identity)
+        if op.builtin and not _views.is_view(x) and len(devs) == 1:
+            result = _library_reduce(x, op, dtype, axis, devs[0])
+            if result is not None:
+                return result
         return _compiled_reduce(x, op, dtype, axis, devs)
 
 
@@ -265,5 +265,4 @@ def _library_reduce(x, op, dtype, axis, dev):
     name = _CUPY_REDUCTIONS.get(op.name) or (_CUPY_LOGICAL.get(op.name) if dtype.kind == "b" else None)
     if name is None:
         return None
-    with current_gpu((dev,)):
-        return getattr(cp, name)(x, axis=axis).astype(res, copy=False)
+    return getattr(cp, name)(x, axis=axis).astype(res, copy=False)  # (reduce made the GPU current)

@@ -19,9 +19,7 @@ from ..index import views as _views
 from ..index.managed import device_view
 from ..index.operators import section
 from ..cuda_compat import cuda_module, cupy_module
-from ..errors import ArgumentError, DeviceError, HostCopyWarning, warn_user
-from ..index.arrays import gpu_ordinal
-from ..platform.devices import gpus
+from ..errors import DeviceError, HostCopyWarning, warn_user
 from . import gpu
 from .gpu import FastEntry, device_pointer, entry_head, launch_rows, stream_pointer
 from .hostpins import host_pins
@@ -57,26 +55,9 @@ def hint_residency(launch: Launch, name: str, host: np.ndarray) -> None:
                   f"it there between launches, moving only what changed", HostCopyWarning)
 
 
-def check_residence(launch: Launch) -> None:
-    """ArgumentError unless every GPU array argument of ``launch`` lives on its GPU: a
-    kernel on one GPU that reads another's memory faults (an illegal address, after
-    which the process's CUDA context is lost). Only a machine with several GPUs checks."""
-    if len(gpus()) < 2:  # (the simulator's one GPU, whose arrays tell no ordinal, too)
-        return
-    for name, a in zip(launch.plan.data, launch.args):
-        root = _views.root_of(a) if not isinstance(a, SCALARS) else None
-        ordinal = gpu_ordinal(root) if is_device_array(root) else None
-        if ordinal is not None and ordinal != launch.device.ordinal:
-            raise ArgumentError(
-                f"kernel {launch.kernel.name!r} argument {name!r} is an array in the memory of gpu{ordinal}, "
-                f"but the launch runs on {launch.device.id}; run it on gpu{ordinal} (device='gpu{ordinal}', "
-                f"or device=None: the GPU holding the data) or copy the array to {launch.device.id}")
-
-
 def run(launch: Launch) -> None:
     """Run a whole launch on its GPU: on device data only enqueued (:func:`gpu.run`);
     host arrays are copied in, and the written ones back, before it returns."""
-    check_residence(launch)
     warn_scattered(launch)
     if not launch.device.simulated and not launch.plan.host_arrays:
         gpu.run(launch)
@@ -172,7 +153,6 @@ class GpuChunks:
     INFLIGHT = 4  # chunks a co-executing GPU worker keeps in flight (steal.Worker.retire)
 
     def __init__(self, launch: Launch, residents=(), pinned=True):
-        check_residence(launch)
         self.launch = launch
         self.pinned = pinned
         self.residents = residents

@@ -137,6 +137,17 @@ def _two_gpus():
     return cupy_module()
 
 
+@pytest.fixture(autouse=True)
+def _gpu0_current_after():
+    """gpu0 current after each test: a launch leaves its GPU current (as cudaSetDevice
+    would), and later tests make their CuPy arrays on the current GPU and name gpu0."""
+    yield
+    if len([d for d in hetflow.devices() if d.kind == "gpu" and not d.simulated]) > 1:
+        from hetflow.cuda_compat import cupy_module
+
+        cupy_module().cuda.Device(0).use()
+
+
 def _zeros(cp, ordinal, n):
     """``n`` zeros in GPU ``ordinal``'s memory (a launch leaves its own GPU current)."""
     with cp.cuda.Device(ordinal):

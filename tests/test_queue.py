@@ -234,15 +234,19 @@ def test_the_enqueuing_thread_takes_a_tiny_instance_waiting_for_a_busy_worker(mo
 
 def _settling_fails_once(monkeypatch) -> None:
     """Make hetflow's own bookkeeping raise the first time an instance lets go of its data
-    (a fault of the runtime, not of any kernel)."""
-    real, calls = queue_module.untrack_locked, []
+    (a fault of the runtime, not of any kernel): ``untrack_locked`` where it was tracked,
+    ``drop_locked`` where it ran at once, untracked."""
+    calls = []
 
-    def failing(inst, complete):
-        if not calls:
-            calls.append(inst)
-            raise RuntimeError("injected fault")
-        return real(inst, complete)
-    monkeypatch.setattr(queue_module, "untrack_locked", failing)
+    def failing_once(real):
+        def failing(*args):
+            if not calls:
+                calls.append(args)
+                raise RuntimeError("injected fault")
+            return real(*args)
+        return failing
+    for name in ("untrack_locked", "drop_locked"):
+        monkeypatch.setattr(queue_module, name, failing_once(getattr(queue_module, name)))
 
 
 @pytest.mark.parametrize("here", [False, True], ids=["worker", "enqueuing-thread"])

@@ -11,6 +11,7 @@ import numpy as np
 import hetflow
 from hetflow.runtime import deps
 from hetflow.runtime.events import CANCELLED, COMPLETE, FAILED, LOCK, QUEUED, UserEvent, dependents
+from hetflow.runtime import queue as queue_module
 from hetflow.runtime.queue import Queue
 
 T = 120  # seconds: generous, the first launch of a kernel compiles it
@@ -62,6 +63,38 @@ def test_a_fan_out_over_fresh_outputs_matches_numpy():
     for k, out in enumerate(outs):
         np.testing.assert_array_equal(out, np.full(5, 1.5) * k)
     np.testing.assert_array_equal(x, -1.0)
+
+
+def test_a_tiny_instance_waiting_for_nothing_runs_at_once_and_leaves_no_record(monkeypatch):
+    """Run in the enqueuing thread under the runtime's lock (runtime.queue's docstring):
+    settled when enqueue returns, with nothing kept for its data; one that would wait is
+    queued as before."""
+    monkeypatch.setattr(queue_module, "RUN_HERE_S", 1.0)  # every timed run is tiny
+    x, y = np.zeros(4), np.zeros(4)
+    with Queue("cpu0") as q:
+        for _ in range(2):  # compiled, then timed
+            q.enqueue(fill, 4, x, 1.0).wait(T)
+            q.enqueue(scaled, 4, x, y, 2.0).wait(T)
+        gate = UserEvent()
+        reader = q.enqueue(scaled, 4, x, y, 3.0, wait_for=gate)  # waits: x gets a record listing it
+        gate.set_complete()
+        reader.wait(T)
+        with LOCK:
+            assert id(x) in deps._data  # its reader is done, but still listed
+        tracked, track = [], queue_module.track_locked
+        monkeypatch.setattr(queue_module, "track_locked", lambda inst, *a: (tracked.append(inst), track(inst, *a)))
+        now = q.enqueue(fill, 4, x, 7.0)  # waits for nothing: run here, untracked, the record dropped
+        assert now.status == COMPLETE and now.device == "cpu0" and tracked == []
+        assert now.profile.queued <= now.profile.started <= now.profile.ended
+        with LOCK:
+            assert id(x) not in deps._data and id(y) not in deps._data
+        gate = UserEvent()
+        reader = q.enqueue(scaled, 4, x, y, 3.0, wait_for=gate)
+        writer = q.enqueue(fill, 4, x, 9.0)  # would wait for the reader (write-after-read): queued
+        assert (reader.status, writer.status) == (QUEUED, QUEUED) and tracked == [reader, writer]
+        gate.set_complete()
+    np.testing.assert_array_equal(y, 21.0)  # the reader ran before the writer
+    np.testing.assert_array_equal(x, 9.0)
 
 
 # -- the dependency rules on data without weak references (runtime.deps directly) -----------

@@ -224,6 +224,44 @@ def track_locked(inst, args, modes) -> None:
     inst.held = held
 
 
+def clear_locked(args, modes):
+    """Could an instance with these accesses run at once, and leave nothing to remember
+    once it completed? The keys of the records of the data it writes (to drop once it
+    completed: :func:`drop_locked`), or None where it must be tracked (caller holds
+    LOCK): a datum it reads has a writer not known to have completed, or one it writes
+    has that or unfinished readers (it would wait); or a record that only
+    :func:`track_locked` handles (pinned data, a failed writer: poison)."""
+    keys = ()
+    for obj, mode in (zip(args, modes) if _apart(args) else accesses(args, modes)):
+        if type(obj) is not ndarray or obj.base is not None:  # accesses(), inlined (track_locked)
+            if not mode or type(obj) in _SCALAR_TYPES or isinstance(obj, SCALARS):
+                continue
+            obj = datum(obj)
+        elif not mode:
+            continue
+        rec = _data.get(id(obj))
+        if rec is None:
+            continue
+        if type(rec) is not _Datum:  # a pending lone writer, or pinned data
+            return None
+        writer = rec.writer
+        if writer is not None and writer.status is not COMPLETE:
+            return None
+        if mode & WRITE:
+            if rec.readers and any(r.status not in DONE for r in rec.readers):
+                return None
+            keys = (*keys, rec.key)
+    return keys
+
+
+def drop_locked(keys) -> None:
+    """An instance that :func:`clear_locked` found clear completed: the records of the
+    data it wrote tell nothing any more (their writer completed, their readers are done),
+    so they go, as :func:`untrack_locked` would drop them (caller holds LOCK)."""
+    for key in keys:
+        del _data[key]
+
+
 def _apart(args) -> bool:
     """Are the arguments (at most two) surely over different data, so that none has to
     be merged with another (:func:`accesses`)? Whole NumPy arrays other than each other,

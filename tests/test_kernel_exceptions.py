@@ -53,6 +53,25 @@ def test_a_raise_in_a_whole_parallel_launch_is_the_kernels():
     assert isinstance(info.value.__cause__, ValueError)
 
 
+@hetflow.kernel
+def fails_at(i, x, bad):
+    if i == bad:
+        raise ValueError("bad row")
+    x[i] += 1.0
+
+
+@pytest.mark.parametrize("where", [0.0, 0.5, 1.0])
+def test_a_raise_on_any_of_numbas_threads_is_the_kernels(where):
+    """Numba's threads lose what they raise (only the calling thread's came out: a raise in
+    the last rows of a whole launch used to return as if all went well)."""
+    n = 100_000  # past the inline limit: Numba's parallel layer runs it
+    bad = min(n - 1, int(where * n))
+    with pytest.raises(KernelRaisedError, match="kernel 'fails_at' raised ValueError on cpu0") as info:
+        hetflow.forall(n, fails_at, np.zeros(n), bad, device="cpu0")
+    lo, hi = info.value.rows
+    assert lo <= bad < hi and isinstance(info.value.__cause__, ValueError)
+
+
 @pytest.mark.simgpu
 def test_a_checked_kernel_out_of_bounds_co_executed_is_raised_not_recovered():
     with pytest.raises(IndexOutOfBoundsError, match="kernel 'shifted'"):

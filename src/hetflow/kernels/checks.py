@@ -127,22 +127,23 @@ class CheckedCpuEntry:
 
 
 class CheckedCpuParallel:
-    """A whole checked launch in ``parts`` pieces, on threads running the chunk entry:
-    Numba's parallel layer drops exceptions raised in its threads."""
+    """Rows ``[lo, hi)`` of a checked launch in ``parts`` pieces, on threads running the
+    chunk entry (Numba's parallel layer drops exceptions raised in its threads); what a
+    piece raises is raised, so it returns -1 (no piece failed) as the parallel entry does."""
 
     def __init__(self, entry: CheckedCpuEntry):
         self.entry = entry
 
     def compile(self, sig):
-        # (parts, rows, ...) types as the entry's (lo, hi, ...): the pieces' signature.
-        return self.entry.compile(sig)
+        return self.entry.compile(sig[1:])  # (parts, lo, hi, ...): the pieces' (lo, hi, ...)
 
-    def __call__(self, parts, rows, *rest):
+    def __call__(self, parts, lo, hi, *rest):
         with ThreadPoolExecutor(parts) as pool:
-            pieces = [pool.submit(self.entry, rows * p // parts, rows * (p + 1) // parts, *rest)
+            pieces = [pool.submit(self.entry, lo + (hi - lo) * p // parts, lo + (hi - lo) * (p + 1) // parts, *rest)
                       for p in range(parts)]
         for piece in pieces:
             piece.result()
+        return -1
 
 
 class CheckedGpuEntry:

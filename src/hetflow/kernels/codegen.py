@@ -5,8 +5,8 @@ text; views reach it as values of :mod:`.viewtypes`, whose subscripts Numba lowe
 The entry runs a *chunk* ``[lo, hi)`` of the outermost launch dimension:
 
 - CPU: nested loops calling the kernel (``__hf_body``), compiled by Numba with
-  ``nogil`` so any runtime thread can execute any chunk, and ``__hf_parallel``, the
-  whole launch over all cores through Numba's threading layer.
+  ``nogil`` so any runtime thread can execute any chunk, and ``__hf_parallel``, rows
+  ``[lo, hi)`` over all cores through Numba's threading layer.
 - GPU: a grid-stride loop over the chunk's flattened indices (a 2-D grid for rank 2).
 
 The entry takes each view as its root array and its lowering's integers (what the
@@ -22,6 +22,7 @@ from . import checks
 
 ENTRY = "__hf_entry"
 PARALLEL = "__hf_parallel"
+PIECE = "__hf_piece"
 BODY = "__hf_body"
 NONNEG = "__hf_nonneg"
 
@@ -94,13 +95,28 @@ def _cpu_wrapper(ndim: int, params: list, setup: list, args: list) -> str:
         lines.append(f"{indent}for {idx[d]} in {bound}:")
         indent += "    "
     lines.append(f"{indent}{_call(idx, args)}")
-    # The whole launch over all cores at once, through Numba's threading layer: the
-    # rows cut into ``__parts`` even pieces, each run by the chunk entry above.
-    tail = ", ".join(["__rows", *extents, *params])
-    lines += ["", "", f"def {PARALLEL}(__parts, {tail}):",
+    # Rows [lo, hi) over all cores at once, through Numba's threading layer (a whole
+    # launch, or a co-executed loop's CPU chunk): cut into ``__parts`` even pieces, each
+    # run by the chunk entry above. Numba's threads lose what a piece raises (only the
+    # calling thread's comes out), so each piece catches it, and the entry returns the
+    # first piece that raised (-1: none), whose rows the runtime runs again to raise it.
+    rest = ", ".join([*extents, *params])
+    tail = ", ".join(["__lo", "__hi", *extents, *params])
+    lines += ["", "", f"def {PIECE}({tail}):",
+              "    try:",
+              f"        {ENTRY}({tail})",
+              "    except Exception:",
+              "        return True",
+              "    return False",
+              "", "", f"def {PARALLEL}(__parts, {tail}):",
+              "    __failed = __hf_np.zeros(__parts, __hf_np.bool_)",
               "    for __p in __hf_prange(__parts):",
-              f"        {ENTRY}(__rows * __p // __parts, __rows * (__p + 1) // __parts, "
-              f"{', '.join([*extents, *params])})"]
+              f"        __failed[__p] = {PIECE}(__lo + (__hi - __lo) * __p // __parts, "
+              f"__lo + (__hi - __lo) * (__p + 1) // __parts, {rest})",
+              "    for __p in range(__parts):",
+              "        if __failed[__p]:",
+              "            return __p",
+              "    return -1"]
     return "\n".join(lines) + "\n"
 
 

@@ -46,10 +46,11 @@ import types
 from pathlib import Path
 
 import numba
+import numpy as np
 
 from ..errors import KernelError, warn_user
 from ..kernels import checks, viewtypes
-from ..kernels.codegen import BODY, ENTRY, NONNEG, PARALLEL, constructor, expanded, generate
+from ..kernels.codegen import BODY, ENTRY, NONNEG, PARALLEL, PIECE, constructor, expanded, generate
 from ..kernels.kernel import Kernel, function_digest
 from ..cuda_compat import cuda_module
 from .executable import BLOCK_THREADS, BLOCKS_PER_SM, ERROR_MODEL, Description, Executable
@@ -271,7 +272,7 @@ class CodeRepository:
         ns = self._run_module(kernel, device, entry, text, ndim, views, checked)
         entry_fn, parallel = _compile_functions(ns, device, checked, desc.options.get("fastmath", False))
         if not device.simulated:  # the simulator caches nothing
-            for fn in (entry_fn, parallel):
+            for fn in (entry_fn, parallel, ns[PIECE] if parallel is not None else None):
                 _lock_machine_code(fn, entry)
         if checked:
             bounds = checks.Bounds(kernel.name, kernel.params[ndim:], views)
@@ -293,7 +294,7 @@ class CodeRepository:
         for k, name in enumerate(kernel.params[ndim:]):
             if name in views or checked:
                 ns[constructor(k)] = viewtypes.constructor(views.get(name), checked, target)
-        ns["__hf_prange"] = numba.prange
+        ns["__hf_prange"], ns["__hf_np"] = numba.prange, np
         if device.kind == "gpu":
             ns["__hf_cuda"] = cuda_module()
         try:
@@ -429,9 +430,11 @@ def _compile_functions(ns: dict, device, checked: bool, fastmath):
     from JSON, or a bool)."""
     fastmath = _numba_fastmath(fastmath)
     entry_fn = ns[ENTRY] = _entry_wrapper(device, checked, fastmath)(ns[ENTRY])
-    parallel = (numba.njit(parallel=True, nogil=True, cache=True, error_model=ERROR_MODEL,
-                           fastmath=fastmath)(ns[PARALLEL])
-                if device.kind == "cpu" and not checked else None)  # compiled on its first large launch
+    if device.kind != "cpu" or checked:
+        return entry_fn, None
+    ns[PIECE] = numba.njit(nogil=True, cache=True, error_model=ERROR_MODEL, fastmath=fastmath)(ns[PIECE])
+    parallel = numba.njit(parallel=True, nogil=True, cache=True, error_model=ERROR_MODEL,
+                          fastmath=fastmath)(ns[PARALLEL])  # compiled on its first large launch
     return entry_fn, parallel
 
 

@@ -231,21 +231,51 @@ def _parallel(launch: Launch, rows: int) -> list[tuple[int, int]]:
     """All rows over Numba's threading layer, one even piece per thread."""
     warn_scattered(launch)
     parts = min(numba.get_num_threads(), rows)
+    _run_parallel(launch, parts, 0, rows)
+    return [(rows * p // parts, rows * (p + 1) // parts) for p in range(parts)]
+
+
+def compile_parallel(launch: Launch) -> None:
+    """Compile the launch's parallel entry (rows over Numba's threading layer) unless done."""
     if not launch.plan.parallel_compiled:
-        _compile(launch, "parallel", _signature(launch, (parts, rows)))
+        _compile(launch, "parallel", _signature(launch, (1, 0, 1)))
         launch.plan.parallel_compiled = True
+
+
+def _run_parallel(launch: Launch, parts: int, lo: int, hi: int) -> None:
+    """Rows ``[lo, hi)`` in ``parts`` even pieces over Numba's threading layer. Where the
+    kernel raised, its rows are run again as one chunk to raise its own exception with
+    them (the launch has failed already: what it wrote is undefined either way)."""
+    compile_parallel(launch)
     with _parallel_lock:
         try:
-            launch.executable.parallel(parts, rows, *launch.inner, *launch.entry_args)
-            return [(rows * p // parts, rows * (p + 1) // parts) for p in range(parts)]
+            failed = launch.executable.parallel(parts, lo, hi, *launch.inner, *launch.entry_args)
         except HetflowError:  # checked mode's, naming the kernel
             raise
-        except Exception:     # the kernel raised: Numba's parallel layer loses it (a SystemError)
-            pass
-    # Run the launch again as one chunk to raise the kernel's own exception with its rows
-    # (the launch has failed already: what it wrote is undefined either way).
-    chunk_runner(launch)(0, rows)
-    return [(0, rows)]
+        except Exception:  # noqa: BLE001  (checked mode's pieces raise the kernel's exception)
+            failed, parts = 0, 1
+    if failed >= 0:
+        a, b = lo + (hi - lo) * failed // parts, lo + (hi - lo) * (failed + 1) // parts
+        chunk_runner(launch)(a, b)
+        err = KernelRaisedError.of(launch.kernel.name, launch.device.id, a, b, RuntimeError(
+            "it raised on one of Numba's threads, which lost the exception, and not when run again"))
+        raise err
+
+
+TEAM_PARTS = 4  # pieces per thread of a team's range (Numba's threads take them in turn)
+
+
+def team_runner(launch: Launch, threads: int):
+    """``run(lo, hi)``: rows ``[lo, hi)`` over ``threads`` cores at once, through the
+    parallel entry (compiled by :func:`compile_parallel`, or on its first call); the
+    kernel's failure comes out as from :func:`chunk_runner`. One worker of a co-executed loop stands so
+    for a CPU's cores: one Python thread instead of one per core."""
+    threads = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
+
+    def run(lo, hi):
+        numba.set_num_threads(threads)  # (Numba keeps it per thread: this worker's setting)
+        _run_parallel(launch, min(TEAM_PARTS * threads, hi - lo), lo, hi)
+    return run
 
 
 def _threads(launch: Launch, lo: int, hi: int, workers: int) -> list[tuple[int, int]]:

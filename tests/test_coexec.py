@@ -65,6 +65,77 @@ def test_cpu_and_simulated_gpu_together(gpu_device, schedule):
     assert "cpu" in kinds or "gpu" in kinds
 
 
+@hetflow.kernel(boundscheck=True)
+def axpy_checked(i, a, x, y, out):
+    out[i] = a * x[i] + y[i]
+
+
+@hetflow.kernel
+def fails_at(i, x, bad):
+    if i == bad:
+        raise ValueError("bad row")
+    x[i] += 1.0
+
+
+@pytest.mark.simgpu
+def test_beside_a_gpu_the_cores_are_one_worker_each_index_once(gpu_device):
+    """The cores but one per GPU run as one worker (a team) whose chunks go over Numba's
+    threading layer; in checked mode (no parallel entry) one worker per core."""
+    n = 5000
+    x, y, out = np.arange(n, dtype=np.float64), np.ones(n), np.zeros(n)
+    report = hetflow.forall(n, axpy, 2.0, x, y, out, device=["cpu0", gpu_device.id], schedule="static",
+                            shares=[0.5, 0.5])
+    np.testing.assert_array_equal(out, 2.0 * x + 1.0)
+    assert [(w.name, w.kind) for w in report.workers if w.kind == "cpu"] == [("cpu0/cores", "cpu")]
+    ranges = sorted((e.lo, e.hi) for e in report.events)
+    assert ranges[0][0] == 0 and ranges[-1][1] == n and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    cores = max(1, hetflow.get_device("cpu0").compute_units - 1)
+    out[:] = 0.0
+    report = hetflow.forall(n, axpy_checked, 2.0, x, y, out, device=["cpu0", gpu_device.id], schedule="static",
+                            shares=[0.5, 0.5])
+    np.testing.assert_array_equal(out, 2.0 * x + 1.0)
+    assert [w.name for w in report.workers if w.kind == "cpu"] == [f"cpu0/core{k}" for k in range(cores)]
+
+
+def test_a_team_of_two_threads_runs_every_row_once():
+    """The team a CPU beside a GPU becomes (here without the GPU, two threads of it),
+    its parallel entry compiled in its setup, in a loop of its own."""
+    from hetflow.runtime.launch import bind
+    from hetflow.runtime.steal import run_loop
+
+    n = 300_000
+    x, y, out = np.arange(n, dtype=np.float64), np.ones(n), np.zeros(n)
+    launch = bind(axpy, n, (2.0, x, y, out), hetflow.get_device("cpu0"))
+    compiled = []
+    worker = coexec._team_worker(launch, n, 2, 2, (), compiled)
+    assert worker.name == "cpu0/cores" and worker.setup is not None
+    report = run_loop(n, [worker])
+    np.testing.assert_array_equal(out, 2.0 * x + 1.0)
+    assert report.workers[0].indices == n and len(compiled) == 1
+    few = coexec._team_worker(launch, 1000, 2, 2, (), compiled)  # too few rows for two: the chunk entry
+    assert few.setup is None
+
+
+def test_a_team_runs_exactly_its_rows_and_names_a_failing_one():
+    from hetflow.errors import KernelRaisedError
+    from hetflow.runtime import cpu
+    from hetflow.runtime.launch import bind
+
+    x = np.zeros(1000)
+    launch = bind(fails_at, x.size, (x, -1), hetflow.get_device("cpu0"))
+    cpu.compile_launch(launch)
+    cpu.compile_parallel(launch)
+    run = cpu.team_runner(launch, 2)
+    run(100, 357)
+    run(900, 903)
+    want = np.zeros(1000)
+    want[100:357] = want[900:903] = 1.0
+    np.testing.assert_array_equal(x, want)
+    launch = bind(fails_at, x.size, (x, 500), hetflow.get_device("cpu0"))
+    with pytest.raises(KernelRaisedError, match=r"bad row"):
+        cpu.team_runner(launch, 2)(400, 600)
+
+
 @pytest.mark.simgpu
 def test_views_co_executed_merge_rows_back(gpu_device):
     u = np.random.default_rng(4).random((40, 12))

@@ -19,13 +19,18 @@ def treble(i, x, out):
     out[i] = x[i] * 3.0
 
 
+def _names(devices) -> list:
+    """The workers' model keys of a launch co-executed beside a GPU: a CPU's cores as a team."""
+    return [coexec._device_key(d) + (coexec.TEAM if d.kind == "cpu" else "") for d in devices]
+
+
 def _teach(kernel, rates: dict, overhead: float, n: int, alone=None):
-    """Give the model the history of ``kernel`` over ``n`` rows: rates in co-execution,
-    and alone (default: the same)."""
+    """Give the model the history of ``kernel`` over ``n`` rows: rates in co-execution
+    beside a GPU, and alone (default: the same)."""
     model = coexec.perf_model()
     key = coexec._kernel_key(kernel, 1)
     for dev, rate in rates.items():
-        model.observe(key, coexec._device_key(hetflow.get_device(dev)), rate)
+        model.observe(key, _names([hetflow.get_device(dev)])[0], rate)
     for dev, rate in (rates if alone is None else alone).items():
         model.observe(key, coexec._device_key(hetflow.get_device(dev)) + coexec.ALONE, rate)
     model.observe_overhead(key, overhead)
@@ -67,7 +72,7 @@ def thrice(i, x, out):
 def test_a_gpu_runs_alone_once_then_the_fastest_alone_runs(gpu_device):
     """Chunked co-execution can undersell a GPU: once co-execution has shown its cost, a
     GPU runs one launch alone, and its rate alone decides after that; a CPU's rate alone
-    is its workers' rate together until it has run alone."""
+    is its team's rate until it has run alone."""
     n = 4096
     x, out = np.random.default_rng(2).random(n), np.zeros(n)
     key = _teach(thrice, {"cpu0": 1e7, gpu_device.id: 1e6}, 1e-3, n, alone={})
@@ -77,7 +82,7 @@ def test_a_gpu_runs_alone_once_then_the_fastest_alone_runs(gpu_device):
     assert first == gpu_device.id and model.throughput(key, solo[gpu_device.id]) > 0
     assert model.throughput(key, solo["cpu0"]) is None  # never ran alone: not needed to decide
     second = hetflow.forall(n, thrice, x, out, device=["cpu0", gpu_device.id]).workers[0].device_id
-    assert second == "cpu0"  # 1e7 per worker against a simulated GPU
+    assert second == "cpu0"  # 1e7 against a simulated GPU
     model.observe(key, solo[gpu_device.id], 1e14)  # as if the GPU alone were far faster
     model.observe(key, solo[gpu_device.id], 1e14)
     report = hetflow.forall(n, thrice, x, out, device=["cpu0", gpu_device.id])
@@ -115,7 +120,7 @@ def test_what_co_execution_last_cost_spaces_the_probes(gpu_device):
     def launches_alone_before_a_probe(limit):
         coexec._launches_alone.pop(key, None)
         for k in range(limit):
-            if coexec._alone(model, key, targets, counts, n) is None:
+            if coexec._alone(model, key, targets, _names(targets), counts, n) is None:
                 return k
         return limit
 
@@ -143,9 +148,9 @@ def test_a_gpu_that_ran_no_rows_co_executing_is_measured_alone_instead(gpu_devic
     targets = [hetflow.get_device("cpu0"), gpu_device]
     key = _teach(quintuple, {"cpu0": 1e6}, 1e-3, n, alone={})
     model = coexec.perf_model()
-    assert coexec._alone(model, key, targets, [1, 1], n) is gpu_device  # to measure it
+    assert coexec._alone(model, key, targets, _names(targets), [1, 1], n) is gpu_device  # to measure it
     model.observe(key, coexec._device_key(gpu_device) + coexec.ALONE, 1e9)
-    assert coexec._alone(model, key, targets, [1, 1], n) is gpu_device  # far faster alone
+    assert coexec._alone(model, key, targets, _names(targets), [1, 1], n) is gpu_device  # far faster alone
     for _ in range(40):  # the moving average forgets 1e9
         model.observe(key, coexec._device_key(gpu_device) + coexec.ALONE, 1e3)
-    assert coexec._alone(model, key, targets, [1, 1], n).id == "cpu0"  # the GPU now far slower
+    assert coexec._alone(model, key, targets, _names(targets), [1, 1], n).id == "cpu0"  # the GPU now far slower

@@ -1,10 +1,20 @@
 """Co-execution: one forall run by the CPU cores and GPUs together (SPEC §3).
 
 Each device gets its own executable of the kernel (the same source, compiled per
-kind). The CPU contributes one worker per core, each running the ``nogil`` chunk
-entry; each GPU one worker keeping chunks in flight on a CUDA stream. The workers
-balance by work stealing (:mod:`hetflow.runtime.steal`), starting from shares that
-the history-based performance model predicts.
+kind). Each GPU contributes one worker keeping chunks in flight on a CUDA stream; a CPU
+beside GPUs one worker for all its cores but one per GPU (a *team*: each of its chunks
+runs over those cores at once through Numba's threading layer), and a CPU alone one
+worker per core, each running the ``nogil`` chunk entry. The workers balance by work
+stealing (:mod:`hetflow.runtime.steal`), starting from shares that the history-based
+performance model predicts. Why a team beside GPUs: every worker is a Python thread
+that takes the GIL around each chunk, and a GPU worker needs it for every chunk it
+launches; beside 15 core workers (idle ones looking for work every 0.2 ms) its Python
+ran 6-10x slower. On the H200 host, a loop the GPU alone ran in 25.3 ms took 26.9-27.1 ms
+co-executed with the cores running 11.4% of it, 24.8-25.0 ms with the team (medians,
+docs/performance.md). A CPU alone keeps one
+worker per core: there stealing between cores evens out irregular rows (a team's
+chunk ends with its slowest piece). Checked mode (``boundscheck``) has no parallel
+entry: its cores stay one worker each.
 
 Data on a GPU worker: arrays read or written only at the launch index (``x[i]``) move
 per chunk, just the rows the GPU runs; every other array is copied to the GPU once.
@@ -100,14 +110,13 @@ def residents(launch: Launch) -> list[Resident]:
     return [dataclasses.replace(r, reads=id(r.buffer) in read) for r in found]
 
 
-def _cpu_runner(launch: Launch, held=()):
+def _cpu_runner(launch: Launch, held=(), team: int = 0):
     """``run(lo, hi)``: rows ``[lo, hi)`` of ``launch`` on the CPU, over the host copies
-    of the coherent arrays, whose rows it makes current first."""
-    if held:
-        launch = dataclasses.replace(launch, entry_args=tuple(
-            a.copy_on(launch.device) if coherent(a) else a for a in launch.entry_args))
+    of the coherent arrays, whose rows it makes current first; on ``team`` cores at once
+    where that is not 0 (:func:`hetflow.runtime.cpu.team_runner`)."""
+    launch = _on_host(launch, held)
     cpu.compile_launch(launch)
-    run = cpu.chunk_runner(launch)
+    run = cpu.team_runner(launch, team) if team else cpu.chunk_runner(launch)
     if not held:
         return run
     device = launch.device
@@ -119,17 +128,48 @@ def _cpu_runner(launch: Launch, held=()):
     return run_held
 
 
-def _cpu_workers(launch: Launch, rows: int, count: int, held=(), beside_gpu=False) -> list[Worker]:
+def _on_host(launch: Launch, held) -> Launch:
+    """``launch`` over the host copies of its coherent arrays (``held``), if it has any."""
+    if not held:
+        return launch
+    return dataclasses.replace(launch, entry_args=tuple(
+        a.copy_on(launch.device) if coherent(a) else a for a in launch.entry_args))
+
+
+def _cpu_workers(launch: Launch, rows: int, count: int, held=()) -> list[Worker]:
+    """One worker per core (``count`` of them): a CPU co-executing alone."""
     run = _cpu_runner(launch, held)
     # A CPU chunk enters and leaves Python, taking the GIL, and 16 workers queue for it:
     # on a 16-core host, 5-row chunks of a 1024^2 stencil took 300 us for 5 us of work.
     # So a chunk holds at least what the runtime would run inline rather than spread.
-    # Beside a GPU, whose worker needs the GIL for every chunk it launches, a quarter as
-    # many: on the H100 host, with 64 per core a GPU loaded by another process ran
-    # 63-75% of a 2^27-index loop over host arrays in 75-106 ms, with 16 76-78% in 63-66 ms.
-    size = cpu_chunk_size(rows, count, per_worker=16 if beside_gpu else 64,
-                          minimum=cpu.least_rows(launch))
+    size = cpu_chunk_size(rows, count, minimum=cpu.least_rows(launch))
     return [Worker(f"{launch.device.id}/core{k}", "cpu", run, size, launch.device.id) for k in range(count)]
+
+
+def _team_worker(launch: Launch, rows: int, cores: int, devices: int, held, compiled: list) -> Worker:
+    """A CPU's ``cores`` as one worker beside GPUs (module docstring); its model key is
+    the CPU's with ``TEAM`` added. As many of them as its even share of the rows gives
+    each ``least_rows``: with one, it runs the chunk entry alone. The parallel entry
+    compiles in the worker's setup, in its own thread while the GPUs already run; the
+    seconds that took go to ``compiled`` (not a cost of co-executing)."""
+    least = cpu.least_rows(launch)
+    threads = min(cores, rows // (devices * least))
+    name, device = f"{launch.device.id}/cores", launch.device.id
+    if threads <= 1:
+        return Worker(name, "cpu", _cpu_runner(launch, held), cpu_chunk_size(rows, devices, minimum=least), device)
+    host = _on_host(launch, held)
+
+    def setup(stopped) -> None:
+        began = time.perf_counter()
+        cpu.compile_parallel(host)
+        compiled.append(time.perf_counter() - began)
+    # About 64 chunks of the CPU's even share of the loop, each of at least what the
+    # runtime would run inline on each thread.
+    size = cpu_chunk_size(rows, devices, minimum=threads * least)
+    return Worker(name, "cpu", _cpu_runner(launch, held, threads), size, device, setup=setup)
+
+
+TEAM = "/cores"  # model entries of a CPU's rate as a team
 
 
 GPU_WAVES = (16, 64)  # the fewest and most waves of a GPU's chunk (_gpu_worker)
@@ -180,7 +220,7 @@ ALONE = "/alone"     # model entries of a device's rate running a whole launch b
 TIME_GPU_EVERY = 8   # a GPU launch run alone is waited for (and timed) once in this many
 
 
-def _alone(model, key, targets, counts, rows):
+def _alone(model, key, targets, names, counts, rows):
     """The device to run the launch alone on instead of co-executing, when the history says
     it finishes sooner than all of them together plus what co-execution costs beyond the
     work (a short memory-bound loop on a GPU: thread hand-offs outlast the loop); else None.
@@ -191,15 +231,14 @@ def _alone(model, key, targets, counts, rows):
     it alone just to learn would compile its whole-launch entry and take the CPU's time).
     A GPU that ran no rows co-executing (it compiled while the CPUs took them all) is
     measured alone too, and its rate alone stands in for the rate it has not shown."""
-    names = [_device_key(d) for d in targets]
-    rates = model.throughputs(key, names)
+    rates = model.throughputs(key, names)  # per worker: ``names`` are the workers' model keys
     overhead = model.overhead(key)
     if overhead is None or not all(r for d, r in zip(targets, rates) if d.kind == "cpu"):
         return None  # co-execute: that is how rates and overhead are learnt
     # A CPU alone runs as its workers do together: its rate in co-execution tells it. A
     # GPU alone must be measured once (a first launch there also compiles nothing new).
     solo = [s if s is not None or d.kind != "cpu" else r * c for d, s, r, c in
-            zip(targets, model.throughputs(key, [name + ALONE for name in names]), rates, counts)]
+            zip(targets, model.throughputs(key, [_device_key(d) + ALONE for d in targets]), rates, counts)]
     if not all(solo):
         return targets[solo.index(None)]
     rates = [r or s for r, s in zip(rates, solo)]
@@ -362,11 +401,14 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
         return run_on(bind(kernel, extent, args, _one_row_device(targets, extent)))
     # Each GPU's worker thread stages copies and launches: leave it a core of its own.
     n_gpus = sum(d.kind == "gpu" for d in targets)
-    counts = [max(1, d.compute_units - n_gpus) if d.kind == "cpu" else 1 for d in targets]
+    cores = [max(1, d.compute_units - n_gpus) if d.kind == "cpu" else 1 for d in targets]
+    team = n_gpus > 0 and not kernel.boundscheck  # a CPU's cores as one worker (module docstring)
+    counts = [1 if team else c for c in cores]  # workers per device
+    names = [_device_key(d) + (TEAM if team and d.kind == "cpu" else "") for d in targets]
     model = perf_model()
     key = _kernel_key(kernel, len(extent))
     if shares is None and schedule == "steal" and len(targets) > 1:
-        alone = _alone(model, key, targets, counts, rows)
+        alone = _alone(model, key, targets, names, counts, rows)
         if alone is not None:  # decided before binding: the other devices' launches cost time
             return _run_alone(model, key, bind(kernel, extent, args, alone))
     began = time.perf_counter()
@@ -383,15 +425,18 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
     held = residents(launches[0]) if launches[0].plan.buffers else []
     if any(r.writes and r.offset is None for r in held):  # written rows not known per chunk
         return run_on(_fastest(launches))
-    workers, gpu_parts = [], []
-    for launch in launches:
-        if launch.device.kind == "cpu":
-            workers += _cpu_workers(launch, rows, counts[launches.index(launch)], held, n_gpus > 0)
-        else:
+    workers, gpu_parts, compiled = [], [], []
+    for launch, n in zip(launches, cores):
+        if launch.device.kind == "gpu":
             worker, chunks = _gpu_worker(launch, held)
             workers.append(worker)
             gpu_parts.append((worker, chunks))
-    device_keys = [_device_key(next(L.device for L in launches if L.device.id == w.device_id)) for w in workers]
+        elif team:
+            workers.append(_team_worker(launch, rows, n, len(targets), held, compiled))
+        else:
+            workers += _cpu_workers(launch, rows, n, held)
+    key_of = {L.device.id: name for L, name in zip(launches, names)}
+    device_keys = [key_of[w.device_id] for w in workers]
     if shares is None:  # both schedules start from the predicted speed ratio
         shares = model.shares(key, device_keys)
     else:
@@ -411,8 +456,9 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
         if stats.name in staged and not stats.failed and stats.indices and compute > 0:
             model.observe(key, by_worker[stats.name], stats.indices / compute)
     rate = sum(w.throughput for w in report.workers if not w.failed and w.indices > 0 and w.busy_s > 0)
-    # a first launch compiles its GPU entry inside the loop: not a cost of co-executing
-    compiled = max((chunks.compile_s for _, chunks in gpu_parts), default=0.0)
+    # a first launch compiles its GPU entry (and a team its parallel one) inside the loop:
+    # not a cost of co-executing
+    compiled = max([chunks.compile_s for _, chunks in gpu_parts] + compiled, default=0.0)
     if rate > 0:
         model.observe_overhead(key, report.wall_s - compiled - rows / rate)
     _probe_cost[key] = time.perf_counter() - began - compiled

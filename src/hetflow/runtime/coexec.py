@@ -11,10 +11,9 @@ that takes the GIL around each chunk, and a GPU worker needs it for every chunk 
 launches; beside 15 core workers (idle ones looking for work every 0.2 ms) its Python
 ran 6-10x slower. On the H200 host, a loop the GPU alone ran in 25.3 ms took 26.9-27.1 ms
 co-executed with the cores running 11.4% of it, 24.8-25.0 ms with the team (medians,
-docs/performance.md). A CPU alone keeps one
-worker per core: there stealing between cores evens out irregular rows (a team's
-chunk ends with its slowest piece). Checked mode (``boundscheck``) has no parallel
-entry: its cores stay one worker each.
+docs/performance.md). A CPU alone keeps one worker per core: there stealing between
+cores evens out irregular rows (a team's chunk ends with its slowest piece). So does
+checked mode (``boundscheck``), whose parallel pieces run on Python threads.
 
 Data on a GPU worker: arrays read or written only at the launch index (``x[i]``) move
 per chunk, just the rows the GPU runs; every other array is copied to the GPU once.

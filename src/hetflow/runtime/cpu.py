@@ -257,9 +257,8 @@ def _run_parallel(launch: Launch, parts: int, lo: int, hi: int) -> None:
     if failed >= 0:
         a, b = lo + (hi - lo) * failed // parts, lo + (hi - lo) * (failed + 1) // parts
         chunk_runner(launch)(a, b)
-        err = KernelRaisedError.of(launch.kernel.name, launch.device.id, a, b, RuntimeError(
+        raise KernelRaisedError.of(launch.kernel.name, launch.device.id, a, b, RuntimeError(
             "it raised on one of Numba's threads, which lost the exception, and not when run again"))
-        raise err
 
 
 TEAM_PARTS = 4  # pieces per thread of a team's range (Numba's threads take them in turn)
@@ -268,8 +267,8 @@ TEAM_PARTS = 4  # pieces per thread of a team's range (Numba's threads take them
 def team_runner(launch: Launch, threads: int):
     """``run(lo, hi)``: rows ``[lo, hi)`` over ``threads`` cores at once, through the
     parallel entry (compiled by :func:`compile_parallel`, or on its first call); the
-    kernel's failure comes out as from :func:`chunk_runner`. One worker of a co-executed loop stands so
-    for a CPU's cores: one Python thread instead of one per core."""
+    kernel's failure comes out as from :func:`chunk_runner`. So one worker of a
+    co-executed loop stands for a CPU's cores: one Python thread, not one per core."""
     threads = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
 
     def run(lo, hi):

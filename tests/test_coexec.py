@@ -80,7 +80,8 @@ def fails_at(i, x, bad):
 @pytest.mark.simgpu
 def test_beside_a_gpu_the_cores_are_one_worker_each_index_once(gpu_device):
     """The cores but one per GPU run as one worker (a team) whose chunks go over Numba's
-    threading layer; in checked mode (no parallel entry) one worker per core."""
+    threading layer; in checked mode (its parallel pieces run on Python threads) one
+    worker per core."""
     n = 5000
     x, y, out = np.arange(n, dtype=np.float64), np.ones(n), np.zeros(n)
     report = hetflow.forall(n, axpy, 2.0, x, y, out, device=["cpu0", gpu_device.id], schedule="static",

@@ -72,6 +72,22 @@ def test_a_raise_on_any_of_numbas_threads_is_the_kernels(where):
     assert lo <= bad < hi and isinstance(info.value.__cause__, ValueError)
 
 
+def test_a_raise_lost_on_numbas_threads_that_does_not_come_again_is_still_the_kernels(monkeypatch):
+    """The piece that raised is run again to raise the kernel's own exception; where that
+    run does not raise (a kernel whose raise depends on what it wrote), the error still
+    names the kernel and the piece's rows."""
+    from hetflow.runtime import cpu
+
+    n = 100_000
+    monkeypatch.setattr(cpu, "chunk_runner", lambda launch: lambda lo, hi: None)  # the run again: no raise
+    with pytest.raises(KernelRaisedError, match=r"kernel 'fails_at' raised RuntimeError on cpu0 in rows "
+                                                r"\[\d+, \d+\): it raised on one of Numba's threads, "
+                                                r"which lost the exception, and not when run again") as info:
+        hetflow.forall(n, fails_at, np.zeros(n), n - 1, device="cpu0")
+    lo, hi = info.value.rows
+    assert lo <= n - 1 < hi
+
+
 @pytest.mark.simgpu
 def test_a_checked_kernel_out_of_bounds_co_executed_is_raised_not_recovered():
     with pytest.raises(IndexOutOfBoundsError, match="kernel 'shifted'"):

@@ -137,6 +137,27 @@ def test_a_team_runs_exactly_its_rows_and_names_a_failing_one():
         cpu.team_runner(launch, 2)(400, 600)
 
 
+@hetflow.kernel
+def count_visits(i, hits):
+    hetflow.atomic.add(hits, i, 1)
+
+
+@pytest.mark.parametrize("parts, lo, hi", [(97, 5, 1000), (16, 0, 16), (3, 10, 11), (40, 0, 1003)])
+def test_the_parallel_entry_runs_each_row_once_with_pieces_claimed_as_threads_come_free(parts, lo, hi):
+    """Numba's threads claim the pieces from a shared counter: more pieces than threads,
+    pieces of unequal length and more pieces than rows leave no row run twice or not at all."""
+    from hetflow.runtime import cpu
+    from hetflow.runtime.launch import bind
+
+    hits = np.zeros(1100, dtype=np.int64)
+    launch = bind(count_visits, hits.size, (hits,), hetflow.get_device("cpu0"))
+    cpu.compile_launch(launch)
+    cpu._run_parallel(launch, min(parts, hi - lo), lo, hi)
+    want = np.zeros_like(hits)
+    want[lo:hi] = 1
+    np.testing.assert_array_equal(hits, want)
+
+
 @pytest.mark.simgpu
 def test_views_co_executed_merge_rows_back(gpu_device):
     u = np.random.default_rng(4).random((40, 12))

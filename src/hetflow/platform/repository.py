@@ -49,7 +49,7 @@ import numba
 import numpy as np
 
 from ..errors import KernelError, warn_user
-from ..kernels import checks, viewtypes
+from ..kernels import atomic, checks, viewtypes
 from ..kernels.codegen import BODY, ENTRY, NONNEG, PARALLEL, PIECE, constructor, expanded, generate
 from ..kernels.kernel import Kernel, function_digest
 from ..cuda_compat import cuda_module
@@ -295,6 +295,7 @@ class CodeRepository:
             if name in views or checked:
                 ns[constructor(k)] = viewtypes.constructor(views.get(name), checked, target)
         ns["__hf_prange"], ns["__hf_np"] = numba.prange, np
+        ns["__hf_claim"] = atomic.add
         if device.kind == "gpu":
             ns["__hf_cuda"] = cuda_module()
         try:

@@ -261,7 +261,7 @@ def _run_parallel(launch: Launch, parts: int, lo: int, hi: int) -> None:
             "it raised on one of Numba's threads, which lost the exception, and not when run again"))
 
 
-TEAM_PARTS = 4  # pieces per thread of a team's range (Numba's threads take them in turn)
+TEAM_PARTS = 8  # pieces per thread of a team's range (Numba's threads claim them as they come free)
 
 
 def team_runner(launch: Launch, threads: int):

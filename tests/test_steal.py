@@ -21,8 +21,8 @@ from hetflow.errors import ArgumentError, DeviceError
 from hetflow.runtime.deque import fetch_add
 from hetflow.platform.repository import default_root
 from hetflow.runtime.perfmodel import FILE_NAME, PerfModel
-from hetflow.runtime.deque import DequeSet
-from hetflow.runtime.steal import Worker, _worth_stealing, cpu_chunk_size, gpu_chunk_size, run_loop, split_range
+from hetflow.runtime.deque import DequeSet, aligned_zeros
+from hetflow.runtime.steal import Worker, _acquire, _worth_stealing, cpu_chunk_size, gpu_chunk_size, run_loop, split_range
 
 
 @njit(nogil=True)
@@ -274,7 +274,6 @@ def test_cpu_steals_from_gpu_and_splits_the_large_chunk():
 
 
 def test_a_core_takes_its_next_own_chunks_while_they_follow_on():
-    from hetflow.runtime.deque import aligned_zeros
     from hetflow.runtime.steal import EPOCH, _gather_own
     d, ctl = DequeSet(1, 16), aligned_zeros(16)
     for k in range(9, -1, -1):             # chunks of 4, the first one at the bottom
@@ -410,6 +409,25 @@ def test_a_gpu_steals_a_core_s_chunk_only_where_its_latency_still_lets_it_finish
     # a core thief has no latency: the GPU's own test stands as before
     assert _worth_stealing(d.state, np.zeros(2, dtype=np.int64), per_index[::-1].copy(), np.zeros(2),
                            chunk_sizes[::-1].copy(), 0, 1, 1000) is False
+
+
+@pytest.mark.parametrize("latency,taken", [(0.0, 10), (0.150, 4), (0.230, 0)])
+def test_a_gpu_gathers_a_core_s_chunks_only_while_it_would_finish_them_all_first(latency, taken):
+    # The core (worker 1) holds a range and has ten chunks of 1000 indices queued, at 20 ms
+    # a chunk: it finishes the far one of s queued after (s + 1) x 20 ms. The GPU (worker
+    # 0, chunk size 100,000) runs them in no time but ``latency`` (its chunks in flight):
+    # it gathers while that is shorter, down to s = 7 queued at 150 ms; none at 230 ms.
+    d = DequeSet(2, 16)
+    for k in range(10):
+        d.push(1, 1000 * k, 1000 * (k + 1))
+    per_index, chunk_sizes = np.array([1e-9, 20e-6]), np.array([100_000, 1000], dtype=np.int64)
+    st_, lo, hi, victim = _acquire(d.state, d.buf, d.capacity, aligned_zeros(16), np.zeros(2, dtype=np.int64),
+                                   np.zeros(8, dtype=np.int64), np.array([0, 1]), 0, True, 100_000, 0,
+                                   per_index, np.array([latency, 0.0]), chunk_sizes, 100_000)
+    if taken == 0:
+        assert victim == -1 and hi == lo
+        return
+    assert victim == 1 and (lo, hi) == (0, 1000 * taken)
 
 
 def test_a_failed_gpu_whose_launched_chunks_still_complete_has_only_the_rest_re_run():

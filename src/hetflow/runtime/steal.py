@@ -17,8 +17,9 @@ Two refinements keep mixed chunk sizes efficient without giving up exactly-once:
 a worker that obtains a range larger than twice its own chunk size (a CPU that stole a
 GPU chunk) runs one chunk of it and pushes the rest onto its own deque, where it can be
 stolen back; a thief whose chunk size is larger than what it stole (a GPU stealing CPU
-chunks) keeps taking the victim's top entry while that entry is adjacent, and runs the
-merged range as one launch. And with many cores (``GIL_S`` per core above ``TAIL_S``),
+chunks) keeps taking the victim's top entry while that entry is adjacent and it would
+finish them all before the victim finished the next, and runs the merged range as one
+launch. And with many cores (``GIL_S`` per core above ``TAIL_S``),
 a core whose chunks run shorter than ``GIL_S`` per core takes as many of its own
 adjacent chunks at once as fill that time: every range costs the Python around it,
 under the GIL, and many cores on short chunks queue for the GIL.
@@ -194,10 +195,18 @@ def _worth_stealing(state, dead, per_index, latency, chunk_sizes, me, v, want):
     done, beyond its size: a GPU loaded by another process queues each launch behind
     that work, and a core's last few rows, handed to it, ended the loop tens of ms
     late). Yes where either speed is not measured yet, and always from a failed worker."""
+    return _finishes_first(state, dead, per_index, latency, chunk_sizes, me, v, min(want, chunk_sizes[v]))
+
+
+@njit(nogil=True, cache=True)
+def _finishes_first(state, dead, per_index, latency, chunk_sizes, me, v, rows):
+    """Would ``me`` finish ``rows`` more indices, taken from the far end of ``v``'s deque,
+    before ``v`` finished the entry they come from (after its range in hand and every
+    entry below)? (See :func:`_worth_stealing`.)"""
     mine, theirs = per_index[me], per_index[v]
     if mine <= 0.0 or theirs <= 0.0 or atomic_load(dead, v) != 0:
         return True
-    return latency[me] + min(want, chunk_sizes[v]) * mine < (size(state, v) + 1) * chunk_sizes[v] * theirs
+    return latency[me] + rows * mine < (size(state, v) + 1) * chunk_sizes[v] * theirs
 
 
 @njit(nogil=True, cache=True)
@@ -254,7 +263,11 @@ def _acquire(state, buf, capacity, ctl, dead, steals, order, me, steal_live, wan
                 steals[row] += 1
         if st == OK:
             steals[row + 1] += 1
-            while hi - lo < want:      # gather adjacent chunks up to our own chunk size
+            # Gather adjacent chunks up to our own chunk size, while we would finish them
+            # all before their owner finished the next: a GPU that took a core's last
+            # chunks at once ran them after its chunks in flight, the core idle meanwhile.
+            while hi - lo < want and _finishes_first(state, dead, per_index, latency, chunk_sizes,
+                                                     me, v, hi - lo + chunk_sizes[v]):
                 st, lo, hi = steal_top_adjacent(state, buf, capacity, v, lo, hi)
                 if st == EMPTY:
                     break

@@ -1,6 +1,7 @@
 """The code repository: description data, reuse across processes, stale and corrupt entries."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -354,8 +355,6 @@ def test_an_entry_replaced_by_a_file_is_corrupt_and_rebuilt(tmp_path):
     cache = tmp_path / "cache"
     first, _ = _run(tmp_path, cache)
     entry = first["path"]
-    import shutil
-
     shutil.rmtree(entry)
     with open(entry, "w") as f:
         f.write("not a folder")
@@ -403,3 +402,54 @@ def test_an_edit_to_any_of_hetflows_numba_extensions_makes_entries_stale(module,
     finally:
         monkeypatch.undo()
         compiler_versions.cache_clear()
+
+
+@hetflow.kernel
+def thrice(i, x, out):
+    out[i] = 3 * x[i]
+
+
+def test_an_entry_removed_by_another_process_while_loading_is_looked_up_again(tmp_path, monkeypatch):
+    """Ranks under mpiexec after an upgrade: one drops the stale entry just as another has
+    stored its fresh one and compiles from its module.py (seen as the demo's 'cannot cache
+    function __hf_entry: no locator available for file .../module.py')."""
+    from hetflow.platform import repository as repo_module
+
+    monkeypatch.setenv("HETFLOW_CACHE_DIR", str(tmp_path))
+    compile_functions, gone = repo_module._compile_functions, []
+
+    def racing(ns, device, checked, fastmath):
+        if not gone:  # the other process's drop lands between this one's store and compile
+            (entry,) = repository().entries(thrice)
+            shutil.rmtree(entry)
+            gone.append(entry)
+        return compile_functions(ns, device, checked, fastmath)
+
+    monkeypatch.setattr(repo_module, "_compile_functions", racing)
+    x, out = np.arange(5.0), np.zeros(5)
+    hetflow.forall(5, thrice, x, out, device="cpu0")
+    np.testing.assert_array_equal(out, 3 * x)
+    assert gone and repository().compiled == 2 and repository().entries(thrice) == gone
+
+
+def test_an_entry_evicted_by_another_process_before_its_first_run_still_runs(tmp_path, monkeypatch):
+    """Its machine code is then compiled here and not stored (the entry is gone)."""
+    monkeypatch.setenv("HETFLOW_CACHE_DIR", str(tmp_path))
+    exe = repository().executable(thrice, hetflow.get_device("cpu0"), 1, {})
+    shutil.rmtree(exe.path)
+    x, out = np.arange(5.0), np.zeros(5)
+    hetflow.forall(5, thrice, x, out, device="cpu0")
+    np.testing.assert_array_equal(out, 3 * x)
+    assert not os.path.exists(exe.path)
+
+
+def test_a_half_made_entry_is_removed_and_the_executable_stored_in_its_place(tmp_path):
+    """A folder with only Numba's cache in it (saved into an entry another process had
+    just removed) blocked storing a new entry there ('cannot store the executable')."""
+    first = CodeRepository(tmp_path).executable(thrice, hetflow.get_device("cpu0"), 1, {})
+    shutil.rmtree(first.path)
+    os.makedirs(os.path.join(first.path, "__pycache__"))
+    repo = CodeRepository(tmp_path)  # another process's
+    exe = repo.executable(thrice, hetflow.get_device("cpu0"), 1, {})
+    assert exe.path == first.path and repo.compiled == 1
+    assert os.path.exists(os.path.join(exe.path, "description.json"))

@@ -19,7 +19,9 @@ Several processes (MPI ranks, a test run beside a benchmark) may share one repos
 entries appear whole (written aside, then renamed), Numba's cache of an entry is read
 and written under a file lock, and the generated code runs in a module named after its
 entry, which every process that loads the entry creates (Numba's cached machine code
-imports the module it was compiled in).
+imports the module it was compiled in). One process may remove an entry while another
+loads it (it found it stale, or evicted it): the other looks it up again, and an entry
+removed after loading runs from machine code compiled, and not stored, there.
 
 The repository is bounded: at most ``max_entries`` entries (``HETFLOW_CACHE_MAX_ENTRIES``,
 default ``DEFAULT_MAX_ENTRIES``), so that no program (one making fresh index functions
@@ -92,6 +94,15 @@ class CorruptEntry(Exception):
     """An on-disk entry with a damaged file (internal: always recompiled)."""
 
 
+class EntryGone(Exception):
+    """An entry removed by another process while this one loaded it (internal: looked
+    up again)."""
+
+    def __init__(self, entry: Path):
+        super().__init__(str(entry))
+        self.entry = entry
+
+
 def default_root() -> Path:
     return Path(os.environ.get("HETFLOW_CACHE_DIR") or Path.home() / ".cache" / "hetflow")
 
@@ -142,9 +153,20 @@ class CodeRepository:
         with self._lock:
             exe = self._memo.get(memo_key)
             if exe is None:
-                exe = self._find_or_build(kernel, device, ndim, views, variant)
-                self._memo[memo_key] = exe
+                exe = self._memo[memo_key] = self._find_or_load(kernel, device, ndim, views, variant)
             return exe
+
+    def _find_or_load(self, kernel, device, ndim, views, variant) -> Executable:
+        """:meth:`_find_or_build`, again where the entry went while it was being loaded:
+        another process found it stale, or evicted it, between this one's finding (or
+        storing) it and compiling from its module.py (under mpiexec after an upgrade)."""
+        for _ in range(STORE_ATTEMPTS):
+            try:
+                return self._find_or_build(kernel, device, ndim, views, variant)
+            except EntryGone as gone:
+                log.info("%s went while it was being loaded; looking again", gone.entry)
+        raise KernelError(f"cannot load the executable of kernel {kernel.name!r}: another process removed "
+                          f"its entry in {self.root} each of {STORE_ATTEMPTS} times")
 
     def forget(self, exe: Executable, exc: BaseException) -> None:
         """Drop an executable whose stored machine code could not be loaded (``exc``):
@@ -188,11 +210,15 @@ class CodeRepository:
 
     # -- disk ---------------------------------------------------------------------------
     def _read_or_drop(self, entry: Path):
-        """(description, module text) of a stored entry; None when it is gone (another
-        process replaced it), corrupt or of another format (both removed)."""
+        """(description, module text) of a stored entry; None when it is gone or going
+        (another process replaced it), corrupt or of another format (all removed)."""
         try:
             found = _read_entry(entry)
         except FileNotFoundError:
+            # A whole entry has both files (it appears by a rename): a folder without one
+            # is being removed, or was half made again (Numba's cache saved into an entry
+            # another process removed), and would block storing a new one here.
+            _remove(entry)
             return None
         except CorruptEntry as exc:
             warn_user(f"hetflow: corrupt code repository entry {entry} ({exc}) removed; recompiling",
@@ -269,8 +295,14 @@ class CodeRepository:
     def _instantiate(self, kernel, device, desc, entry: Path, text: str, ndim, views) -> Executable:
         module_file = str(entry / "module.py")
         checked = bool(desc.options.get("boundscheck"))
-        ns = self._run_module(kernel, device, entry, text, ndim, views, checked)
-        entry_fn, parallel = _compile_functions(ns, device, checked, desc.options.get("fastmath", False))
+        try:
+            ns = self._run_module(kernel, device, entry, text, ndim, views, checked)
+            # (Numba's cache wants the module's file: it fails if the entry went meanwhile)
+            entry_fn, parallel = _compile_functions(ns, device, checked, desc.options.get("fastmath", False))
+        except Exception as exc:
+            if not os.path.exists(module_file):
+                raise EntryGone(entry) from exc
+            raise
         if not device.simulated:  # the simulator caches nothing
             for fn in (entry_fn, parallel, ns[PIECE] if parallel is not None else None):
                 _lock_machine_code(fn, entry)
@@ -508,7 +540,11 @@ def _lock_machine_code(dispatcher, entry: Path) -> None:
 
 def _under_lock(method, lock: Path):
     def locked(*args, **kwargs):
-        with open(lock, "a") as f:
+        try:
+            f = open(lock, "a")
+        except FileNotFoundError:  # the entry went (another process evicted it): nothing to
+            return None            # load (compile instead), nowhere to save
+        with f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 return method(*args, **kwargs)

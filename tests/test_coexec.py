@@ -142,17 +142,19 @@ def count_visits(i, hits):
     hetflow.atomic.add(hits, i, 1)
 
 
+@pytest.mark.parametrize("claim", [True, False])
 @pytest.mark.parametrize("parts, lo, hi", [(97, 5, 1000), (16, 0, 16), (3, 10, 11), (40, 0, 1003)])
-def test_the_parallel_entry_runs_each_row_once_with_pieces_claimed_as_threads_come_free(parts, lo, hi):
-    """Numba's threads claim the pieces from a shared counter: more pieces than threads,
-    pieces of unequal length and more pieces than rows leave no row run twice or not at all."""
+def test_the_parallel_entry_runs_each_row_once_whether_threads_claim_pieces_or_not(parts, lo, hi, claim):
+    """Numba's threads claim the pieces from a shared counter (a team's), or each runs a
+    fixed share (a whole launch's): more pieces than threads, pieces of unequal length and
+    more pieces than rows leave no row run twice or not at all."""
     from hetflow.runtime import cpu
     from hetflow.runtime.launch import bind
 
     hits = np.zeros(1100, dtype=np.int64)
     launch = bind(count_visits, hits.size, (hits,), hetflow.get_device("cpu0"))
     cpu.compile_launch(launch)
-    cpu._run_parallel(launch, min(parts, hi - lo), lo, hi)
+    cpu._run_parallel(launch, min(parts, hi - lo), lo, hi, claim)
     want = np.zeros_like(hits)
     want[lo:hi] = 1
     np.testing.assert_array_equal(hits, want)

@@ -128,16 +128,17 @@ class CheckedCpuEntry:
 
 class CheckedCpuParallel:
     """Rows ``[lo, hi)`` of a checked launch in ``parts`` pieces, on threads running the
-    chunk entry (Numba's parallel layer drops exceptions raised in its threads); what a
-    piece raises is raised, so it returns -1 (no piece failed) as the parallel entry does."""
+    chunk entry (Numba's parallel layer drops exceptions raised in its threads), a thread
+    a piece (so ``claim`` changes nothing); what a piece raises is raised, so it returns
+    -1 (no piece failed) as the parallel entry does."""
 
     def __init__(self, entry: CheckedCpuEntry):
         self.entry = entry
 
     def compile(self, sig):
-        return self.entry.compile(sig[1:])  # (parts, lo, hi, ...): the pieces' (lo, hi, ...)
+        return self.entry.compile(sig[2:])  # (parts, claim, lo, hi, ...): the pieces' (lo, hi, ...)
 
-    def __call__(self, parts, lo, hi, *rest):
+    def __call__(self, parts, claim, lo, hi, *rest):
         with ThreadPoolExecutor(parts) as pool:
             pieces = [pool.submit(self.entry, lo + (hi - lo) * p // parts, lo + (hi - lo) * (p + 1) // parts, *rest)
                       for p in range(parts)]

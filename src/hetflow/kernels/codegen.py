@@ -98,10 +98,13 @@ def _cpu_wrapper(ndim: int, params: list, setup: list, args: list) -> str:
     # Rows [lo, hi) over all cores at once, through Numba's threading layer (a whole
     # launch, or a co-executed loop's CPU chunk): cut into ``__parts`` even pieces, each
     # run by the chunk entry above. Numba deals each thread a fixed share of the
-    # ``prange``; each iteration claims pieces from a shared counter (``__hf_claim``, an
-    # atomic add) until none is left, so the threads take pieces as they come free: one
-    # whose core is shared (by a GPU worker spinning in a wait on its stream, another
-    # process) delays only the pieces it claimed, not the whole range.
+    # ``prange``: piece ``p`` runs on the thread that iteration ``p`` falls to, as a
+    # hand-written ``prange`` would (the same rows on the same thread launch after
+    # launch). With ``__claim``, each iteration instead claims pieces from a shared
+    # counter (``__hf_claim``, an atomic add) until none is left, so the threads take
+    # pieces as they come free: one whose core is shared (by a GPU worker spinning in a
+    # wait on its stream, another process) delays only the pieces it claimed, not the
+    # whole range (a co-executed loop's chunks, which move between workers anyway).
     # Numba's threads lose what a piece raises (only the calling thread's comes out), so
     # each piece catches it, and the entry returns the first piece that raised (-1:
     # none), whose rows the runtime runs again to raise it.
@@ -113,15 +116,15 @@ def _cpu_wrapper(ndim: int, params: list, setup: list, args: list) -> str:
               "    except Exception:",
               "        return True",
               "    return False",
-              "", "", f"def {PARALLEL}(__parts, {tail}):",
+              "", "", f"def {PARALLEL}(__parts, __claim, {tail}):",
               "    __failed = __hf_np.zeros(__parts, __hf_np.bool_)",
               "    __next = __hf_np.zeros(1, __hf_np.int64)",
               "    for __t in __hf_prange(__parts):",
-              "        __p = __hf_claim(__next, 0, 1)",
+              "        __p = __hf_claim(__next, 0, 1) if __claim else __hf_np.int64(__t)",
               "        while __p < __parts:",
               f"            __failed[__p] = {PIECE}(__lo + (__hi - __lo) * __p // __parts, "
               f"__lo + (__hi - __lo) * (__p + 1) // __parts, {rest})",
-              "            __p = __hf_claim(__next, 0, 1)",
+              "            __p = __hf_claim(__next, 0, 1) if __claim else __parts",
               "    for __p in range(__parts):",
               "        if __failed[__p]:",
               "            return __p",

@@ -231,25 +231,27 @@ def _parallel(launch: Launch, rows: int) -> list[tuple[int, int]]:
     """All rows over Numba's threading layer, one even piece per thread."""
     warn_scattered(launch)
     parts = min(numba.get_num_threads(), rows)
-    _run_parallel(launch, parts, 0, rows)
+    _run_parallel(launch, parts, 0, rows, claim=False)
     return [(rows * p // parts, rows * (p + 1) // parts) for p in range(parts)]
 
 
 def compile_parallel(launch: Launch) -> None:
     """Compile the launch's parallel entry (rows over Numba's threading layer) unless done."""
     if not launch.plan.parallel_compiled:
-        _compile(launch, "parallel", _signature(launch, (1, 0, 1)))
+        _compile(launch, "parallel", _signature(launch, (1, 0, 0, 1)))
         launch.plan.parallel_compiled = True
 
 
-def _run_parallel(launch: Launch, parts: int, lo: int, hi: int) -> None:
-    """Rows ``[lo, hi)`` in ``parts`` even pieces over Numba's threading layer. Where the
-    kernel raised, its rows are run again as one chunk to raise its own exception with
-    them (the launch has failed already: what it wrote is undefined either way)."""
+def _run_parallel(launch: Launch, parts: int, lo: int, hi: int, claim: bool) -> None:
+    """Rows ``[lo, hi)`` in ``parts`` even pieces over Numba's threading layer, each
+    thread running the pieces it claims as it comes free (``claim``), else a fixed share
+    of them (``kernels.codegen``). Where the kernel raised, its rows are run again as one
+    chunk to raise its own exception with them (the launch has failed already: what it
+    wrote is undefined either way)."""
     compile_parallel(launch)
     with _parallel_lock:
         try:
-            failed = launch.executable.parallel(parts, lo, hi, *launch.inner, *launch.entry_args)
+            failed = launch.executable.parallel(parts, int(claim), lo, hi, *launch.inner, *launch.entry_args)
         except HetflowError:  # checked mode's, naming the kernel
             raise
         except Exception:  # noqa: BLE001  (checked mode's pieces raise the kernel's exception)
@@ -273,7 +275,7 @@ def team_runner(launch: Launch, threads: int):
 
     def run(lo, hi):
         numba.set_num_threads(threads)  # (Numba keeps it per thread: this worker's setting)
-        _run_parallel(launch, min(TEAM_PARTS * threads, hi - lo), lo, hi)
+        _run_parallel(launch, min(TEAM_PARTS * threads, hi - lo), lo, hi, claim=True)
     return run
 
 

@@ -108,8 +108,9 @@ def _cpu_wrapper(ndim: int, params: list, setup: list, args: list) -> str:
     # Numba's threads lose what a piece raises (only the calling thread's comes out), so
     # each piece catches it, and the entry returns the first piece that raised (-1:
     # none), whose rows the runtime runs again to raise it.
-    rest = ", ".join([*extents, *params])
     tail = ", ".join(["__lo", "__hi", *extents, *params])
+    piece = (f"{PIECE}(__lo + (__hi - __lo) * __p // __parts, __lo + (__hi - __lo) * (__p + 1) // __parts, "
+             f"{', '.join([*extents, *params])})")
     lines += ["", "", f"def {PIECE}({tail}):",
               "    try:",
               f"        {ENTRY}({tail})",
@@ -118,13 +119,16 @@ def _cpu_wrapper(ndim: int, params: list, setup: list, args: list) -> str:
               "    return False",
               "", "", f"def {PARALLEL}(__parts, __claim, {tail}):",
               "    __failed = __hf_np.zeros(__parts, __hf_np.bool_)",
-              "    __next = __hf_np.zeros(1, __hf_np.int64)",
-              "    for __t in __hf_prange(__parts):",
-              "        __p = __hf_claim(__next, 0, 1) if __claim else __hf_np.int64(__t)",
-              "        while __p < __parts:",
-              f"            __failed[__p] = {PIECE}(__lo + (__hi - __lo) * __p // __parts, "
-              f"__lo + (__hi - __lo) * (__p + 1) // __parts, {rest})",
-              "            __p = __hf_claim(__next, 0, 1) if __claim else __parts",
+              "    if __claim:",
+              "        __next = __hf_np.zeros(1, __hf_np.int64)",
+              "        for __t in __hf_prange(__parts):",
+              "            __p = __hf_claim(__next, 0, 1)",
+              "            while __p < __parts:",
+              f"                __failed[__p] = {piece}",
+              "                __p = __hf_claim(__next, 0, 1)",
+              "    else:",
+              "        for __p in __hf_prange(__parts):",
+              f"            __failed[__p] = {piece}",
               "    for __p in range(__parts):",
               "        if __failed[__p]:",
               "            return __p",

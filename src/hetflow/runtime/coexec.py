@@ -111,9 +111,9 @@ def residents(launch: Launch) -> list[Resident]:
 
 def _cpu_runner(launch: Launch, held=(), team: int = 0):
     """``run(lo, hi)``: rows ``[lo, hi)`` of ``launch`` on the CPU, over the host copies
-    of the coherent arrays, whose rows it makes current first; on ``team`` cores at once
-    where that is not 0 (:func:`hetflow.runtime.cpu.team_runner`)."""
-    launch = _on_host(launch, held)
+    of the coherent arrays (``launch`` as :func:`_on_host` made it), whose rows it makes
+    current first; on ``team`` cores at once where that is not 0
+    (:func:`hetflow.runtime.cpu.team_runner`)."""
     cpu.compile_launch(launch)
     run = cpu.team_runner(launch, team) if team else cpu.chunk_runner(launch)
     if not held:
@@ -137,7 +137,7 @@ def _on_host(launch: Launch, held) -> Launch:
 
 def _cpu_workers(launch: Launch, rows: int, count: int, held=()) -> list[Worker]:
     """One worker per core (``count`` of them): a CPU co-executing alone."""
-    run = _cpu_runner(launch, held)
+    run = _cpu_runner(_on_host(launch, held), held)
     # A CPU chunk enters and leaves Python, taking the GIL, and 16 workers queue for it:
     # on a 16-core host, 5-row chunks of a 1024^2 stencil took 300 us for 5 us of work.
     # So a chunk holds at least what the runtime would run inline rather than spread.
@@ -154,9 +154,9 @@ def _team_worker(launch: Launch, rows: int, cores: int, devices: int, held, comp
     least = cpu.least_rows(launch)
     threads = min(cores, rows // (devices * least))
     name, device = f"{launch.device.id}/cores", launch.device.id
-    if threads <= 1:
-        return Worker(name, "cpu", _cpu_runner(launch, held), cpu_chunk_size(rows, devices, minimum=least), device)
     host = _on_host(launch, held)
+    if threads <= 1:
+        return Worker(name, "cpu", _cpu_runner(host, held), cpu_chunk_size(rows, devices, minimum=least), device)
 
     def setup(stopped) -> None:
         began = time.perf_counter()
@@ -165,7 +165,7 @@ def _team_worker(launch: Launch, rows: int, cores: int, devices: int, held, comp
     # About 64 chunks of the CPU's even share of the loop, each of at least what the
     # runtime would run inline on each thread.
     size = cpu_chunk_size(rows, devices, minimum=threads * least)
-    return Worker(name, "cpu", _cpu_runner(launch, held, threads), size, device, setup=setup)
+    return Worker(name, "cpu", _cpu_runner(host, held, threads), size, device, setup=setup)
 
 
 TEAM = "/cores"  # model entries of a CPU's rate as a team
@@ -343,7 +343,7 @@ def _land(gpu_parts, report, cpu_launch, held, device_of) -> None:
             redo += left
     lost = _not_redoable(held, redo, cpu_launch.device) if redo else None
     if redo and not lost:  # before the marks: the CPU takes rows still current on the host from there
-        run = _cpu_runner(cpu_launch, held)
+        run = _cpu_runner(_on_host(cpu_launch, held), held)
         for lo, hi in redo:
             run(lo, hi)
         ran = {d: _minus(coalesce(r), coalesce(redo)) if d.kind == "gpu" else r for d, r in ran.items()}

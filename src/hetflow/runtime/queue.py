@@ -579,7 +579,9 @@ class Queue:
         with LOCK:
             if core.closed:  # checked under the lock: a closing queue's workers may be gone
                 raise ArgumentError("this queue is closed; create a new one")
-            if not wait_for and not defer and core.run_here_ok and not lanes[0].heap and _tiny(lanes[0], inst):
+            # (nothing below changes the lane's heap: one look serves both uses)
+            tiny = core.run_here_ok and not lanes[0].heap and _tiny(lanes[0], inst)
+            if tiny and not wait_for and not defer:
                 keys = clear_locked(args, modes)
                 if keys is not None:
                     return core.run_now_locked(lanes[0], inst, args, keys)
@@ -594,7 +596,7 @@ class Queue:
                 if inst.pending == 0:
                     if inst.doomed is not None:
                         start_locked(inst)
-                    elif core.run_here_ok and not lanes[0].heap and _tiny(lanes[0], inst):
+                    elif tiny:
                         here = _start_here_locked(lanes[0], inst)  # (nothing ready before it)
                     else:  # start_locked()'s common case, inlined
                         core.ready_locked(inst)

@@ -657,11 +657,12 @@ class _Loop:
         try:
             for i in self.order:  # GPUs first: their first chunk has the longest way to go
                 done.append(_THREADS.start(lambda i=int(i): self.work(i), f"hetflow-{self.workers[i].name}"))
-            for d in done:
-                # Short sleeps: SIGINT may land on any thread (often one of the simulated
-                # GPU's), and its handler runs here only when this thread runs again.
-                while not d.wait(_WAKE_S):
-                    pass
+            # Short sleeps: SIGINT may land on any thread (often one of the simulated
+            # GPU's), and its handler runs here only when this thread runs again.
+            waiting = list(done)
+            while waiting:
+                if waiting[-1].wait(_WAKE_S):
+                    waiting.pop()
         except BaseException:            # Ctrl-C: stop the workers after their piece
             self.deques.write_empty_token()
             for d in done:

@@ -453,3 +453,20 @@ def test_a_half_made_entry_is_removed_and_the_executable_stored_in_its_place(tmp
     exe = repo.executable(thrice, hetflow.get_device("cpu0"), 1, {})
     assert exe.path == first.path and repo.compiled == 1
     assert os.path.exists(os.path.join(exe.path, "description.json"))
+
+
+def test_an_entry_removed_at_every_load_ends_in_a_kernel_error_naming_it(tmp_path, monkeypatch):
+    from hetflow.platform import repository as repo_module
+
+    compile_functions = repo_module._compile_functions
+    repo = CodeRepository(tmp_path)
+
+    def always_removed(ns, device, checked, fastmath):
+        for entry in repo.entries(thrice):
+            shutil.rmtree(entry)
+        return compile_functions(ns, device, checked, fastmath)
+
+    monkeypatch.setattr(repo_module, "_compile_functions", always_removed)
+    with pytest.raises(KernelError, match=r"cannot load the executable of kernel 'thrice': another process "
+                                          r"removed its entry in .* each of 12 times"):
+        repo.executable(thrice, hetflow.get_device("cpu0"), 1, {})

@@ -96,11 +96,15 @@ def quadruple(i, x, out):
 
 
 def test_probing_costs_a_small_share_of_the_time_alone_and_comes_within_probe_seconds():
-    # a co-executed launch costing 300 launches alone (a memory-bound stencil on an H100)
+    # a co-executed launch costing 300 launches alone (a memory-bound stencil on an H100):
+    # a probe costs the 299 beyond the one it replaces
     alone = 1.3e-4
     k = coexec.probe_interval(300 * alone, alone)
-    assert 300 * alone / (k * alone) <= coexec.PROBE_SHARE * 1.001
-    assert 300 * alone / ((k + 1) * alone) < coexec.PROBE_SHARE <= 300 * alone / ((k - 1) * alone)
+    assert 299 * alone / (k * alone) <= coexec.PROBE_SHARE * 1.001
+    assert 299 * alone / ((k + 1) * alone) < coexec.PROBE_SHARE <= 299 * alone / ((k - 1) * alone)
+    # one 4% dearer than the launch alone (a slow one tipped the history): every 4 launches
+    assert coexec.probe_interval(1.04 * 0.025, 0.025) == 4
+    assert coexec.probe_interval(0.025, 0.025) == 1
     # a co-executed launch of seconds: probed once in PROBE_SECONDS of launches alone
     assert coexec.probe_interval(5.0, alone) * alone <= coexec.PROBE_SECONDS
     assert coexec.probe_interval(5.0, alone) * alone > 0.99 * coexec.PROBE_SECONDS
@@ -154,3 +158,23 @@ def test_a_gpu_that_ran_no_rows_co_executing_is_measured_alone_instead(gpu_devic
     for _ in range(40):  # the moving average forgets 1e9
         model.observe(key, coexec._device_key(gpu_device) + coexec.ALONE, 1e3)
     assert coexec._alone(model, key, targets, _names(targets), [1, 1], n).id == "cpu0"  # the GPU now far slower
+
+
+@hetflow.kernel
+def sextuple(i, x, out):
+    out[i] = 6.0 * x[i]
+
+
+@pytest.mark.simgpu
+def test_a_launch_alone_by_a_small_margin_is_probed_again_within_a_few_launches(gpu_device):
+    """One slow co-executed launch can tip a history that favoured co-executing: where
+    together costs only a little more than alone, the next probe comes soon (a probe
+    costs only the difference)."""
+    n = 4096
+    targets = [hetflow.get_device("cpu0"), gpu_device]
+    alone = n / 1e9
+    key = _teach(sextuple, {"cpu0": 1e6, gpu_device.id: 1e9}, 1.045 * alone - n / (1e6 + 1e9), n)
+    coexec._probe_cost.pop(key, None)
+    model = coexec.perf_model()
+    decisions = [coexec._alone(model, key, targets, _names(targets), [1, 1], n) for _ in range(5)]
+    assert decisions == [gpu_device] * 3 + [None, gpu_device]

@@ -289,8 +289,10 @@ def probe_interval(together: float, alone: float) -> int:
     often enough that a history gone wrong (a loaded machine) is corrected within
     ``PROBE_SECONDS``. ``together``: what a co-executed launch costs, the larger of the
     model's figure and the last one measured (on a memory-bound stencil, 300 times a
-    launch alone on an H100, whose rows then cross the bus)."""
-    return max(1, int(min(together / PROBE_SHARE, PROBE_SECONDS) / alone))
+    launch alone on an H100, whose rows then cross the bus). A probe costs what it takes
+    beyond the launch alone, which does the same work: where the two are close (one slow
+    co-executed launch tipped the history), the next probe comes within a few launches."""
+    return max(1, int(min((together - alone) / PROBE_SHARE, PROBE_SECONDS) / alone))
 
 
 def _speed_rank(device):

@@ -25,6 +25,28 @@ def test_jacobi_matches_numpy():
     np.testing.assert_array_equal(jacobi.solve(40, 30), jacobi.numpy_solve(40, 30))
 
 
+@pytest.mark.simgpu
+def test_jacobi_on_the_cpu_and_a_simulated_gpu_matches_numpy(gpu_device):
+    jacobi = _load("jacobi")
+    np.testing.assert_array_equal(jacobi.solve(10, 4, ["cpu0", gpu_device.id]), jacobi.numpy_solve(10, 4))
+
+
+@pytest.mark.gpu
+def test_jacobi_on_every_real_device_matches_numpy():
+    jacobi = _load("jacobi")
+    devices = [d.id for d in hetflow.devices() if not d.simulated]
+    np.testing.assert_allclose(jacobi.solve(1000, 60, devices), jacobi.numpy_solve(1000, 60), rtol=1e-15, atol=0)
+
+
+def test_jacobi_script_reports_its_run_and_agrees_with_numpy():
+    out = subprocess.run([sys.executable, str(EXAMPLES / "jacobi.py"), "--size", "24", "--iterations", "5"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    devices = ", ".join(d.id for d in hetflow.devices() if not d.simulated)
+    assert out.stdout.startswith(f"24x24, 5 iterations on {devices}: start-up ")
+    assert float(out.stdout.split("max |difference| from NumPy")[1]) == 0.0
+
+
 def test_mandelbrot_steal_and_static_agree_with_a_sequential_run():
     mandel = _load("mandelbrot")
     steal, report = mandel.image(120, 50, "cpu0", "steal")

@@ -14,9 +14,12 @@ This module sits below every other hetflow package (it imports none): what must 
 when numba-cuda is first imported, registers here (:func:`on_cuda_import`).
 """
 import functools
+import importlib.metadata
+import importlib.util
 import math
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -61,18 +64,44 @@ def on_cuda_import(hook) -> None:
             hook(cuda)
 
 
+# Why there is no GPU backend, once cuda_module or cuda_available found none (for
+# ``hetflow devices``); None while there is one, or before they were asked.
+why_no_gpu: str | None = None
+
+
 @functools.lru_cache(maxsize=1)
 def cuda_module():
-    """Return ``numba.cuda``, or None when numba-cuda is not installed or fails to import."""
+    """Return ``numba.cuda``, or None when numba-cuda is not installed, fails to import
+    or cannot be set up for hetflow (then :data:`why_no_gpu` says which)."""
+    global why_no_gpu
+    if importlib.util.find_spec("numba_cuda") is None:
+        # Numba's own deprecated CUDA target, which numba-cuda replaces, cannot run
+        # hetflow's kernels: without numba-cuda a machine has no GPU backend (a CPU-only
+        # install is `pip install hetflow`, without the cuda extra).
+        why_no_gpu = "numba-cuda is not installed (pip install 'hetflow[cuda]')"
+        return None
     try:
         from numba import cuda
-    except Exception:  # numba-cuda absent, or broken CUDA install: no GPU backend
+    except Exception as exc:  # broken CUDA install: no GPU backend
+        why_no_gpu = f"numba.cuda failed to import: {exc!r}"
         return None
     if not simulated():  # the simulator runs hetflow.atomic and NumPy as Python
-        for hook in _on_import:
-            hook(cuda)
+        try:
+            for hook in _on_import:
+                hook(cuda)
+        except Exception as exc:  # a numba-cuda whose API hetflow does not know: CPUs only
+            why_no_gpu = f"numba-cuda {_version('numba-cuda')} could not be set up for hetflow: {exc!r}"
+            warnings.warn(f"hetflow: {why_no_gpu}; GPUs are not used", RuntimeWarning, stacklevel=2)
+            return None
         _add_math_ufuncs()
     return cuda
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown)"
 
 
 # NumPy ufuncs whose float loops are the ``math`` function of the same meaning (np.remainder
@@ -114,13 +143,17 @@ def simulated():
 @functools.lru_cache(maxsize=1)
 def cuda_available():
     """True when a CUDA device (real or simulated) can run kernels."""
+    global why_no_gpu
     cuda = cuda_module()
     if cuda is None:
         return False
     try:
-        return bool(cuda.is_available())
-    except Exception:  # driver errors mean no usable GPU
+        found = bool(cuda.is_available())
+    except Exception as exc:  # driver errors mean no usable GPU
+        why_no_gpu = f"the CUDA driver failed: {exc!r}"
         return False
+    why_no_gpu = None if found else "numba-cuda found no CUDA driver or GPU"
+    return found
 
 
 @functools.lru_cache(maxsize=1)

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from .. import library
+from .. import cuda_compat, library
 from .._version import __version__
 from ..errors import HetflowError
 from ..platform.devices import devices
@@ -42,6 +42,8 @@ def _cmd_devices(args) -> int:
                   f"{d.global_memory / 2**30:.1f} GiB" if d.global_memory < 1 << 62 else "-",
                   "yes" if d.simulated else "no")
     Console().print(t)
+    if not any(d.kind == "gpu" for d in table) and cuda_compat.why_no_gpu:
+        print(f"no GPU: {cuda_compat.why_no_gpu}")
     return 0
 
 

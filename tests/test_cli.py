@@ -72,6 +72,11 @@ def test_demo_runs_verifies_and_writes_trace_and_timeline(tmp_path):
     assert startup["ts"] <= min(e["ts"] for e in chunks)
     first_loop = min((e for e in events if e.get("cat") == "loop"), key=lambda e: e["ts"])
     assert first_loop["ts"] + first_loop["dur"] <= startup["ts"] + startup["dur"]
+    # The steps after it are drawn again below, zoomed: the picture is two panels tall.
+    from matplotlib.image import imread
+
+    plain = hetflow.trace.plot_timeline(trace, tmp_path / "plain.png")
+    assert imread(picture).shape[0] > 1.8 * imread(plain.path).shape[0]
 
 
 def test_demo_with_a_rules_file(tmp_path):

@@ -412,6 +412,52 @@ def test_timeline_window_draws_only_what_overlaps_it(tmp_path):
     assert drawn.span_ms == pytest.approx(cut * 1e3)
 
 
+def _phased_recording():
+    """Two phases: a long first one, then three loops in "solve warm"."""
+    with ht.record() as rec:
+        with rec.phase("start-up"):
+            forall_report(40_000)
+        with rec.phase("solve warm"):
+            for _ in range(3):
+                forall_report(4_000)
+    return rec
+
+
+def test_timeline_zoom_adds_a_panel_of_a_phase_and_counts_the_whole_picture(tmp_path):
+    rec = _phased_recording()
+    whole = rec.plot(tmp_path / "whole.png")
+    zoomed = rec.plot(tmp_path / "zoomed.png", zoom="solve warm")
+    assert zoomed.bars == whole.bars and zoomed.span_ms == whole.span_ms  # the first panel's counts
+    assert png_size(zoomed.path)[0] > 1.8 * png_size(whole.path)[0]       # a second panel below
+    solve = next(p for p in rec.phases if p.name == "solve warm")
+    by_range = rec.plot(tmp_path / "range.png", zoom=((solve.start - rec.t0) * 1e3, (solve.end - rec.t0) * 1e3))
+    assert png_size(by_range.path)[0] > 1.8 * png_size(whole.path)[0]
+
+
+@pytest.mark.parametrize("zoom, message", [
+    ("nothing", r"no phase named 'nothing' to zoom to; the trace's phases: 'solve warm', 'start-up'"),
+    ((5.0, 1.0), r"zoom must satisfy 0 <= start_ms < end_ms, got \(5.0, 1.0\)"),
+    ((1.0,), "zoom must be two numbers"),
+])
+def test_timeline_bad_zoom(tmp_path, zoom, message):
+    with pytest.raises(ArgumentError, match=message):
+        _phased_recording().plot(tmp_path / "z.png", zoom=zoom)
+
+
+def test_trace_command_zooms_to_a_phase_named_with_spaces_or_a_range(tmp_path, capsys):
+    from hetflow.cli.main import main
+
+    rec = _phased_recording()
+    rec.save(tmp_path / "run.json")
+    plain = png_size(rec.plot(tmp_path / "plain.png").path)[0]
+    for k, zoom in enumerate((["solve", "warm"], ["0", "1"])):
+        out = tmp_path / f"z{k}.png"
+        assert main(["trace", str(tmp_path / "run.json"), "-o", str(out), "--zoom", *zoom]) == 0
+        assert png_size(out)[0] > 1.8 * plain
+    assert main(["trace", str(tmp_path / "run.json"), "--zoom", "solve"]) == 1
+    assert "no phase named 'solve' to zoom to" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("window, message", [
     ((5.0, 1.0), r"window must satisfy 0 <= start_ms < end_ms, got \(5.0, 1.0\)"),
     ("ab", "window must be two numbers"),
@@ -650,3 +696,15 @@ def test_progress_cannot_go_back():
     with ht.progress(3, file=CountingFile(tty=False)) as bar:
         with pytest.raises(ArgumentError, match="non-negative amount, got -2"):
             bar.advance(-2)
+
+
+def test_a_core_s_chunks_end_to_end_share_one_row_and_a_gpu_s_in_flight_do_not():
+    from hetflow.trace.chrome import ChunkSpan
+    from hetflow.trace.timeline import _slots
+
+    # 0.1 + 0.2 is a rounding error past 0.3: the second chunk still follows the first
+    core = [ChunkSpan(0, 0, 10, 0.1, 0.1 + 0.2, None), ChunkSpan(0, 10, 20, 0.3, 0.4, None)]
+    assert core[0].end > core[1].start
+    assert _slots(core)[1][0] == 1
+    gpu = [ChunkSpan(1, 0, 10, 0.1, 0.3, None), ChunkSpan(1, 10, 20, 0.2, 0.4, None)]  # in flight together
+    assert _slots(gpu)[1][1] == 2

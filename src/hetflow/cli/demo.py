@@ -4,7 +4,8 @@ Heat diffusion on a 2-D grid, one explicit step written with ``interior`` and
 ``cshift`` views, captured as a DIR (two steps: u -> v, v -> u) and run under the
 default adaptive rules, co-executed on every local device with work stealing; checked
 against NumPy. Writes a Chrome/Perfetto trace and a timeline picture, in which the
-start-up (compiling kernels, first transfers) is a named phase.
+start-up (compiling kernels, first transfers) is a named phase and the steps after it
+are drawn again, zoomed.
 
 Under ``mpiexec -n K hetflow demo`` the grid is split by rows over the ranks: the same
 two steps run as a :class:`hetflow.cluster.DistributedProgram` (rank 0's central
@@ -98,6 +99,15 @@ def capture(u, v, device=None):
     return g
 
 
+def steps_phase(iterations) -> str:
+    """The trace's phase of the steps after the start-up: the timeline zooms to it."""
+    return f"steps 3-{iterations}"
+
+
+def zoom(iterations) -> str | None:
+    return steps_phase(iterations) if iterations > 2 else None
+
+
 def diffuse(setup, iterations, rec, bar, finish=lambda: None):
     """(grid, start-up seconds, seconds of the steps after it) after ``iterations`` (even)
     steps. ``setup()`` returns the grid and a function running two steps; it and the
@@ -112,7 +122,7 @@ def diffuse(setup, iterations, rec, bar, finish=lambda: None):
         bar.advance(2)
     startup = time.perf_counter() - began
     if iterations > 2:
-        with rec.phase(f"steps 3-{iterations}"):
+        with rec.phase(steps_phase(iterations)):
             for _ in range(iterations // 2 - 1):
                 two_steps()  # a safe point first: the rules see the monitor's feedback
                 bar.advance(2)
@@ -221,7 +231,7 @@ def _run_one(args) -> int:
     print_summary(rows, f"heat diffusion {n}x{n}, {args.iterations} iterations", n, args.iterations,
                   startup, steady)
     rec.save(args.trace)
-    print_files(args, rec.plot(args.timeline))
+    print_files(args, rec.plot(args.timeline, zoom=zoom(args.iterations)))
     return 0 if check(np.asarray(u), n, args.iterations) else 1
 
 
@@ -272,5 +282,5 @@ def _report_ranks(args, gathered, grid, partitions, times) -> bool:
           f"per rank): " + "; ".join(f"{it}: {list(sizes)}" for it, sizes in partitions))
     merged = trace.merge_chrome_traces(t for t, _ in gathered)
     trace.write_chrome_trace(args.trace, merged)
-    print_files(args, trace.plot_timeline(merged, args.timeline, title=f"{ranks} ranks"))
+    print_files(args, trace.plot_timeline(merged, args.timeline, title=f"{ranks} ranks", zoom=zoom(args.iterations)))
     return check(grid, n, args.iterations)

@@ -60,15 +60,20 @@ def _contents(source) -> TraceContents:
     return read_chrome_trace(to_chrome_trace(source))
 
 
+_ABUT_S = 1e-9  # a chunk starting this close to another's end follows it (times are rounded)
+
+
 def _slots(chunks) -> tuple[dict[int, int], Counter]:
     """Sub-row of each chunk within its lane: chunks overlapping in time (a GPU's chunks
-    in flight) go to different sub-rows. Returns chunk index -> slot, lane -> slot count."""
+    in flight) go to different sub-rows. Returns chunk index -> slot, lane -> slot count.
+    (A core's next chunk starts when its last one ended; the trace's microseconds, back
+    in seconds, may put that start a rounding error before the end.)"""
     ends: dict[int, list[float]] = {}
     slot_of = {}
     for k in sorted(range(len(chunks)), key=lambda k: chunks[k].start):
         c = chunks[k]
         lane_ends = ends.setdefault(c.lane, [])
-        free = next((s for s, end in enumerate(lane_ends) if end <= c.start), None)
+        free = next((s for s, end in enumerate(lane_ends) if end <= c.start + _ABUT_S), None)
         if free is None:
             free = len(lane_ends)
             lane_ends.append(0.0)
@@ -252,8 +257,9 @@ def _device_bands(ax, contents, rows) -> None:
             start = k
 
 
-def _window(contents, window) -> tuple[float, float]:
-    """The time range drawn, in ms: ``window`` checked, or everything in the trace."""
+def _window(contents, window, what="window") -> tuple[float, float]:
+    """The time range drawn, in ms: ``window`` (the option named ``what``) checked, or
+    everything in the trace."""
     if window is None:
         ends = ([c.end for c in contents.chunks] + [s.end for s in contents.loops + contents.phases]
                 + [f.t for f in contents.failures])
@@ -261,9 +267,9 @@ def _window(contents, window) -> tuple[float, float]:
     try:
         lo, hi = (float(v) for v in window)
     except (TypeError, ValueError):
-        raise ArgumentError(f"window must be two numbers (start_ms, end_ms), got {window!r}") from None
+        raise ArgumentError(f"{what} must be two numbers (start_ms, end_ms), got {window!r}") from None
     if not 0 <= lo < hi:
-        raise ArgumentError(f"window must satisfy 0 <= start_ms < end_ms, got ({lo}, {hi})")
+        raise ArgumentError(f"{what} must satisfy 0 <= start_ms < end_ms, got ({lo}, {hi})")
     return lo, hi
 
 
@@ -277,30 +283,24 @@ def _clip(contents, window) -> TraceContents:
                          [s for s in contents.phases if s.end >= lo and s.start <= hi])
 
 
-def plot_timeline(source, path, *, title: str | None = None, window=None, width: float = 12.0,
-                  dpi: int = 120) -> TimelineSummary:
-    """Draw the timeline of ``source`` into the image file ``path`` (format by suffix).
+def _zoom(contents, zoom) -> tuple[float, float] | None:
+    """The zoomed time range in ms: ``zoom`` checked as a window, or, given a phase's name,
+    the time from the first start to the last end of the phases so named (every rank's)."""
+    if zoom is None or not isinstance(zoom, str):
+        return None if zoom is None else _window(contents, zoom, "zoom")
+    spans = [p for p in contents.phases if p.name == zoom]
+    if not spans:
+        names = sorted({p.name for p in contents.phases})
+        raise ArgumentError(f"no phase named {zoom!r} to zoom to; the trace's phases: "
+                            f"{', '.join(map(repr, names)) or 'none'}")
+    return min(p.start for p in spans) * 1e3, max(p.end for p in spans) * 1e3
 
-    ``source`` is a Chrome trace (a file path or the loaded dict), a
-    :class:`~hetflow.trace.Recorder`, a run report or a list of run reports.
-    ``window=(start_ms, end_ms)`` zooms to that time range. Returns the counts of what
-    was drawn.
-    """
-    from matplotlib.figure import Figure
 
-    for name, value in (("width", width), ("dpi", dpi)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e5:
-            raise ArgumentError(f"{name} must be a positive number, got {value!r}")
-    contents = _contents(source)
-    if not contents.lanes:
-        raise ArgumentError("nothing to draw: the trace has no workers. Only co-executed loops "
-                            "(several devices, or schedule='steal'/'static') produce run reports")
-    window = _window(contents, window)
+def _panel(ax, contents, window, width) -> tuple[TraceContents, int, int, int, int]:
+    """Draw what of ``contents`` overlaps ``window`` (ms) into ``ax``: (what was drawn,
+    bars, stolen chunks, steal lines, failures)."""
     contents = _clip(contents, window)
     rows = _Rows(contents)
-    height = max(2.8, 1.3 + 0.24 * rows.count)
-    fig = Figure(figsize=(width, height), dpi=dpi)
-    ax = fig.add_subplot()
     bars, stolen = _draw_chunks(ax, contents, rows)
     lines = _draw_steals(ax, contents, rows)
     failures = _draw_failures(ax, contents, rows, window)
@@ -316,19 +316,60 @@ def plot_timeline(source, path, *, title: str | None = None, window=None, width:
     ax.set_xlabel("time since recording began (ms)")
     ax.grid(axis="x", color="#DDDDDD", linewidth=0.6, zorder=0)
     ax.set_axisbelow(True)
+    return contents, bars, stolen, lines, failures
+
+
+def _height(contents, window) -> float:
+    return max(2.8, 1.3 + 0.24 * _Rows(_clip(contents, window)).count)
+
+
+def plot_timeline(source, path, *, title: str | None = None, window=None, zoom=None,
+                  width: float = 12.0, dpi: int = 120) -> TimelineSummary:
+    """Draw the timeline of ``source`` into the image file ``path`` (format by suffix).
+
+    ``source`` is a Chrome trace (a file path or the loaded dict), a
+    :class:`~hetflow.trace.Recorder`, a run report or a list of run reports.
+    ``window=(start_ms, end_ms)`` draws only that time range. ``zoom``, a time range or
+    the name of a phase, adds a second panel below that draws it across the full width
+    (its range shaded above): where a long start-up dwarfs the steps after it, they stay
+    readable. Returns the counts of what the first panel drew.
+    """
+    from matplotlib.figure import Figure
+
+    for name, value in (("width", width), ("dpi", dpi)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e5:
+            raise ArgumentError(f"{name} must be a positive number, got {value!r}")
+    contents = _contents(source)
+    if not contents.lanes:
+        raise ArgumentError("nothing to draw: the trace has no workers. Only co-executed loops "
+                            "(several devices, or schedule='steal'/'static') produce run reports")
+    window = _window(contents, window)
+    zoomed = _zoom(contents, zoom)
+    windows = [window] + ([zoomed] if zoomed else [])
+    heights = [_height(contents, w) for w in windows]
+    fig = Figure(figsize=(width, sum(heights) + 0.4 * (len(windows) - 1)), dpi=dpi)
+    axes = fig.subplots(len(windows), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
+    drawn, bars, stolen, lines, failures = _panel(axes[0], contents, window, width)
     kinds = sorted({lane.kind for lane in contents.lanes}, key=lambda k: (k != "gpu", k))
-    _legend(ax, kinds, stolen, lines, failures)
+    _legend(axes[0], kinds, stolen, lines, failures)
     span_ms = window[1] - window[0]
-    steals = _steals(contents, stolen)
-    heading = _title(contents, span_ms, steals, stolen)
-    ax.set_title(f"{title}\n{heading}" if title else heading, fontsize=9, loc="left")
+    steals = _steals(drawn, stolen)
+    heading = _title(drawn, span_ms, steals, stolen)
+    axes[0].set_title(f"{title}\n{heading}" if title else heading, fontsize=9, loc="left")
+    if zoomed:
+        axes[0].axvspan(*zoomed, color="#FFF1B8", zorder=0)
+        part, _, part_stolen, _, _ = _panel(axes[1], contents, zoomed, width)
+        what = zoom if isinstance(zoom, str) else f"{zoomed[0]:.4g}-{zoomed[1]:.4g} ms"
+        heading = _title(part, zoomed[1] - zoomed[0], _steals(part, part_stolen), part_stolen)
+        axes[1].set_title(f"zoom, shaded above: {what}\n{heading}", fontsize=9, loc="left")
+        fig.set_layout_engine("constrained")  # the two panels' titles apart, their axes aligned
     path = Path(os.fspath(path))
     try:
         fig.savefig(path, dpi=dpi, bbox_inches="tight")
     except (OSError, ValueError) as exc:
         raise ArgumentError(f"cannot write the timeline to {path}: {exc}") from exc
-    return TimelineSummary(path, len(contents.lanes), bars, stolen, steals, failures,
-                           len(contents.loops), len(contents.phases), span_ms)
+    return TimelineSummary(path, len(drawn.lanes), bars, stolen, steals, failures,
+                           len(drawn.loops), len(drawn.phases), span_ms)
 
 
 # -- the ``hetflow trace`` command -------------------------------------------------------------
@@ -360,6 +401,8 @@ def add_trace_command(subparsers) -> None:
     p.add_argument("--title", default=None, help="a first title line above the totals")
     p.add_argument("--window", type=float, nargs=2, metavar=("START_MS", "END_MS"), default=None,
                    help="draw only this time range (ms since recording began)")
+    p.add_argument("--zoom", nargs="+", metavar="PHASE | START_MS END_MS", default=None,
+                   help="add a panel below that draws this phase (by name) or time range")
     p.add_argument("--width", type=float, default=12.0, help="figure width in inches (default 12)")
     p.add_argument("--dpi", type=int, default=120, help="resolution of raster images (default 120)")
     p.set_defaults(func=_cmd_trace)
@@ -367,7 +410,13 @@ def add_trace_command(subparsers) -> None:
 
 def _cmd_trace(args) -> int:
     output = Path(args.output) if args.output else Path(args.trace).with_suffix(".png")
-    drawn = plot_timeline(args.trace, output, title=args.title, window=args.window,
+    zoom = args.zoom
+    if zoom is not None:
+        try:
+            zoom = tuple(float(v) for v in zoom)
+        except ValueError:
+            zoom = " ".join(zoom)  # a phase's name, which may hold spaces
+    drawn = plot_timeline(args.trace, output, title=args.title, window=args.window, zoom=zoom,
                           width=args.width, dpi=args.dpi)
     print(f"wrote {drawn.path}: {drawn.bars} chunks on {drawn.lanes} workers, {drawn.steals} steal(s), "
           f"{drawn.failures} failure(s), {drawn.loops} loop(s) in {drawn.span_ms:.4g} ms")

@@ -40,6 +40,7 @@ op = st.one_of(
     st.tuples(st.just("read"), st.integers(0, 2)),
     st.tuples(st.just("write"), st.integers(0, 2), st.floats(-5, 5, allow_nan=False)),
     st.tuples(st.just("map"), st.integers(0, 2), st.integers(0, N - 1)),
+    st.tuples(st.just("setitem"), st.integers(0, 2), st.integers(0, N - 1), st.floats(-5, 5, allow_nan=False)),
 )
 
 
@@ -66,9 +67,12 @@ def test_random_programs_match_numpy(gpu_device, program):
         elif step[0] == "write":
             arrays[step[1]].write(step[2])
             model[step[1]][...] = step[2]
-        else:
+        elif step[0] == "map":
             arrays[step[1]].map()[step[2]] += 1.0  # the host copy itself, written in place
             model[step[1]][step[2]] += 1.0
+        else:
+            arrays[step[1]][step[2]] = step[3]   # a row, written as NumPy writes it
+            model[step[1]][step[2]] = step[3]
     for got, want in zip(arrays, model):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
 
@@ -138,6 +142,8 @@ def test_host_interoperation():
     assert hetflow.reduce(interior(a, 1), "max") == 4.0
     interior(a, 1).assign(-1.0)
     np.testing.assert_array_equal(a.numpy(), [0, -1, -1, -1, -1, 5])
+    a[1:3] = [7.0, 8.0]  # on the host, as NumPy writes
+    np.testing.assert_array_equal(a.numpy(), [0, 7, 8, -1, -1, 5])
 
 
 @pytest.mark.simgpu

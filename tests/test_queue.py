@@ -643,6 +643,9 @@ def test_bad_buffer_arguments():
         Buffer(3, dtype="nonsense")
     with pytest.raises(ArgumentError, match="needs numeric data"):
         Buffer([object()])
+    with pytest.raises(ArgumentError, match=r"needs numeric data \(bool, integer, float or complex\), "
+                                            r"got list of dtype <U1"):
+        Buffer(["a"])
     with pytest.raises(ArgumentError, match=r"cannot write data of shape \(4,\) into a Buffer of shape \(3,\)"):
         Buffer(3).write(np.ones(4))
     with pytest.raises(ArgumentError, match=r"cannot write data of shape \(3, 1\) into a Buffer of shape \(3,\)"):

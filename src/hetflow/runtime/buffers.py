@@ -64,8 +64,10 @@ class Buffer:
             host = None  # a GPU array: its copy becomes the buffer's GPU copy, below
         else:
             host = np.array(data, dtype=dtype, order="C", copy=True)
-            if host.dtype == object:
-                raise ArgumentError(f"Buffer needs numeric data, got {type(data).__name__} of objects")
+            if host.dtype.kind not in "biufc":  # what kernels compute with, on every device
+                what = "objects" if host.dtype == object else f"dtype {host.dtype}"
+                raise ArgumentError(f"Buffer needs numeric data (bool, integer, float or complex), "
+                                    f"got {type(data).__name__} of {what}")
         self._devices: dict[str, tuple] = {}  # device id -> (CUDA ordinal, device array)
         self._lock = threading.Lock()          # transfers; the runtime orders the rest
         self.moved = {"to_device": 0, "to_host": 0}  # bytes copied each way
@@ -128,6 +130,11 @@ class Buffer:
 
     def __getitem__(self, key):
         return self.__array__()[key]
+
+    def __setitem__(self, key, value):
+        """Write on the host, as NumPy does (:meth:`map`): a device copies the contents
+        again when it next uses them."""
+        self.map()[key] = value
 
     def numpy(self) -> np.ndarray:
         """A NumPy copy of the contents."""

@@ -32,6 +32,8 @@ def _read_only(n):
 CASES = {
     "no device": (lambda: hetflow.forall(4, scaled, 1.0, np.ones(4), np.zeros(4), device=[]),
                   ArgumentError, r"device \[\] names no device"),
+    "a device twice": (lambda: hetflow.forall(4, scaled, 1.0, np.ones(4), np.zeros(4), device=["cpu0", "cpu0"]),
+                       ArgumentError, r"device \['cpu0', 'cpu0'\] names cpu0 more than once"),
     "a 70-bit scalar": (lambda: hetflow.forall(4, scaled, 2**70, np.ones(4), np.zeros(4)),
                         ArgumentError, r"argument 'a': the integer 1180591620717411303424 does not fit"),
     "read-only output on cpu0": (lambda: hetflow.forall(4, plus_one, np.ones(4), _read_only(4), device="cpu0"),

@@ -67,6 +67,11 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
                                 f"Devices, a LogicalDevice or a Context; got {type(device).__name__}") from None
     if not found:
         raise ArgumentError(f"device {device!r} names no device; give at least one")
+    if len(found) > 1:  # each device runs its share once (ids: hashed once, unlike a Device)
+        ids = [d.id for d in found]
+        if len(set(ids)) < len(ids):
+            twice = sorted({i for i in ids if ids.count(i) > 1})
+            raise ArgumentError(f"device {device!r} names {', '.join(twice)} more than once")
     return found
 
 

@@ -195,8 +195,13 @@ def _draw_spans(ax, spans, y_of, colour, window, width_in) -> None:
 
     if not spans:
         return
+    from matplotlib.colors import to_rgb
+
     verts = [_rect(s.start * 1e3, s.end * 1e3, y_of(s), _BAR * 0.8) for s in spans]
-    ax.add_collection(PolyCollection(verts, facecolors=colour, edgecolors="white", linewidths=0.6, zorder=2))
+    # A darker edge of the same hue, as for chunks: a white one hid spans narrower than
+    # itself (a GPU's steps of 90 us in a zoom of 18 ms).
+    edge = tuple(0.6 * v for v in to_rgb(colour))
+    ax.add_collection(PolyCollection(verts, facecolors=colour, edgecolors=[edge], linewidths=0.4, zorder=2))
     points_per_ms = width_in * 72 / (window[1] - window[0])
     for s in spans:
         visible_ms = min(s.end * 1e3, window[1]) - max(s.start * 1e3, window[0])

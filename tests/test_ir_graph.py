@@ -259,3 +259,16 @@ def test_placement_given_by_the_program_is_kept():
                                                                                       "static")
     g.run(rules=RuleSet())
     np.testing.assert_array_equal(y, 2.0 * x)
+
+
+def test_running_with_a_rule_file_s_path_says_how_to_load_it(tmp_path):
+    x, y = np.arange(8.0), np.zeros(8)
+    with graph() as g:
+        hetflow.forall(8, scale, 3.0, x, y)
+    path = tmp_path / "rules.toml"
+    with pytest.raises(ArgumentError, match=re.escape(f"got str; load the file once with "
+                                                      f"hetflow.RuleSet.load({str(path)!r}) and pass that")):
+        g.run(rules=str(path))
+    with pytest.raises(ArgumentError, match=r"rules must be a RuleSet or None; got int$"):
+        g.run(rules=3)
+    assert not y.any()

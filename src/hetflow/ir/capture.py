@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import os
 
 import numpy as np
 
@@ -230,7 +231,9 @@ class Graph:
                 self.rules = RuleSet.default()
             return self.rules
         if not isinstance(rules, RuleSet):
-            raise ArgumentError(f"rules must be a RuleSet or None; got {type(rules).__name__}")
+            hint = (f"; load the file once with hetflow.RuleSet.load({rules!r}) and pass that"
+                    if isinstance(rules, (str, os.PathLike)) else "")
+            raise ArgumentError(f"rules must be a RuleSet or None; got {type(rules).__name__}{hint}")
         return rules
 
     def _ready(self) -> None:

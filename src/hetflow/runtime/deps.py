@@ -231,6 +231,8 @@ def clear_locked(args, modes):
     LOCK): a datum it reads has a writer not known to have completed, or one it writes
     has that or unfinished readers (it would wait); or a record that only
     :func:`track_locked` handles (pinned data, a failed writer: poison)."""
+    if not _data:  # nothing pending, nothing recorded (tiny tasks that all ran at once)
+        return ()
     keys = ()
     for obj, mode in (zip(args, modes) if _apart(args) else accesses(args, modes)):
         if type(obj) is not ndarray or obj.base is not None:  # accesses(), inlined (track_locked)

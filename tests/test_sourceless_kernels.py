@@ -144,3 +144,14 @@ def test_exec_kernel_on_the_simulated_gpu(gpu_device):
     with pytest.raises(IndexOutOfBoundsError) as err:
         hetflow.forall(17, checked, x, out, device=gpu_device)
     assert (err.value.array, err.value.index) == ("x", 16)
+
+
+def test_lambda_kernels_are_read_from_their_bytecode():
+    # A lambda's "source" is the whole line around it, not a def: that failed with "must
+    # define exactly one function", even as the operation of a reduction.
+    x = np.arange(1.0, 11.0)
+    assert hetflow.reduce(x, hetflow.kernel(lambda a, b: a + b)) == x.sum()
+    np.testing.assert_array_equal(hetflow.scan(x[::-1].copy(), hetflow.kernel(lambda a, b: max(a, b))),
+                                  np.maximum.accumulate(x[::-1]))
+    with pytest.raises(hetflow.errors.KernelError, match="kernel '<lambda>' takes 0 parameters"):
+        hetflow.forall(3, hetflow.kernel(lambda: None))

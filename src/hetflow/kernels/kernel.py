@@ -319,7 +319,10 @@ def _inline(name: str, value):
 
 
 def _readable_source(fn) -> KernelSource | None:
-    """``fn``'s source, or None where Python cannot read it but ``fn`` is a function."""
+    """``fn``'s source, or None where Python cannot read it but ``fn`` is a function (a
+    lambda's "source" is the line around it: it is read from its bytecode too)."""
+    if getattr(fn, "__name__", None) == "<lambda>" and isinstance(getattr(fn, "__code__", None), types.CodeType):
+        return None
     try:
         return KernelSource.from_function(fn)
     except KernelError:

@@ -84,6 +84,9 @@ def test_arrays_gather_reduce_and_views_on_one_rank():
     assert cluster.cshift(x, 0, 1).shape == (6, 4)  # plain arrays get hetflow's own views
     b = cluster.zeros_like(a, shape=(6, 2))
     assert b.distribution is a.distribution and b.sum() == 0
+    # NumPy wrapped a distributed array in a 0-d array of objects, silently
+    with pytest.raises(TypeError, match=r"darray\d+ is spread over the ranks: take darray\d+\.gather\(\)"):
+        np.asarray(a)
 
 
 def test_program_versions_on_one_rank():

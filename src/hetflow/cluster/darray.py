@@ -287,6 +287,12 @@ class DistArray:
     def max(self):
         return self.reduce("max")
 
+    def __array__(self, dtype=None, copy=None):
+        # Without it NumPy wraps the array in a 0-d array of objects, silently.
+        raise ArgumentTypeError(
+            f"{self.name} is spread over the ranks: take {self.name}.gather() (every rank calls it; "
+            f"the whole array on rank 0), .allgather() (on every rank) or .block (this rank's rows)")
+
     # -- views ---------------------------------------------------------------------------
     def __hetflow_view__(self, op, *params) -> "DistView":
         """``hetflow.cshift``/``interior``/``section`` of this array (see

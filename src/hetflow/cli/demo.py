@@ -105,6 +105,7 @@ def steps_phase(iterations) -> str:
 
 
 def zoom(iterations) -> str | None:
+    """What the timeline zooms to: the steps after the start-up, where there are any."""
     return steps_phase(iterations) if iterations > 2 else None
 
 

@@ -291,8 +291,10 @@ def _clip(contents, window) -> TraceContents:
 def _zoom(contents, zoom) -> tuple[float, float] | None:
     """The zoomed time range in ms: ``zoom`` checked as a window, or, given a phase's name,
     the time from the first start to the last end of the phases so named (every rank's)."""
-    if zoom is None or not isinstance(zoom, str):
-        return None if zoom is None else _window(contents, zoom, "zoom")
+    if zoom is None:
+        return None
+    if not isinstance(zoom, str):
+        return _window(contents, zoom, "zoom")
     spans = [p for p in contents.phases if p.name == zoom]
     if not spans:
         names = sorted({p.name for p in contents.phases})
@@ -301,11 +303,9 @@ def _zoom(contents, zoom) -> tuple[float, float] | None:
     return min(p.start for p in spans) * 1e3, max(p.end for p in spans) * 1e3
 
 
-def _panel(ax, contents, window, width) -> tuple[TraceContents, int, int, int, int]:
-    """Draw what of ``contents`` overlaps ``window`` (ms) into ``ax``: (what was drawn,
-    bars, stolen chunks, steal lines, failures)."""
-    contents = _clip(contents, window)
-    rows = _Rows(contents)
+def _panel(ax, contents, rows, window, width) -> tuple[int, int, int, int]:
+    """Draw ``contents`` (clipped to ``window``, ms) on ``rows`` into ``ax``: (bars,
+    stolen chunks, steal lines, failures)."""
     bars, stolen = _draw_chunks(ax, contents, rows)
     lines = _draw_steals(ax, contents, rows)
     failures = _draw_failures(ax, contents, rows, window)
@@ -321,11 +321,7 @@ def _panel(ax, contents, window, width) -> tuple[TraceContents, int, int, int, i
     ax.set_xlabel("time since recording began (ms)")
     ax.grid(axis="x", color="#DDDDDD", linewidth=0.6, zorder=0)
     ax.set_axisbelow(True)
-    return contents, bars, stolen, lines, failures
-
-
-def _height(contents, window) -> float:
-    return max(2.8, 1.3 + 0.24 * _Rows(_clip(contents, window)).count)
+    return bars, stolen, lines, failures
 
 
 def plot_timeline(source, path, *, title: str | None = None, window=None, zoom=None,
@@ -351,10 +347,13 @@ def plot_timeline(source, path, *, title: str | None = None, window=None, zoom=N
     window = _window(contents, window)
     zoomed = _zoom(contents, zoom)
     windows = [window] + ([zoomed] if zoomed else [])
-    heights = [_height(contents, w) for w in windows]
+    views = [_clip(contents, w) for w in windows]  # what each panel draws, and its rows
+    rows = [_Rows(v) for v in views]
+    heights = [max(2.8, 1.3 + 0.24 * r.count) for r in rows]
     fig = Figure(figsize=(width, sum(heights) + 0.4 * (len(windows) - 1)), dpi=dpi)
     axes = fig.subplots(len(windows), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
-    drawn, bars, stolen, lines, failures = _panel(axes[0], contents, window, width)
+    drawn = views[0]
+    bars, stolen, lines, failures = _panel(axes[0], drawn, rows[0], window, width)
     kinds = sorted({lane.kind for lane in contents.lanes}, key=lambda k: (k != "gpu", k))
     _legend(axes[0], kinds, stolen, lines, failures)
     span_ms = window[1] - window[0]
@@ -363,7 +362,8 @@ def plot_timeline(source, path, *, title: str | None = None, window=None, zoom=N
     axes[0].set_title(f"{title}\n{heading}" if title else heading, fontsize=9, loc="left")
     if zoomed:
         axes[0].axvspan(*zoomed, color="#FFF1B8", zorder=0)
-        part, _, part_stolen, _, _ = _panel(axes[1], contents, zoomed, width)
+        part = views[1]
+        _, part_stolen, _, _ = _panel(axes[1], part, rows[1], zoomed, width)
         what = zoom if isinstance(zoom, str) else f"{zoomed[0]:.4g}-{zoomed[1]:.4g} ms"
         heading = _title(part, zoomed[1] - zoomed[0], _steals(part, part_stolen), part_stolen)
         axes[1].set_title(f"zoom, shaded above: {what}\n{heading}", fontsize=9, loc="left")

@@ -85,7 +85,7 @@ def test_arrays_gather_reduce_and_views_on_one_rank():
     b = cluster.zeros_like(a, shape=(6, 2))
     assert b.distribution is a.distribution and b.sum() == 0
     # NumPy wrapped a distributed array in a 0-d array of objects, silently
-    with pytest.raises(TypeError, match=r"darray\d+ is spread over the ranks: take darray\d+\.gather\(\)"):
+    with pytest.raises(ArgumentTypeError, match=r"darray\d+ is spread over the ranks: take darray\d+\.gather\(\)"):
         np.asarray(a)
 
 

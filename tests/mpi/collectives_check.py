@@ -4,6 +4,7 @@ Every result is compared with NumPy's reduction of all ranks' inputs (gathered w
 MPI's allgather) and with MPI's own Allreduce on the same data: exactly for integers
 and bools, to rounding for floats. Rank 0 prints "collectives ok: N cases" at the end.
 """
+import dataclasses
 import functools
 import sys
 
@@ -12,7 +13,7 @@ from mpi4py import MPI
 from oracle import gather
 
 from hetflow import collectives
-from hetflow.errors import CommError
+from hetflow.errors import ArgumentError, CommError
 
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX,
            "land": MPI.LAND, "lor": MPI.LOR, "lxor": MPI.LXOR, "band": MPI.BAND,
@@ -128,6 +129,35 @@ def check(x, op, what, segments=2, roots=(0,), out_view=None):
     cases += 1
 
 
+@dataclasses.dataclass
+class Summed:
+    """A user op object that cannot be hashed (a dataclass with ``eq``): valid all the same."""
+    scale: float = 1.0
+
+    def __call__(self, a, b, out):
+        np.add(a, b, out=out)
+
+
+def check_nan_wins(n):
+    """min and max with a NaN on one rank: NaN on every rank, first call and repeats,
+    on every path (NumPy's rule; MPI's own MIN/MAX have none: its result differs by rank)."""
+    global cases
+    x = data(n, np.float64, 11)
+    if rank == size - 1:
+        x[0] = x[-1] = np.nan
+    for op in ("min", "max"):
+        want = numpy_oracle(x, op)
+        assert np.isnan(want[0]) and np.isnan(want[-1])
+        for c in (comm, pipelined, native_comm):
+            for repeat in range(2):
+                how = f"{op} with NaN n={n} ({PATHS[c]} paths, call {repeat + 1})"
+                np.testing.assert_array_equal(c.allreduce(x, op=op), want, err_msg=how)
+                got = c.reduce(x, op=op, root=0)
+                if rank == 0:
+                    np.testing.assert_array_equal(got, want, err_msg=how)
+    cases += 1
+
+
 def main():
     every_root = tuple(range(size))
     # every op on every dtype that takes it, across the small and pipelined paths
@@ -168,6 +198,17 @@ def main():
         everyone = gather(y)
         assert_same(got, functools.reduce(lambda a, b: np.where(abs(a) >= abs(b), a, b),
                                           everyone), y.dtype, "callable signed absmax")
+    for n in (1, 1009, 200_003):
+        check_nan_wins(n)
+    y = data(7, np.float64, 12)
+    for repeat in range(2):  # an op object without a hash, first call and repeat
+        assert_same(comm.allreduce(y, op=Summed()), native_oracle(y, "sum"), y.dtype, "op object")
+    for bad in (dict(root=[0]), dict(segments=[2]), dict(op=["sum"])):
+        try:
+            comm.reduce(y, **bad)
+            raise AssertionError(f"no ArgumentError for {bad}")
+        except ArgumentError as exc:
+            assert next(iter(bad)) in str(exc), exc
     # a path mismatch is caught like any other: ranks may not set the thresholds differently
     odd = collectives.world(timeout=60)
     odd.small_bytes = odd.native_bytes = 0 if rank == size - 1 else 1 << 16

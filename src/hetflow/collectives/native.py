@@ -24,9 +24,11 @@ from hetflow.collectives.ops import BuiltinOp
 from hetflow.errors import CommError
 
 # The MPI op of each built-in op, and the dtype kinds MPI's op takes (MPI-4.0 §6.9.2:
-# no MIN/MAX on complex or C_BOOL, bitwise ops on integers only, no half floats).
-_MPI_OPS = {"sum": ("SUM", "iufc"), "prod": ("PROD", "iufc"), "min": ("MIN", "iuf"),
-            "max": ("MAX", "iuf"), "and": ("BAND", "iu"), "or": ("BOR", "iu"),
+# no MIN/MAX on complex or C_BOOL, bitwise ops on integers only, no half floats). MIN
+# and MAX of floats stay on hetflow's own paths: MPI's have no NaN rule (MPICH's give a
+# different answer on each rank), and hetflow's ops follow NumPy's: NaN wins.
+_MPI_OPS = {"sum": ("SUM", "iufc"), "prod": ("PROD", "iufc"), "min": ("MIN", "iu"),
+            "max": ("MAX", "iu"), "and": ("BAND", "iu"), "or": ("BOR", "iu"),
             "xor": ("BXOR", "iu"), "land": ("LAND", "iub"), "lor": ("LOR", "iub"),
             "lxor": ("LXOR", "iub")}
 _MPI_CHARS = frozenset("?bBhHiIlLqQfdFD")  # C types with a predefined MPI datatype

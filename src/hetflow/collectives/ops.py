@@ -21,7 +21,7 @@ import numpy as np
 from hetflow.errors import ArgumentError, ArgumentTypeError
 from hetflow.kernels import Kernel
 from hetflow.runtime import blockgen
-from hetflow.runtime.binops import OPS, SPELLINGS, describe_kinds, lookup, valid_names
+from hetflow.runtime.binops import OPS, SPELLINGS, describe_kinds, lookup, reduced_dtype, valid_names
 from hetflow.runtime.forall import forall
 
 BUILTIN_OPS = tuple(OPS)
@@ -46,6 +46,11 @@ class ReduceOp(abc.ABC):
     @abc.abstractmethod
     def combine(self, a, b, out, xp=np) -> None:
         """Store ``a op b`` into ``out``; ``xp`` is numpy or cupy, matching the arrays."""
+
+    def result_dtype(self, dtype: np.dtype) -> np.dtype:
+        """The element type of a reduction of ``dtype``'s elements: ``dtype`` itself
+        for user ops."""
+        return dtype
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name}>"
@@ -73,6 +78,11 @@ class BuiltinOp(ReduceOp):
                     f"op {self.label!r} does not apply to dtype {kind_dtype}{where}; "
                     f"it takes {describe_kinds(self.kinds)}")
         self._fitting.add(dtype)
+
+    def result_dtype(self, dtype: np.dtype) -> np.dtype:
+        """NumPy's, for reducing all of an array (sums of small integers widen); a
+        collective's own result keeps the input's type, as MPI's does."""
+        return dtype if dtype.names is not None else reduced_dtype(self.ufunc_name, dtype)
 
     def combine(self, a, b, out, xp=np) -> None:
         ufunc = getattr(xp, self.ufunc_name)

@@ -164,7 +164,7 @@ class BinaryOp:
 
     def result_dtype(self, dtype: np.dtype) -> np.dtype:
         """The result's element type: NumPy's for built-ins, the input's for user ops."""
-        return _result_dtype(self.spec.ufunc, dtype) if self.spec is not None else dtype
+        return reduced_dtype(self.spec.ufunc, dtype) if self.spec is not None else dtype
 
     def acc_dtype(self, dtype: np.dtype) -> np.dtype:
         """The type compiled paths accumulate in: sums and products of float16/32 and
@@ -201,8 +201,9 @@ class BinaryOp:
 
 
 @functools.lru_cache(maxsize=None)
-def _result_dtype(ufunc: str, dtype: np.dtype) -> np.dtype:
-    # NumPy widens sums of small integers and bools, and logical ops give bools.
+def reduced_dtype(ufunc: str, dtype: np.dtype) -> np.dtype:
+    """The element type of NumPy's reduction of ``dtype`` by ``ufunc``: sums of small
+    integers and bools widen, logical ops give bools."""
     return getattr(np, ufunc).reduce(np.zeros(1, dtype)).dtype
 
 

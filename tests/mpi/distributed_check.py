@@ -61,6 +61,13 @@ def check_arrays(comm):
     ints = cluster.asarray(np.arange(1, 38, dtype=np.int64), comm=comm)
     assert ints.sum() == 703 and ints.reduce("prod") == np.prod(np.arange(1, 38, dtype=np.int64))
     assert ints.reduce(lambda p, q, out: np.maximum(p, q, out=out)) == 37
+    small = np.full(40, 100, np.int8)  # typed as NumPy's: a sum of int8 widens, no wrap
+    got = cluster.asarray(small, comm=comm).sum()
+    assert got == small.sum() == 4000 and got.dtype == small.sum().dtype, got
+    holes = np.arange(40, dtype=np.float64)
+    holes[0] = np.nan  # in rank 0's block only: NaN wins on every rank, as in NumPy
+    holey = cluster.asarray(holes, comm=comm)
+    assert np.isnan(holey.min()) and np.isnan(holey.max())
     # distributed along dim 1: gathers and reductions work along any dimension
     c = cluster.asarray(x.T.copy(), comm=comm, dim=1)
     np.testing.assert_array_equal(c.allgather(), x.T)

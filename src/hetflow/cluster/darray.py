@@ -275,7 +275,7 @@ class DistArray:
         reduction, then the communicator's allreduce. ``op`` as for allreduce."""
         reduce_op = resolve_op(op)
         reduce_op.check(self.dtype)
-        partial = _fold(self._host_block(), reduce_op)
+        partial = _fold(self._host_block(), reduce_op, reduce_op.result_dtype(self.dtype))
         return self.session.comm.allreduce(partial, op=reduce_op)[0]
 
     def sum(self):
@@ -522,9 +522,10 @@ def _gpu(device):
     return record
 
 
-def _fold(values: np.ndarray, reduce_op) -> np.ndarray:
-    """A one-element array: ``reduce_op`` over all of ``values`` (pairwise halving)."""
-    work = np.array(values.reshape(-1))
+def _fold(values: np.ndarray, reduce_op, dtype) -> np.ndarray:
+    """A one-element array of ``dtype``: ``reduce_op`` over all of ``values`` (pairwise
+    halving, in ``dtype``: a sum of int8 widens before it adds, as NumPy's does)."""
+    work = np.array(values.reshape(-1), dtype=dtype)
     n = work.size
     if n == 0:
         raise ShapeError("cannot reduce an empty array")

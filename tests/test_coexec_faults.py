@@ -8,6 +8,7 @@ GPU failing mid-program loses no rows. Failures are injected where a device fail
 chunk's launch, or the wait for what the GPU was given (``retire``, ``sync``).
 """
 import gc
+import threading
 import weakref
 
 import numpy as np
@@ -266,3 +267,79 @@ def test_a_gpu_that_cannot_allocate_its_copies_raises_device_error_or_leaves_its
     report = both(gpu_device, scale_add, 2.0, x, out)                          # beside the cores: they take its rows
     assert report.failures and "cannot allocate" in report.failures[0].error and gpu_rows(report) == 0
     np.testing.assert_array_equal(out, x)
+
+
+@hetflow.kernel
+def bump_or_raise(i, out):
+    if i == 250:
+        raise ValueError("bad row")
+    out[i] = out[i] + 1.0
+
+
+@hetflow.kernel
+def copy_rows(i, x, y):
+    y[i] = x[i]
+
+
+def cpu_starts_after_a_gpu_chunk(monkeypatch, fail_from=None):
+    """The CPU's chunks wait until the GPU ran one (its rows then hold the launch's
+    writes on the GPU's copy), and raise from their ``fail_from``-th on, if given."""
+    ran = threading.Event()
+    original_chunk, original_runner = coexec.GpuChunks.run_chunk, coexec._cpu_runner
+
+    def run_chunk(self, lo, hi):
+        original_chunk(self, lo, hi)
+        ran.set()
+
+    def runner(*args, **kwargs):
+        run, calls = original_runner(*args, **kwargs), {"n": 0}
+
+        def late(lo, hi):
+            assert ran.wait(30)
+            calls["n"] += 1
+            if fail_from is not None and calls["n"] >= fail_from:
+                raise Fault("CPU lost")
+            run(lo, hi)
+        return late
+
+    monkeypatch.setattr(coexec.GpuChunks, "run_chunk", run_chunk)
+    monkeypatch.setattr(coexec, "_cpu_runner", runner)
+
+
+def read_everywhere(gpu_device, out):
+    """``out`` as a launch on the GPU, one on the CPU and the host read each see it."""
+    seen = []
+    for device in (gpu_device.id, "cpu0"):
+        y = np.full(N, -1.0)
+        hetflow.forall(N, copy_rows, out, y, device=device)
+        seen.append(y)
+    return seen + [np.asarray(out)]
+
+
+def test_a_kernel_that_raises_leaves_every_copy_of_a_coherent_array_agreeing(gpu_device, monkeypatch):
+    # The GPU's rows hold the launch's writes on its copy when the CPU's rows raise: that
+    # copy was still counted current beside a host copy without them.
+    cpu_starts_after_a_gpu_chunk(monkeypatch)
+    out = hetflow.array(np.zeros(N))
+    with pytest.raises(hetflow.errors.KernelRaisedError, match="bad row"):
+        both(gpu_device, bump_or_raise, out, shares=(0.5, 0.5))   # row 250 is the CPU's
+    monkeypatch.undo()
+    on_gpu, on_cpu, host = read_everywhere(gpu_device, out)
+    assert on_gpu[256:].sum() >= 64                           # the GPU's first chunk ran
+    np.testing.assert_array_equal(on_gpu, host)
+    np.testing.assert_array_equal(on_cpu, host)
+    assert set(np.unique(host)) <= {0.0, 1.0} and host[250] == 0.0
+
+
+def test_every_worker_failing_leaves_every_copy_of_a_coherent_array_agreeing(gpu_device, monkeypatch):
+    cpu_starts_after_a_gpu_chunk(monkeypatch, fail_from=2)
+    fail_gpu(monkeypatch, 2, every=True)
+    out = hetflow.array(np.zeros(N))
+    with pytest.raises(hetflow.errors.DeviceError, match="every worker failed"):
+        both(gpu_device, bump, out, shares=(0.5, 0.5))
+    monkeypatch.undo()
+    on_gpu, on_cpu, host = read_everywhere(gpu_device, out)
+    assert on_gpu.sum() >= 64                                 # rows ran before the failures
+    np.testing.assert_array_equal(on_gpu, host)
+    np.testing.assert_array_equal(on_cpu, host)
+    assert set(np.unique(host)) <= {0.0, 1.0}

@@ -109,11 +109,11 @@ def residents(launch: Launch) -> list[Resident]:
     return [dataclasses.replace(r, reads=id(r.buffer) in read) for r in found]
 
 
-def _cpu_runner(launch: Launch, held=(), team: int = 0):
+def _cpu_runner(launch: Launch, held=(), team: int = 0, started=None):
     """``run(lo, hi)``: rows ``[lo, hi)`` of ``launch`` on the CPU, over the host copies
     of the coherent arrays (``launch`` as :func:`_on_host` made it), whose rows it makes
-    current first; on ``team`` cores at once where that is not 0
-    (:func:`hetflow.runtime.cpu.team_runner`)."""
+    current first, then lists in ``started`` (if given); on ``team`` cores at once where
+    that is not 0 (:func:`hetflow.runtime.cpu.team_runner`)."""
     cpu.compile_launch(launch)
     run = cpu.team_runner(launch, team) if team else cpu.chunk_runner(launch)
     if not held:
@@ -123,6 +123,8 @@ def _cpu_runner(launch: Launch, held=(), team: int = 0):
     def run_held(lo, hi):
         for r in held:
             r.buffer.acquire_rows(device, r.rows(lo, hi))
+        if started is not None:
+            started.append((lo, hi))
         run(lo, hi)
     return run_held
 
@@ -135,9 +137,9 @@ def _on_host(launch: Launch, held) -> Launch:
         a.copy_on(launch.device) if coherent(a) else a for a in launch.entry_args))
 
 
-def _cpu_workers(launch: Launch, rows: int, count: int, held=()) -> list[Worker]:
+def _cpu_workers(launch: Launch, rows: int, count: int, held=(), started=None) -> list[Worker]:
     """One worker per core (``count`` of them): a CPU co-executing alone."""
-    run = _cpu_runner(_on_host(launch, held), held)
+    run = _cpu_runner(_on_host(launch, held), held, started=started)
     # A CPU chunk enters and leaves Python, taking the GIL, and 16 workers queue for it:
     # on a 16-core host, 5-row chunks of a 1024^2 stencil took 300 us for 5 us of work.
     # So a chunk holds at least what the runtime would run inline rather than spread.
@@ -145,7 +147,8 @@ def _cpu_workers(launch: Launch, rows: int, count: int, held=()) -> list[Worker]
     return [Worker(f"{launch.device.id}/core{k}", "cpu", run, size, launch.device.id) for k in range(count)]
 
 
-def _team_worker(launch: Launch, rows: int, cores: int, devices: int, held, compiled: list) -> Worker:
+def _team_worker(launch: Launch, rows: int, cores: int, devices: int, held, compiled: list,
+                 started=None) -> Worker:
     """A CPU's ``cores`` as one worker beside GPUs (module docstring); its model key is
     the CPU's with ``TEAM`` added. As many of them as its even share of the rows gives
     each ``least_rows``: with one, it runs the chunk entry alone. The parallel entry
@@ -156,7 +159,8 @@ def _team_worker(launch: Launch, rows: int, cores: int, devices: int, held, comp
     name, device = f"{launch.device.id}/cores", launch.device.id
     host = _on_host(launch, held)
     if threads <= 1:
-        return Worker(name, "cpu", _cpu_runner(host, held), cpu_chunk_size(rows, devices, minimum=least), device)
+        return Worker(name, "cpu", _cpu_runner(host, held, started=started),
+                      cpu_chunk_size(rows, devices, minimum=least), device)
 
     def setup(stopped) -> None:
         began = time.perf_counter()
@@ -165,7 +169,7 @@ def _team_worker(launch: Launch, rows: int, cores: int, devices: int, held, comp
     # About 64 chunks of the CPU's even share of the loop, each of at least what the
     # runtime would run inline on each thread.
     size = cpu_chunk_size(rows, devices, minimum=threads * least)
-    return Worker(name, "cpu", _cpu_runner(host, held, threads), size, device, setup=setup)
+    return Worker(name, "cpu", _cpu_runner(host, held, threads, started), size, device, setup=setup)
 
 
 TEAM = "/cores"  # model entries of a CPU's rate as a team
@@ -361,6 +365,25 @@ def _land(gpu_parts, report, cpu_launch, held, device_of) -> None:
                 buffer.forget(chunks.device)
 
 
+def _settle(held, gpu_parts, cpu_device, cpu_started) -> None:
+    """After a loop stopped by an exception (a kernel that raised, every worker failed):
+    the rows each device started are current on that device alone, as its copy holds
+    whatever the launch wrote there before it stopped, so that every device reads the
+    same contents afterwards. A GPU that cannot finish its chunks keeps none of them."""
+    started = {cpu_device: list(cpu_started)} if cpu_device is not None else {}
+    for _, chunks in gpu_parts:
+        try:
+            chunks.sync()
+        except Exception as exc:  # noqa: BLE001  the GPU is gone: its rows there no longer count
+            log.warning("%s cannot finish the chunks it launched (%s)", chunks.device.id, str(exc))
+            for r in held:
+                if r.writes:
+                    r.buffer.forget_rows(chunks.device, [p for lo, hi in chunks.started for p in r.rows(lo, hi)])
+            continue
+        started[chunks.device] = chunks.started
+    _mark_written(held, started)
+
+
 def _not_redoable(held, redo, cpu_device) -> str | None:
     """Why ``redo`` cannot be re-run on the CPU, if it cannot: that needs the rows it
     reads and writes of each coherent array as they were before the launch, on the host,
@@ -427,24 +450,31 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
     if any(r.writes and r.offset is None for r in held):  # written rows not known per chunk
         return run_on(_fastest(launches))
     workers, gpu_parts, compiled = [], [], []
+    cpu_started = [] if any(r.writes for r in held) else None  # for _settle
     for launch, n in zip(launches, cores):
         if launch.device.kind == "gpu":
             worker, chunks = _gpu_worker(launch, held)
             workers.append(worker)
             gpu_parts.append((worker, chunks))
         elif team:
-            workers.append(_team_worker(launch, rows, n, len(targets), held, compiled))
+            workers.append(_team_worker(launch, rows, n, len(targets), held, compiled, cpu_started))
         else:
-            workers += _cpu_workers(launch, rows, n, held)
+            workers += _cpu_workers(launch, rows, n, held, cpu_started)
     key_of = {L.device.id: name for L, name in zip(launches, names)}
     device_keys = [key_of[w.device_id] for w in workers]
     if shares is None:  # both schedules start from the predicted speed ratio
         shares = model.shares(key, device_keys)
     else:
         shares = _worker_shares(shares, targets, workers)
-    report = run_loop(rows, workers, schedule=schedule, shares=shares)
+    cpu_launch = next((L for L in launches if L.device.kind == "cpu"), None)
+    try:
+        report = run_loop(rows, workers, schedule=schedule, shares=shares)
+    except BaseException:
+        if cpu_started is not None:
+            _settle(held, gpu_parts, cpu_launch and cpu_launch.device, cpu_started)
+        raise
     trace_notify(report, label=kernel.name)  # before merging back: the loop's end is now
-    _land(gpu_parts, report, next((L for L in launches if L.device.kind == "cpu"), None), held,
+    _land(gpu_parts, report, cpu_launch, held,
           {w.name: L.device for L in launches for w in workers if w.device_id == L.device.id})
     for worker, chunks in gpu_parts:
         if not report.by_name[worker.name].failed:

@@ -168,6 +168,7 @@ class GpuChunks:
         self.launched = 0     # chunks launched: the lane and slot of the next one
         self._done = {}       # slot -> the CUDA event a chunk of that slot records when done
         self.merged_home = []  # ranges merge_back brought home
+        self.started = []     # ranges whose coherent rows were made current here to run
         self.dev_args = ()
         self._pins = {}       # (direction, array, slot in flight) -> page-locked rows
 
@@ -287,6 +288,7 @@ class GpuChunks:
             began = time.perf_counter()
             for r in self.residents:
                 r.buffer.acquire_rows(self.device, r.rows(lo, hi))
+            self.started.append((lo, hi))
             self.staged_s += time.perf_counter() - began
         # A slot's pinned buffers and event are free again once its last chunk retired:
         # at most INFLIGHT chunks are in flight.

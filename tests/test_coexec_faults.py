@@ -17,7 +17,7 @@ import pytest
 import hetflow
 from hetflow import cshift, interior, project
 from hetflow.cuda_compat import cuda_module
-from hetflow.runtime import coexec
+from hetflow.runtime import coexec, staging
 
 pytestmark = pytest.mark.simgpu
 
@@ -343,3 +343,57 @@ def test_every_worker_failing_leaves_every_copy_of_a_coherent_array_agreeing(gpu
     np.testing.assert_array_equal(on_gpu, host)
     np.testing.assert_array_equal(on_cpu, host)
     assert set(np.unique(host)) <= {0.0, 1.0}
+
+
+def run_alone_on(monkeypatch, device):
+    """The performance model's choice, as its history would make it: ``device`` alone."""
+    monkeypatch.setattr(coexec, "_alone", lambda *args: device)
+
+
+@pytest.mark.parametrize("coherent", [False, True])
+def test_a_gpu_run_alone_that_fails_has_its_rows_run_on_the_cpu_once(gpu_device, monkeypatch, coherent):
+    # A device list keeps its fault tolerance when the model runs the launch on one GPU:
+    # the raw failure reached the caller, at every later launch too.
+    run_alone_on(monkeypatch, gpu_device)
+    fail_gpu(monkeypatch, 1, every=True)
+    start = np.arange(N, dtype=np.float64)
+    out = hetflow.array(start) if coherent else start.copy()
+    for launch in range(1, 3):
+        report = hetflow.forall(N, bump, out, device=["cpu0", gpu_device.id])
+        np.testing.assert_array_equal(np.asarray(out), start + launch)
+        assert {w.device_id for w in report.workers} == {"cpu0"} and sum(w.indices for w in report.workers) == N
+        assert report.failures[0].device_id == gpu_device.id and "GPU lost" in report.failures[0].error
+
+
+def test_a_gpu_run_alone_that_fails_after_pieces_landed_has_only_the_rest_rerun(gpu_device, monkeypatch):
+    run_alone_on(monkeypatch, gpu_device)
+    monkeypatch.setattr(staging, "PIECE_RUN_BYTES", 64)  # 8 pieces of 64 rows, 4 in flight
+    fail_gpu(monkeypatch, 6)                                     # pieces 1-2 landed, 3-5 did not
+    start = np.arange(N, dtype=np.float64)
+    out = start.copy()
+    report = hetflow.forall(N, bump, out, device=["cpu0", gpu_device.id])
+    np.testing.assert_array_equal(out, start + 1)               # read-modify-write, once per row
+    assert report.failures[0].requeued == ((128, N),) and sum(w.indices for w in report.workers) == N - 128
+
+
+def test_a_gpu_run_alone_that_fails_without_a_cpu_to_take_over_raises_device_error(gpu_device, monkeypatch):
+    fail_gpu(monkeypatch, 1)
+    with pytest.raises(hetflow.errors.DeviceError, match=r"gpu0 failed running kernel 'bump': Fault\('GPU lost"):
+        hetflow.forall(N, bump, np.zeros(N), device=gpu_device.id)
+
+
+@pytest.mark.parametrize("alone", [False, True])
+def test_a_graph_drops_a_gpu_that_failed_in_a_launch(gpu_device, monkeypatch, alone):
+    # The run report's failure becomes a device_failed event, so drop-lost-devices places
+    # the next iterations on the CPU; before, the dead GPU was tried at every iteration.
+    if alone:
+        run_alone_on(monkeypatch, gpu_device)
+    calls = fail_gpu(monkeypatch, 1, every=True)
+    out = np.zeros(N)
+    with hetflow.graph() as g:
+        hetflow.forall(N, bump, out, device=["cpu0", gpu_device.id],
+                       **({} if alone else dict(schedule="static", shares=[0.5, 0.5])))
+    g.run(iterations=4)
+    np.testing.assert_array_equal(out, np.full(N, 4.0))
+    assert calls["n"] == 1
+    assert "drop-lost-devices" in g.diff(0, len(g.versions) - 1)

@@ -108,12 +108,21 @@ class _Forall:
         seconds = time.perf_counter() - start
         # A launch run whole on one device counts by its planned shares; a co-executed one by
         # what each worker did.
+        for failure in getattr(report, "failures", ()):  # what the rules of lost devices watch
+            _device_failed(monitor, failure.device_id)
         workers = None if isinstance(report, self.whole) else getattr(report, "workers", None)
         if workers:
             per_device = _report_workers(monitor, workers)
             _count_idle(monitor, node.kernel.name, per_device)
         elif self.shares:
             monitor.record_run(self.shares, node.size, seconds)
+
+
+def _device_failed(monitor, device_id: str) -> None:
+    """A device failed during a launch (the runtime re-ran its rows elsewhere): a
+    ``device_failed`` event, once per device, so that the rules drop it from placements."""
+    if device_id not in monitor.topology.failed:
+        monitor.inject("device_failed", device=device_id)
 
 
 def _report_workers(monitor, workers) -> dict:

@@ -40,7 +40,9 @@ the rows they read and write: those stop counting as current on the GPU and are 
 from a copy where they still are, or, where there is none, the launch raises
 DeviceError naming them (as it does when a failed merge would have to re-run rows
 that only the GPU holds). After the loop a failed GPU's rows are copied home and its
-copies no longer count.
+copies no longer count. A launch the model runs on a GPU alone keeps this: if that GPU
+fails, a CPU among the devices runs the rows whose results did not land
+(:func:`_recover`).
 """
 from __future__ import annotations
 
@@ -57,11 +59,11 @@ from ..index.lowering import lowering
 from . import cpu
 from .buffers import _minus, _union
 from .gpu import Timing
-from .launch import SCALARS, Launch, bind, coherent, normalize_extent
+from .launch import SCALARS, Launch, bind, coherent, is_device_array, normalize_extent
 from .one_device import run_on
 from .staging import GpuChunks, coalesce
 from .perfmodel import device_key as _device_key, kernel_key as _kernel_key, perf_model
-from .report import RunReport
+from .report import FailureRecord, LaunchReport, RunReport
 from ..trace.recorder import notify as trace_notify
 from .steal import Worker, cpu_chunk_size, gpu_chunk_size, run_loop
 
@@ -287,6 +289,42 @@ def _run_alone(model, key, launch):
     return report
 
 
+def _recover(launch, targets, exc: DeviceError):
+    """After ``launch`` failed on the GPU the model ran it on alone: run the rows whose
+    results did not reach the host (``exc.landed``) on a CPU among ``targets``, once,
+    from the host copies; re-raise ``exc`` where that cannot be done exactly once (no
+    CPU; device arrays that only that GPU holds; results that landed whole arrays at a
+    time; rows written outside their own row)."""
+    cpu_device = next((d for d in targets if d.kind == "cpu"), None)
+    landed = getattr(exc, "landed", None)
+    if cpu_device is None or landed is None or launch.device.kind != "gpu" \
+            or any(is_device_array(_views.root_of(a)) for a in launch.args if not isinstance(a, SCALARS)):
+        raise exc
+    rows = launch.extent[0]
+    redo = _minus([(0, rows)], coalesce(landed))
+    held = residents(launch) if launch.plan.buffers else []
+    if landed and (not co_executable(launch) or any(r.writes for r in held)):
+        raise exc  # some results landed; the others are only re-run row by row with those
+    gpu_device = launch.device
+    for buffer in {id(r.buffer): r.buffer for r in held}.values():
+        for r in held:  # the launch may have half-updated them there: current elsewhere, or lost
+            if r.writes and r.buffer is buffer:
+                buffer.forget_rows(gpu_device, r.rows(0, rows))
+        buffer.forget(gpu_device)
+    log.warning("%s; rows %s re-run on %s", exc, redo, cpu_device.id)
+    cpu_launch = bind(launch.kernel, launch.extent, launch.args, cpu_device)
+    if redo == [(0, rows)]:
+        report = run_on(cpu_launch)
+    else:
+        began, run = time.perf_counter(), _cpu_runner(_on_host(cpu_launch, held), held)
+        for lo, hi in redo:
+            run(lo, hi)
+        report = LaunchReport(sum(hi - lo for lo, hi in redo), cpu_device, time.perf_counter() - began)
+    # the report says what happened: the GPU's failure, and the rows it handed over
+    report.failures = [FailureRecord(gpu_device.id, gpu_device.id, repr(exc), 0.0, tuple(redo))]
+    return report
+
+
 def probe_interval(together: float, alone: float) -> int:
     """How many launches run alone between two co-executed ones (which measure again):
     seldom enough that probing costs a program ``PROBE_SHARE`` of its time alone, and
@@ -434,7 +472,11 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
     if shares is None and schedule == "steal" and len(targets) > 1:
         alone = _alone(model, key, targets, names, counts, rows)
         if alone is not None:  # decided before binding: the other devices' launches cost time
-            return _run_alone(model, key, bind(kernel, extent, args, alone))
+            launch = bind(kernel, extent, args, alone)
+            try:
+                return _run_alone(model, key, launch)
+            except DeviceError as exc:
+                return _recover(launch, targets, exc)
     began = time.perf_counter()
     launches = [bind(kernel, extent, args, dev) for dev in targets]
     if not co_executable(launches[0]):

@@ -18,7 +18,12 @@ def run_on(launch, wait: bool = False) -> LaunchReport:
     dev = launch.device
     buffers = launch.plan.buffers
     if buffers:
-        launch = acquired(launch)
+        try:
+            launch = acquired(launch)
+        except Exception as exc:
+            if dev.kind != "gpu":
+                raise
+            raise staging.device_failure(launch, exc, []) from exc  # nothing of it ran
     t0, pieces = perf_counter(), None
     if dev.kind == "cpu":
         pieces = cpu.run(launch, dev.compute_units)

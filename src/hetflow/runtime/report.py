@@ -164,7 +164,10 @@ class LaunchReport(RunReport):
         self._pieces = pieces  # the rows (lo, hi) each thread ran; None: one, all of them
 
     def __getattr__(self, name):  # only reached while the records are not built yet
-        if name not in ("workers", "events", "failures"):
+        if name == "failures":  # none, unless a failed GPU handed the launch to a CPU (coexec._recover)
+            self.failures = []
+            return self.failures
+        if name not in ("workers", "events"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         dev, n, wall = self._device, self.n, self.wall_s
         pieces = self._pieces if self._pieces and len(self._pieces) > 1 else None
@@ -173,5 +176,4 @@ class LaunchReport(RunReport):
         self.workers = [WorkerStats(w, dev.kind, dev.id, chunks=1, indices=hi - lo, busy_s=wall)
                         for w, (lo, hi) in zip(names, pieces)]
         self.events = [ChunkEvent(w, lo, hi, 0.0, wall) for w, (lo, hi) in zip(names, pieces)]
-        self.failures = []
         return self.__dict__[name]

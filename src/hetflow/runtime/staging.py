@@ -19,11 +19,12 @@ from ..index import views as _views
 from ..index.managed import device_view
 from ..index.operators import section
 from ..cuda_compat import cuda_module, cupy_module
-from ..errors import DeviceError, HostCopyWarning, warn_user
+from ..errors import DeviceError, HetflowError, HostCopyWarning, warn_user
 from . import gpu
 from .gpu import FastEntry, device_pointer, entry_head, launch_rows, stream_pointer
 from .hostpins import host_pins
 from .launch import SCALARS, Launch, coherent, is_device_array, warn_scattered
+from .steal import KERNEL_RAISED
 
 log = logging.getLogger(__name__)
 
@@ -60,23 +61,43 @@ def run(launch: Launch) -> None:
     host arrays are copied in, and the written ones back, before it returns."""
     warn_scattered(launch)
     if not launch.device.simulated and not launch.plan.host_arrays:
-        gpu.run(launch)
+        try:
+            gpu.run(launch)
+        except Exception as exc:  # nothing of it reaches the host
+            raise device_failure(launch, exc, []) from exc
         return
     rows = launch.extent[0]
     chunks = GpuChunks(launch, pinned=False)  # staged copies to pageable memory are synchronous
-    chunks.setup()
-    # Rows that move per chunk go in pieces over the two streams: while one piece's
-    # results copy home, the next one's rows copy in (on registered memory). A piece
-    # costs about 0.1 ms of host time: pieces of less than PIECE_RUN_BYTES gain less.
-    streamed = [host.nbytes for host, *_ in chunks.streamed_in + chunks.streamed_out]
-    pieces = max(1, min(RUN_PIECES, rows, max(streamed, default=0) // PIECE_RUN_BYTES))
-    for k in range(pieces):
-        if len(chunks.pending) == chunks.INFLIGHT:
-            chunks.retire()
-        chunks.run_chunk(rows * k // pieces, rows * (k + 1) // pieces)
-    chunks.sync()
-    chunks.copy_back()
+    try:
+        chunks.setup()
+        # Rows that move per chunk go in pieces over the two streams: while one piece's
+        # results copy home, the next one's rows copy in (on registered memory). A piece
+        # costs about 0.1 ms of host time: pieces of less than PIECE_RUN_BYTES gain less.
+        streamed = [host.nbytes for host, *_ in chunks.streamed_in + chunks.streamed_out]
+        pieces = max(1, min(RUN_PIECES, rows, max(streamed, default=0) // PIECE_RUN_BYTES))
+        for k in range(pieces):
+            if len(chunks.pending) == chunks.INFLIGHT:
+                chunks.retire()
+            chunks.run_chunk(rows * k // pieces, rows * (k + 1) // pieces)
+        chunks.sync()
+        chunks.landed = None  # from here on, whole arrays land: what did is not known
+        chunks.copy_back()
+    except Exception as exc:
+        raise device_failure(launch, exc, chunks.landed) from exc
     chunks.release()
+
+
+def device_failure(launch: Launch, exc: BaseException, landed) -> BaseException:
+    """What a launch that failed on its GPU raises: the kernel's own exception as it
+    is; else a DeviceError naming the device and kernel (``exc`` itself if it is one),
+    whose ``landed`` lists the row ranges whose results reached the host (None: not
+    known), so that another device can run the rest (:mod:`hetflow.runtime.coexec`)."""
+    if isinstance(exc, KERNEL_RAISED) or (isinstance(exc, HetflowError) and not isinstance(exc, DeviceError)):
+        return exc
+    err = exc if isinstance(exc, DeviceError) else DeviceError(
+        f"{launch.device.id} failed running kernel {launch.kernel.name!r}: {exc!r}")
+    err.landed = landed
+    return err
 
 
 class PinnedPool:
@@ -168,6 +189,7 @@ class GpuChunks:
         self.launched = 0     # chunks launched: the lane and slot of the next one
         self._done = {}       # slot -> the CUDA event a chunk of that slot records when done
         self.merged_home = []  # ranges merge_back brought home
+        self.landed = []      # ranges whose staged results were stored home (retire, sync)
         self.started = []     # ranges whose coherent rows were made current here to run
         self.dev_args = ()
         self._pins = {}       # (direction, array, slot in flight) -> page-locked rows
@@ -373,6 +395,7 @@ class GpuChunks:
                 stream.synchronize()
         for lo, hi, staged, _ in self.pending:
             _land(lo, hi, staged)
+            self.landed.append((lo, hi))
         self.pending.clear()
 
     def retire(self) -> None:
@@ -383,6 +406,7 @@ class GpuChunks:
         with self._context():
             done.synchronize()
         _land(lo, hi, staged)
+        self.landed.append((lo, hi))
         del self.pending[0]
 
     def salvage(self) -> int:

@@ -433,7 +433,7 @@ class _WorkerLog:
 
 
 # What the kernel's code raised, not the device: running the rows elsewhere raises again.
-_KERNEL_RAISED = (KernelRaisedError, IndexOutOfBoundsError)
+KERNEL_RAISED = (KernelRaisedError, IndexOutOfBoundsError)
 
 
 class _Loop:
@@ -631,7 +631,7 @@ class _Loop:
         """Give back the held ranges whose results did not land, leave the loop, and let
         the others finish them; an exception of the kernel's own code stops the loop
         instead (it is raised)."""
-        if isinstance(exc, _KERNEL_RAISED):
+        if isinstance(exc, KERNEL_RAISED):
             raise exc
         w = self.workers[me]
         landed = w.salvage() if w.salvage is not None and held else 0

@@ -145,6 +145,8 @@ def test_rule_file_from_rank_0_joins_the_local_rules(tmp_path):
     path.write_text('[[rule]]\nname = "broken"\nwhen = "1 +"\nthen = [ { action = "fuse" } ]\n')
     with pytest.raises(RuleSyntaxError, match="extra.toml"):
         heat.setup(12, rule_file=path)
+    with pytest.raises(RuleError, match=r"cannot read rule file .*missing.toml"):  # was FileNotFoundError
+        heat.setup(12, rule_file=tmp_path / "missing.toml")
 
 
 def test_run_distributed_in_one_process():

@@ -18,7 +18,7 @@ import heat_distributed as heat  # noqa: E402
 
 import hetflow  # noqa: E402
 from hetflow import cluster, collectives  # noqa: E402
-from hetflow.errors import CommError, ShapeError  # noqa: E402
+from hetflow.errors import ArgumentTypeError, CommError, ShapeError  # noqa: E402
 
 
 @hetflow.kernel
@@ -106,6 +106,13 @@ def check_mismatch(comm):
     expect(CommError, lambda: cluster.zeros((10 + (comm.rank == comm.size - 1), 3), comm=comm),
            "ranks made different distributed arrays")
     assert cluster.zeros((8, 3), comm=comm).sum() == 0.0
+    # a root that differs between ranks: every rank learns it (one rank read another's data)
+    expect(CommError, lambda: cluster.asarray(np.arange(12.0), comm=comm, root=comm.rank),
+           "ranks passed different roots to cluster.asarray: rank 0: root=0; rank 1: root=1")
+    # Python objects cannot cross between ranks: refused where the array is made
+    expect(ArgumentTypeError, lambda: cluster.asarray(np.array([1, "a"] * 6, dtype=object), comm=comm),
+           "dtype object holds Python objects")
+    assert cluster.asarray(np.arange(6.0), comm=comm, root=0).sum() == 15.0
 
 
 def main(out):

@@ -31,7 +31,7 @@ import numpy as np
 
 from hetflow.cluster import control, halo
 from hetflow.cluster.launch import session as _session
-from hetflow.collectives.ops import resolve_op
+from hetflow.collectives.ops import check_transferable, resolve_op
 from hetflow.cuda_compat import cuda_module
 from hetflow.errors import ArgumentError, ArgumentTypeError, CommError, ShapeError
 from hetflow.index import operators as _ops
@@ -149,6 +149,7 @@ class DistArray:
         self.session = distribution.session
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
+        check_transferable(self.dtype)  # its rows cross between ranks as raw bytes
         self.device = _gpu(device)
         self.serial = self.session.serial()
         self.name = f"darray{self.serial}"
@@ -448,6 +449,10 @@ def asarray(x, *, root=None, like=None, **kwargs) -> DistArray:
         shape, dtype = x.shape, x.dtype
     else:
         _check_root(root, current.size)
+        roots = current.channel.allgather(root)  # a root that differs would cross the messages
+        if len(set(roots)) > 1:
+            raise CommError("ranks passed different roots to cluster.asarray: "
+                            + "; ".join(f"rank {r}: root={v}" for r, v in enumerate(roots)))
         here = (tuple(np.shape(x)), np.asarray(x).dtype.str) if current.rank == root else None
         shape, dtype = current.channel.bcast(here, root)
     out = empty_like(like, dtype, shape) if like is not None else empty(shape, dtype, **kwargs)

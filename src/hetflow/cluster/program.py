@@ -21,15 +21,13 @@ iterations every rank also checks whether another rank failed (RemoteError).
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from hetflow.cluster import darray
 from hetflow.cluster.central import DEFAULT_THRESHOLD, CentralInterpreter, partial_version
 from hetflow.cluster.launch import session as _session
 from hetflow.cluster.local import LocalInterpreter
 from hetflow.cluster.plan import plan_for
 from hetflow.errors import ArgumentError
-from hetflow.ir.rulefile import loads
+from hetflow.ir.rulefile import loads, read
 
 # The early report: capacities are guesses (a GPU counts its multiprocessors, which
 # overrates it when every step copies host data to it); measured rates replace them here.
@@ -64,7 +62,7 @@ class DistributedProgram:
         if rank == 0:
             shipped = None
             if rule_file is not None:  # only rank 0 needs the file
-                shipped = (str(rule_file), Path(rule_file).read_text())
+                shipped = (str(rule_file), read(rule_file))
                 loads(shipped[1], shipped[0])  # a bad file fails here, with its line and column
             self.central = CentralInterpreter(self.nodes, size, self.distribution.n,
                                               self.distribution.min_rows, rules=central_rules,

@@ -105,6 +105,12 @@ class _At:
 def load(path, kernels: dict | None = None) -> list[Rule]:
     """The rules of a TOML rule file (UTF-8, as TOML is); RuleSyntaxError naming the
     file, the rule and the key."""
+    return loads(read(path), str(path), kernels)
+
+
+def read(path) -> str:
+    """The text of rule file ``path``; RuleError where it cannot be read, RuleSyntaxError
+    naming the line and column where it is not UTF-8."""
     if not isinstance(path, (str, os.PathLike)):
         raise RuleError(f"a rule file is named by a path (str or os.PathLike), not {type(path).__name__}")
     path = Path(path)
@@ -117,7 +123,7 @@ def load(path, kernels: dict | None = None) -> list[Rule]:
         line, col = before.count(b"\n") + 1, exc.start - before.rfind(b"\n")
         raise RuleSyntaxError(f"{path}:{line}:{col}: the rule file is not UTF-8 (byte "
                               f"0x{exc.object[exc.start]:02x})", (str(path), line, col, None)) from None
-    return loads(text, str(path), kernels)
+    return text
 
 
 def loads(text: str, filename: str = "<rules>", kernels: dict | None = None) -> list[Rule]:

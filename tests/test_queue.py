@@ -827,3 +827,17 @@ def test_a_queue_whose_context_was_released_once_too_often_refuses_work():
         q.enqueue(hetflow.library.fill, 4, 2.0, x)
     q.close()
     np.testing.assert_array_equal(x, 1.0)
+
+
+@pytest.mark.simgpu
+def test_two_slots_on_the_simulated_gpu_run_every_launch(gpu_device):
+    # The simulator runs one launch at a time: two slots made 7 of 8 launches fail with
+    # "'Thread' object has no attribute 'blockIdx'".
+    xs = [np.full(200, float(k)) for k in range(8)]
+    ys = [np.zeros(200) for _ in range(8)]
+    with Queue([gpu_device.id], slots=2) as q:
+        events = [q.enqueue(axpy, 200, 2.0, x, y) for x, y in zip(xs, ys)]
+        q.finish(T)
+    assert all(e.exception(T) is None for e in events)
+    for x, y in zip(xs, ys):
+        np.testing.assert_array_equal(y, x)

@@ -295,6 +295,12 @@ def stream_pointer(stream) -> int:
     return (handle.value or 0) if isinstance(handle, ctypes.c_void_p) else int(handle)
 
 
+# Numba's CUDA simulator keeps a launch's block and thread indices per OS thread and
+# cannot run two launches at once (two queue slots on one simulated GPU failed with
+# "'Thread' object has no attribute 'blockIdx'"): its launches take turns.
+_SIMULATOR = threading.Lock()
+
+
 def launch_rows(launch: Launch, stream, lo: int, hi: int, dev_args: tuple, pointer=None) -> None:
     """Launch rows ``[lo, hi)`` of ``launch`` over ``dev_args`` (asynchronous on a real GPU)
     on numba-cuda's ``stream``; ``pointer``: its CUDA handle, when the caller knows it."""
@@ -309,7 +315,7 @@ def launch_rows(launch: Launch, stream, lo: int, hi: int, dev_args: tuple, point
             fast(hi - lo, inner, pointer if pointer is not None else stream_pointer(stream), head, dev_args)
             return
         blocks, threads = launch_shape(launch, hi - lo)
-        with compile_errors(launch):
+        with compile_errors(launch), (_SIMULATOR if launch.device.simulated else contextlib.nullcontext()):
             (exe.entry[blocks, threads, stream] if stream else exe.entry[blocks, threads])(*head, *dev_args)
     except Exception as exc:
         if launch.device.simulated and not isinstance(exc, HetflowError):

@@ -41,3 +41,27 @@ def test_read_modify_write_applies_once_when_the_gpu_fails(gpu_device, monkeypat
     report = both(gpu_device, bump, out)
     assert calls["n"] >= at and report.failures
     np.testing.assert_array_equal(np.asarray(out), start + 1)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "array"])
+def test_a_gpu_run_alone_that_fails_has_its_rows_run_on_the_cpu_once(gpu_device, monkeypatch, kind):
+    # The model's choice of the GPU alone, and that GPU failing at its launch: on host
+    # arrays in pieces (staging.run), on a coherent array current on the host and the GPU
+    # in one launch over device data (gpu.run).
+    from hetflow.runtime import coexec, gpu
+    monkeypatch.setattr(coexec, "_alone", lambda *args: gpu_device)
+    start = np.arange(N, dtype=np.float64)
+    out = start.copy() if kind == "numpy" else hetflow.array(start)
+    if kind == "array":
+        hetflow.forall(N, bump, out, device=gpu_device.id)
+        np.asarray(out)                                       # current on both
+        start = start + 1
+
+        def lost(launch):
+            raise RuntimeError("GPU lost (injected)")
+        monkeypatch.setattr(gpu, "run", lost)
+    else:
+        fail_gpu(monkeypatch, 6)                              # after two of 8 pieces landed
+    report = hetflow.forall(N, bump, out, device=["cpu0", gpu_device.id])
+    np.testing.assert_array_equal(np.asarray(out), start + 1)
+    assert report.failures and report.failures[0].device_id == gpu_device.id

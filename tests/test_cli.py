@@ -198,3 +198,24 @@ def test_mpi_bench_finds_the_mpiexec_beside_python_without_path():
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert rows and all(row["bytes"] <= 64 for row in rows)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--size", "-5"], "--size must be at least 3 (a grid with an interior point); got -5"),
+    (["--size", "2"], "--size must be at least 3 (a grid with an interior point); got 2"),
+    (["--iterations", "0"], "--iterations must be even and at least 2 (the steps go u -> v -> u); got 0"),
+    (["--iterations", "-4"], "--iterations must be even and at least 2 (the steps go u -> v -> u); got -4"),
+    (["--iterations", "3"], "--iterations must be even and at least 2 (the steps go u -> v -> u); got 3"),
+])
+def test_a_demo_grid_or_step_count_it_cannot_run_is_one_line(argv, message):
+    from hetflow.cli import main as cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["demo", *argv])
+    assert exc.value.code == f"hetflow: error: {message}"
+
+
+def test_a_negative_demo_size_prints_no_traceback(tmp_path):
+    out = _hetflow("demo", "--size", "-5", "--iterations", "2", cwd=tmp_path)
+    assert out.returncode == 1
+    assert out.stderr == "hetflow: error: --size must be at least 3 (a grid with an interior point); got -5\n"

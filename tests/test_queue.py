@@ -575,7 +575,7 @@ def test_bad_queue_options():
 
 
 def test_queue_on_an_empty_context_is_refused_and_leaves_it_alone():
-    ctx = hetflow.Context([])
+    ctx = hetflow.Context(hetflow.LogicalDevice(()))  # a selection that matched nothing ([] is refused)
     with pytest.raises(ArgumentError, match="has no devices to run on"):
         Queue(ctx)
     assert ctx.refcount == 1

@@ -35,6 +35,7 @@ from ..platform.devices import devices, get_device
 from ..runtime.buffers import array
 
 ALPHA = 0.1
+MIN_SIZE = 3  # grid points per side: a border around one interior point
 STARTUP = "start-up (compile, first transfers)"
 
 
@@ -78,8 +79,8 @@ def grids(n, distributed: bool, gpu=None):
 
 
 def add_arguments(p):
-    p.add_argument("--size", type=int, default=1024, help="grid points per side (default 1024)")
-    p.add_argument("--iterations", type=int, default=100, help="diffusion steps (even; default 100)")
+    p.add_argument("--size", type=int, default=1024, help=f"grid points per side (at least {MIN_SIZE}; default 1024)")
+    p.add_argument("--iterations", type=int, default=100, help="diffusion steps (even, at least 2; default 100)")
     p.add_argument("--devices", default=None,
                    help="comma-separated device ids (default: every real device found; under "
                         "mpiexec, each rank's own: its share of the cores and its GPUs)")
@@ -207,9 +208,18 @@ def rank_devices(args, own) -> tuple:
     return (gpus[0],) if gpus else tuple(own)
 
 
-def run_demo(args) -> int:
+def _check_arguments(args) -> None:
+    """Refuse, in one line, a grid or a number of steps the demo cannot run."""
+    if args.size < MIN_SIZE:
+        raise SystemExit(f"hetflow: error: --size must be at least {MIN_SIZE} (a grid with an interior "
+                         f"point); got {args.size}")
     if args.iterations < 2 or args.iterations % 2:
-        raise SystemExit("hetflow demo: --iterations must be even and >= 2")
+        raise SystemExit(f"hetflow: error: --iterations must be even and at least 2 (the steps go u -> v "
+                         f"-> u); got {args.iterations}")
+
+
+def run_demo(args) -> int:
+    _check_arguments(args)
     if collectives.launched_by_mpi() and cluster.session().size > 1:
         return cluster.run_distributed(_run_ranks, args)
     return _run_one(args)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import numbers
 import threading
 import time
 import types
@@ -42,7 +43,7 @@ from typing import Mapping
 import numpy as np
 import psutil
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentTypeError
 from ..platform.devices import devices as all_devices
 from ..runtime.status import Sampler, _nvml
 from .topology import Topology
@@ -106,10 +107,8 @@ class Monitor:
                  memory_pressure: int | None = None):
         if mode not in MODES:
             raise ArgumentError(f"monitor mode must be one of {', '.join(MODES)}; got {mode!r}")
-        if not period > 0:
-            raise ArgumentError(f"monitor period must be positive; got {period!r}")
         self.topology = topology if topology is not None else Topology()
-        self.mode, self.period = mode, float(period)
+        self.mode, self.period = mode, _period(period)
         self.sources = default_sources() if sources is None else list(sources)
         self.utilization_step = utilization_step
         self.memory_pressure = (memory_pressure if memory_pressure is not None
@@ -262,6 +261,15 @@ class Monitor:
             self._reported_util[device_id] = value
         elif abs(value - last) >= self.utilization_step:
             self.inject("utilization", device=device_id, value=float(value))
+
+
+def _period(period) -> float:
+    """``period``, checked to be a finite, positive number of seconds."""
+    if isinstance(period, bool) or not isinstance(period, numbers.Real):
+        raise ArgumentTypeError(f"monitor period must be a number of seconds; got {type(period).__name__} {period!r}")
+    if not 0 < period < math.inf:
+        raise ArgumentError(f"monitor period must be positive and finite (seconds); got {period!r}")
+    return float(period)
 
 
 def _same(a, b) -> bool:

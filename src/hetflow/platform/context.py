@@ -10,7 +10,7 @@ import itertools
 import threading
 
 from ..errors import InvalidContextError
-from .devices import Device, devices, get_device
+from .devices import Device, device_list, devices, get_device
 from .matching import LogicalDevice
 
 _ids = itertools.count(1)
@@ -27,11 +27,13 @@ def _as_logical(target) -> LogicalDevice:
         return LogicalDevice((target,))
     if isinstance(target, str):
         return LogicalDevice((get_device(target),))
-    return LogicalDevice(tuple(get_device(t) if isinstance(t, str) else t for t in target))
+    return LogicalDevice(device_list(target, "context device", "None, a device id, a Device, a list of ids "
+                                     "or Devices, or a LogicalDevice"))
 
 
 class Context:
-    """A reference-counted context on a logical device (device ids, a Device, or a list)."""
+    """A reference-counted context on a logical device (device ids, a Device, or a list
+    naming at least one device, none twice)."""
 
     def __init__(self, logical_device=None):
         self.logical_device = _as_logical(logical_device)

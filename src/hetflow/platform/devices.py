@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 
 from ..cuda_compat import cuda_available, cuda_module, simulated
-from ..errors import DeviceError
+from ..errors import ArgumentError, ArgumentTypeError, DeviceError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +125,33 @@ def get_device(device_id: str) -> Device:
 
 
 _by_id: dict[str, Device] = {}  # ids looked up in the table in force (devices() clears it)
+
+
+def device_list(given, what: str, kinds: str) -> tuple[Device, ...]:
+    """The devices that ``given``, a list of device ids and Devices, names: at least one,
+    none twice. Messages name the argument ``what``, and say it must be one of ``kinds``
+    when ``given`` is no list."""
+    try:
+        items = tuple(given)
+    except TypeError:
+        raise ArgumentTypeError(f"{what} must be {kinds}; got {type(given).__name__}") from None
+    if not items:
+        raise ArgumentError(f"{what} {given!r} names no device; give at least one")
+    # (get_device keeps the ids it found: a list of ids is a few dict look-ups)
+    found = tuple(d if isinstance(d, Device) else _listed(d, given, what) for d in items)
+    if len(found) > 1:  # each device runs its share once (ids: hashed once, unlike a Device)
+        ids = [d.id for d in found]
+        if len(set(ids)) < len(ids):
+            twice = sorted({i for i in ids if ids.count(i) > 1})
+            raise ArgumentError(f"{what} {given!r} names {', '.join(twice)} more than once")
+    return found
+
+
+def _listed(item, given, what: str) -> Device:
+    """The device of id ``item`` of the list ``given``."""
+    if not isinstance(item, str):
+        raise ArgumentTypeError(f"{what} {given!r} holds {item!r}, which is neither a device id nor a Device")
+    return get_device(item)
 
 
 @functools.lru_cache(maxsize=1)

@@ -53,7 +53,7 @@ import threading
 import time
 
 
-from ..errors import ArgumentError, DeviceError
+from ..errors import DeviceError
 from ..index import views as _views
 from ..index.lowering import lowering
 from . import cpu
@@ -202,12 +202,9 @@ def _gpu_worker(launch: Launch, held=()) -> tuple[Worker, GpuChunks]:
 
 
 def _worker_shares(shares, targets, workers) -> list[float]:
-    """Per-device shares (one per target, in order) spread evenly over each device's workers."""
-    shares = [float(s) for s in shares]
-    if len(shares) != len(targets) or min(shares) < 0 or sum(shares) <= 0:
-        raise ArgumentError(f"shares must be {len(targets)} non-negative numbers, one per device "
-                            f"({', '.join(d.id for d in targets)}), not all zero; got {shares}")
-    per_device = {d.id: s for d, s in zip(targets, shares)}
+    """Per-device shares (one per target, in order, as forall checked them) spread evenly
+    over each device's workers."""
+    per_device = {d.id: float(s) for d, s in zip(targets, shares)}
     counts = {d.id: sum(w.device_id == d.id for w in workers) for d in targets}
     return [per_device[w.device_id] / counts[w.device_id] for w in workers]
 

@@ -21,7 +21,7 @@ import numbers
 import threading
 from time import perf_counter
 
-from ..errors import ArgumentError, EventFailedError, HetflowTimeoutError
+from ..errors import ArgumentError, ArgumentTypeError, EventFailedError, HetflowTimeoutError
 
 QUEUED, RUNNING, COMPLETE, FAILED, CANCELLED = "queued", "running", "complete", "failed", "cancelled"
 DONE = frozenset((COMPLETE, FAILED, CANCELLED))
@@ -114,10 +114,9 @@ class Event:
 
     def _block(self, timeout: float | None) -> None:
         """Block until done (HetflowTimeoutError after ``timeout`` seconds)."""
+        timeout = timeout_seconds(timeout, self)
         if self.status in DONE:
             return
-        if timeout is not None:
-            timeout = _seconds(timeout, self)
         with locked(timeout, str(self)):
             if self.status not in DONE and self._waiter is None:
                 self._waiter = threading.Event()
@@ -135,12 +134,16 @@ class Event:
         return f"event {self.id} ({self.label})"
 
 
-def _seconds(timeout, event) -> float | None:
-    """A wait's ``timeout`` as threading takes it: a non-negative number of seconds,
-    infinity meaning none (threading overflows on it); else an ArgumentError."""
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout >= 0:
-        raise ArgumentError(f"wait on {event}: timeout must be None or a non-negative number of seconds, "
-                            f"not {timeout!r}")
+def timeout_seconds(timeout, what) -> float | None:
+    """The ``timeout`` of a wait on ``what`` (an event, or words for messages) as threading
+    takes it: None or a non-negative number of seconds, infinity meaning None (threading
+    overflows on it); else an ArgumentTypeError (no number) or ArgumentError."""
+    if timeout is None:
+        return None
+    kind_ok = isinstance(timeout, numbers.Real) and not isinstance(timeout, bool)
+    if not kind_ok or not timeout >= 0:
+        error = ArgumentError if kind_ok else ArgumentTypeError
+        raise error(f"{what}: timeout must be None or a non-negative number of seconds, not {timeout!r}")
     return None if timeout == float("inf") else float(timeout)
 
 
@@ -158,6 +161,9 @@ class UserEvent(Event):
 
     def set_failed(self, exception: BaseException) -> None:
         """Mark the event failed with ``exception`` (kept as the cause of its error)."""
+        if not isinstance(exception, BaseException):
+            raise ArgumentTypeError(f"{self}: set_failed takes an exception, not {type(exception).__name__} "
+                                    f"{exception!r}")
         error = EventFailedError(f"{self} failed: {type(exception).__name__}: {exception}")
         error.__cause__ = exception
         self._set(FAILED, error)

@@ -6,20 +6,25 @@ of an extent.
 LogicalDevice or a Context. One device runs the whole launch; several co-execute it
 with work stealing (see :mod:`hetflow.runtime.coexec`). Either way the call returns
 its run report.
+
+``shares`` are one number per device, in the order of the device list, and are checked
+whatever runs. One device takes one positive number, which changes nothing: that device
+runs every row (split evenly over its cores under a ``schedule``).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ArgumentError, ArgumentTypeError
+from ..errors import ArgumentError
 from ..index.arrays import gpu_ordinal
 from ..platform.context import Context
-from ..platform.devices import Device, cpu_device, find_devices, get_device, gpus
+from ..platform.devices import Device, cpu_device, device_list, find_devices, gpus
 from ..platform.matching import LogicalDevice
 from . import aliasing
 from .coexec import co_forall
 from .launch import bind, is_device_array, normalize_extent
 from .one_device import run_on
+from .steal import check_shares
 
 
 # Argument types that are never on a GPU: skipped without probing their attributes,
@@ -60,19 +65,19 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
         return find_devices(device)
     if isinstance(device, Device):
         return (device,)
-    try:  # (get_device keeps the ids it found: a list of ids is a few dict look-ups)
-        found = tuple(get_device(d) if isinstance(d, str) else d for d in device)
-    except TypeError:
-        raise ArgumentTypeError(f"device must be an id, 'all', 'gpu', a Device, a list of ids or "
-                                f"Devices, a LogicalDevice or a Context; got {type(device).__name__}") from None
-    if not found:
-        raise ArgumentError(f"device {device!r} names no device; give at least one")
-    if len(found) > 1:  # each device runs its share once (ids: hashed once, unlike a Device)
-        ids = [d.id for d in found]
-        if len(set(ids)) < len(ids):
-            twice = sorted({i for i in ids if ids.count(i) > 1})
-            raise ArgumentError(f"device {device!r} names {', '.join(twice)} more than once")
-    return found
+    return device_list(device, "device", "an id, 'all', 'gpu', a Device, a list of ids or Devices, "
+                       "a LogicalDevice or a Context")
+
+
+def _device_shares(shares, targets) -> np.ndarray:
+    """``shares`` as fractions summing to 1, checked to be one finite, non-negative number
+    per device of ``targets``, in order, not all zero."""
+    count = len(targets)
+    if hasattr(shares, "__len__") and not isinstance(shares, (str, dict)) and len(shares) != count:
+        ids = ", ".join(d.id for d in targets)
+        raise ArgumentError(f"shares must be {count} non-negative numbers, one per device ({ids}), not all "
+                            f"zero; got {len(shares)} shares: {shares!r}")
+    return check_shares(shares, count, per="device")
 
 
 def forall(extent, kernel, *args, device=None, schedule=None, shares=None, snapshot=False):
@@ -86,6 +91,8 @@ def run_forall(extent, kernel, args, device, schedule, shares, snapshot):
     if snapshot:
         args = aliasing.snapshot(kernel, normalize_extent(extent), args)
     targets = _default_devices(args) if device is None else resolve_devices(device, args)
+    if shares is not None:
+        shares = _device_shares(shares, targets)
     if schedule is None and len(targets) == 1:
         return run_on(bind(kernel, extent, args, targets[0]))
     if schedule not in (None, "steal", "static"):

@@ -66,7 +66,7 @@ from .buffers import Buffer, acquired, wrote
 from .deps import (READ, WRITE, check_cycle_locked, clear_locked, depend_locked, drop_locked, track_locked,
                    untrack_locked)
 from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locked, release_locked,
-                     settle_locked, start_locked)
+                     settle_locked, start_locked, timeout_seconds)
 from .forall import holding_gpu
 from .launch import bind, is_device_array, normalize_extent
 from .scheduler import Lane, Scheduler
@@ -628,8 +628,10 @@ class Queue:
         """Wait until every instance enqueued so far is done; then raise the first
         failure (EventFailedError) not yet retrieved from its event. The failures and
         cancellations up to here then count as reported (see :mod:`~hetflow.runtime.deps`
-        on poisoned data)."""
+        on poisoned data). ``timeout`` is checked as an event wait's is
+        (:func:`~hetflow.runtime.events.timeout_seconds`)."""
         core = self._core
+        timeout = timeout_seconds(timeout, "queue finish")
         deadline = None if timeout is None else time.monotonic() + timeout
         with locked(timeout, "queue finish"):
             if core.deferred:

@@ -97,7 +97,7 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
-from ..errors import ArgumentError, DeviceError, EventFailedError, IndexOutOfBoundsError, KernelRaisedError
+from ..errors import ArgumentError, ArgumentTypeError, DeviceError, EventFailedError, IndexOutOfBoundsError, KernelRaisedError
 from .deque import (ABORT, EMPTY, OK, DequeSet, aligned_zeros, atomic_load, atomic_store,
                     fetch_add, has_empty_token, pop_bottom, push_bottom, size, steal_top,
                     steal_top_adjacent, write_empty_token)
@@ -334,12 +334,19 @@ def _mark_dead(dead, me):
 
 
 # -- the initial distribution ------------------------------------------------------------
-def _check_shares(shares, count):
+def check_shares(shares, count, per="worker"):
+    """``shares`` as fractions summing to 1 (even ones for None): ``count`` finite,
+    non-negative numbers, not all zero, one per ``per``."""
     if shares is None:
         return np.full(count, 1.0 / count)
-    arr = np.asarray(shares, dtype=float)
+    try:
+        arr = np.asarray(shares)  # (a dict or a string: a 0-d array)
+    except ValueError:  # ragged nesting
+        arr = None
+    if arr is None or arr.ndim != 1 or arr.dtype.kind not in "iuf":
+        raise ArgumentTypeError(f"shares must be a list of numbers, one per {per}; got {shares!r}")
     if arr.shape != (count,):
-        raise ArgumentError(f"shares must have one entry per worker ({count}), "
+        raise ArgumentError(f"shares must have one entry per {per} ({count}), "
                             f"got shape {arr.shape}")
     if not np.all(np.isfinite(arr)) or np.any(arr < 0) or arr.sum() <= 0:
         raise ArgumentError(f"shares must be finite, non-negative and not all zero, got "
@@ -725,7 +732,7 @@ def run_loop(n: int, workers, *, schedule: str = "steal", shares=None,
     if not isinstance(steal_threshold, (int, np.integer)) or steal_threshold < 0:
         raise ArgumentError(f"steal_threshold must be a non-negative integer, "
                             f"got {steal_threshold!r}")
-    loop = _Loop(int(n), workers, schedule, _check_shares(shares, len(workers)), faults,
+    loop = _Loop(int(n), workers, schedule, check_shares(shares, len(workers)), faults,
                  report, int(steal_threshold))
     wall = loop.run()
     if loop.crash is not None:

@@ -11,7 +11,10 @@ Lowerings are cached by the views' ``signature``, the structure and numbers of t
 (not the view objects, nor the root array): views built afresh for every launch, as
 programs write them, are lowered once.
 """
+import dis
+import functools
 import threading
+import types
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from types import FunctionType
@@ -188,9 +191,11 @@ def shared_lowering(view, prefix):
 
 
 def function_key(f):
-    """``f`` for a signature: a Python function by its code, defaults, captured values
-    (with their types) and globals, so that a function made afresh with the same code
-    and values matches; any other callable by itself."""
+    """``f`` for a signature: a Python function by its code, defaults, and the values
+    (with their types) it captures and of the globals it reads, so that a function
+    made afresh with the same code and values matches, and one whose global changed
+    does not (compiled code freezes globals; ``view.numpy()`` reads them as they are);
+    any other callable by itself."""
     if type(f) is not FunctionType:  # a method's key must hold its object, for one
         return f
     try:
@@ -198,7 +203,25 @@ def function_key(f):
     except ValueError:  # a captured variable not assigned yet
         return f
     kwdefaults = tuple(sorted((f.__kwdefaults__ or {}).items()))
-    return f.__code__, f.__defaults__, kwdefaults, captured, id(f.__globals__)
+    return f.__code__, f.__defaults__, kwdefaults, captured, _global_values(f)
+
+
+@functools.lru_cache(maxsize=4096)
+def global_names(code) -> tuple[str, ...]:
+    """The globals a code object and the functions nested in it read: the names its
+    LOAD_GLOBAL instructions load (``co_names`` also holds attribute names)."""
+    names, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        names.update(i.argval for i in dis.get_instructions(c) if i.opname == "LOAD_GLOBAL")
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return tuple(sorted(names))
+
+
+def _global_values(f) -> tuple:
+    """(name, type, value) of each global ``f`` reads (a builtin's name absent)."""
+    ns = f.__globals__
+    return tuple([(n, type(ns[n]), ns[n]) for n in global_names(f.__code__) if n in ns])
 
 
 def _lower(view, prefix, root=None):

@@ -19,7 +19,8 @@ import inspect
 import threading
 import types
 
-from ..errors import ArgumentError, ArgumentTypeError, KernelError
+from ..errors import ArgumentError, ArgumentTypeError, KernelCompileError, KernelError
+from ..index.lowering import global_names
 from . import checks
 from .access import Access, analyze, declared
 from .source import KernelSource
@@ -37,9 +38,10 @@ class Kernel:
         self._source = source if source is not None or pyfunc is None else _readable_source(pyfunc)
         self._code = pyfunc.__code__ if pyfunc is not None else None  # what is compiled
         self.name = name or (pyfunc.__name__ if pyfunc else self._source.function().name)
-        self._globals = globals_ if globals_ is not None else _function_namespace(pyfunc)
+        # Read at the first launch (see _globals), not now: a global may change before.
+        self._module_globals = globals_ if globals_ is not None else getattr(pyfunc, "__globals__", {})
         # Checked mode (kernels.checks): the decorator's option, else HETFLOW_BOUNDSCHECK.
-        self.boundscheck = checks.enabled_by_env() if boundscheck is None else bool(boundscheck)
+        self.boundscheck = checks.enabled_by_env() if boundscheck is None else _boundscheck(self.name, boundscheck)
         self.fastmath = _fastmath(self.name, fastmath)
         self.inline = _inline(self.name, inline)
         self.writes = self._declared("writes", writes)
@@ -136,32 +138,59 @@ class Kernel:
 
     @functools.cached_property
     def _names(self) -> set[str]:
-        """Every name the body refers to (globals, kernels it calls)."""
+        """Every global and captured name the body reads (kernels it calls included)."""
         if self._code is not None:
             return _code_names(self._code)
         return {n.id for n in ast.walk(self.definition) if isinstance(n, ast.Name)}
 
     @functools.cached_property
+    def _globals(self) -> dict:
+        """The values of the globals and captured variables the body reads, by name, as
+        they are when first needed: at the kernel's first launch (access analysis, then
+        compiling). Compiled code freezes them (Numba's rule), so every executable of the
+        kernel in this process is compiled with these values, and keyed by them."""
+        found = {n: self._module_globals[n] for n in self._names if n in self._module_globals}
+        if self.pyfunc is not None and self.pyfunc.__closure__:
+            found.update(zip(self.pyfunc.__code__.co_freevars,
+                             (c.cell_contents for c in self.pyfunc.__closure__)))
+        return found
+
+    @functools.cached_property
     def subkernels(self) -> dict[str, "Kernel"]:
         """Kernels this kernel calls, by the name it calls them by."""
-        return {n: self._globals[n] for n in self._names if isinstance(self._globals.get(n), Kernel)}
+        return {n: v for n, v in self._globals.items() if isinstance(v, Kernel)}
 
     @functools.cached_property
     def source_hash(self) -> str:
         """Digest of this kernel's bytecode (what is compiled), its defaults and the
-        globals it reads (kernels and functions it calls by their own digest): compiled
-        code freezes global values, so two kernels with the same code but other
-        constants must not share an executable."""
+        values of the globals it reads when it is first launched (``_globals``; kernels
+        and functions it calls by their own digest): compiled code freezes global
+        values, so two kernels with the same code but other constants must not share
+        an executable."""
+        self._refuse_recursion()
         h = hashlib.sha256(_code_digest(self._code).encode())
         h.update(repr(tuple(map(stable_value, self.pyfunc.__defaults__ or ()))).encode())
-        for name in sorted(self._names & self._globals.keys()):
+        for name in sorted(self._globals):
             h.update(f"{name}={stable_value(self._globals[name])};".encode())
         return h.hexdigest()
+
+    def _refuse_recursion(self) -> None:
+        """KernelCompileError where this kernel, or one it calls, calls itself: a kernel
+        is compiled into its callers (and its access analysed into theirs), which never
+        ends for a recursive one."""
+        cycle = _call_cycle(self, (), set())
+        if cycle is None:
+            return
+        caller = "" if cycle[0] is self else f" (called by kernel {self.name!r})"
+        raise KernelCompileError(
+            f"kernel {cycle[0].name!r}{caller} calls itself ({' -> '.join(k.name for k in cycle)}): "
+            f"recursive kernels are not supported; write the recursion as a loop")
 
     def access(self, ndim: int) -> Access:
         """Read/write modes of the data parameters for a rank-``ndim`` launch."""
         known = self._access.get(ndim)
         if known is None:
+            self._refuse_recursion()
             known = self._access[ndim] = self._analyze(ndim)
         return known
 
@@ -190,21 +219,21 @@ class Kernel:
         return None
 
     def function_with(self, convert, module: str | None = None):
-        """The kernel's function with every global and captured value ``v`` it reads
-        replaced by ``convert(v)`` (kernels it calls become device functions), as a
-        function of the module named ``module`` (default: its own)."""
-        f = self.pyfunc
+        """The kernel's function with every global and captured value ``v`` it reads,
+        as ``_globals`` froze it, replaced by ``convert(v)`` (kernels it calls become
+        device functions), as a function of the module named ``module`` (default: its own)."""
+        f, free = self.pyfunc, self._code.co_freevars
         namespace = dict(f.__globals__)
         if module is not None:
             namespace["__name__"] = module
-        for name in self._names & namespace.keys():
-            namespace[name] = convert(namespace[name])
-        closure = tuple(types.CellType(convert(c.cell_contents)) for c in f.__closure__ or ())
+        namespace.update((n, convert(v)) for n, v in self._globals.items() if n not in free)
+        closure = tuple(types.CellType(convert(self._globals[n])) for n in free)
         return types.FunctionType(self._code, namespace, f.__name__, f.__defaults__, closure or None)
 
     def namespace(self) -> dict:
-        """Globals the body is compiled with (the user's module globals and closure)."""
-        return dict(self._globals)
+        """Globals the body is compiled with: the user's module globals, with the values
+        it reads (and its closure's) as ``_globals`` froze them."""
+        return {**self._module_globals, **self._globals}
 
     def __call__(self, *args):
         """Calling a kernel runs its Python function (host code, debugging, sub-kernels)."""
@@ -215,6 +244,22 @@ class Kernel:
 
     def __hash__(self):
         return id(self)
+
+
+def _call_cycle(kernel: Kernel, path: tuple, done: set):
+    """The first chain of calls from ``kernel`` back to a kernel on ``path`` (or to
+    itself), ending with the kernel called again; None when there is none. ``done``:
+    kernels whose calls were followed already, without a cycle."""
+    path += (kernel,)
+    for sub in kernel.subkernels.values():
+        if sub in path:
+            return path[path.index(sub):] + (sub,)
+        if sub not in done:
+            found = _call_cycle(sub, path, done)
+            if found is not None:
+                return found
+    done.add(kernel)
+    return None
 
 
 def stable_value(value) -> str:
@@ -238,7 +283,8 @@ def stable_value(value) -> str:
 def function_digest(fn) -> str:
     """Digest of a function's code and of the global and closure values it reads."""
     fn = getattr(fn, "py_func", fn)  # a Numba dispatcher: its Python function
-    ns = _function_namespace(fn)
+    ns = dict(fn.__globals__)
+    ns.update(inspect.getclosurevars(fn).nonlocals)
     h = hashlib.sha256(_code_digest(fn.__code__).encode())
     for name in sorted(_code_names(fn.__code__) & ns.keys()):
         h.update(f"{name}={stable_value(ns[name])};".encode())
@@ -260,14 +306,6 @@ def _function_value(fn) -> str:
         return f"{name}:{function_digest(fn)}"
     finally:
         seen.discard(id(fn))
-
-
-def _function_namespace(fn) -> dict:
-    if fn is None:
-        return {}
-    ns = dict(fn.__globals__)
-    ns.update(inspect.getclosurevars(fn).nonlocals)
-    return ns
 
 
 # Numba's fast-math flags (LLVM's), besides True for all of them.
@@ -294,7 +332,24 @@ def kernel(fn=None, *, boundscheck: bool | None = None, fastmath=False, inline: 
     options = dict(boundscheck=boundscheck, fastmath=fastmath, inline=inline, writes=writes, reads=reads)
     if fn is None:
         return functools.partial(kernel, **options)
+    if not isinstance(fn, types.FunctionType):
+        raise ArgumentTypeError(_not_a_function(fn))
     return Kernel(fn, **options)
+
+
+def _not_a_function(fn) -> str:
+    """Why ``hetflow.kernel(fn)`` cannot make a kernel of ``fn``."""
+    if isinstance(fn, Kernel):
+        return (f"hetflow.kernel takes a Python function, not {fn!r}, a kernel already: decorate "
+                f"its function once (with other options: hetflow.kernel(k.pyfunc, ...))")
+    return f"hetflow.kernel takes a Python function (a def or a lambda), not {type(fn).__name__} {fn!r}"
+
+
+def _boundscheck(name: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ArgumentTypeError(f"kernel {name!r}: boundscheck= takes True, False or None (the default: "
+                            f"HETFLOW_BOUNDSCHECK), not {value!r}")
 
 
 def _fastmath(name: str, value):
@@ -332,13 +387,8 @@ def _readable_source(fn) -> KernelSource | None:
 
 
 def _code_names(code) -> set[str]:
-    """Global and free names a code object and the functions nested in it refer to."""
-    names, stack = set(), [code]
-    while stack:
-        c = stack.pop()
-        names.update(c.co_names, c.co_freevars)
-        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-    return names
+    """Global and free names a code object and the functions nested in it read."""
+    return set(global_names(code)) | set(code.co_freevars)
 
 
 def _code_digest(code) -> str:

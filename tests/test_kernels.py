@@ -199,6 +199,24 @@ def test_type_error_names_the_line():
 
 
 @hetflow.kernel
+def add_two(a, b):
+    return a + b
+
+
+def test_a_call_with_too_few_arguments_names_its_line():
+    # Numba reports this one only in its variables' places ("Var(..., file.py:N)"): the
+    # message named the file without the line.
+    @hetflow.kernel
+    def short_call(i, x):
+        x[i] = add_two(x[i])
+
+    with pytest.raises(KernelCompileError) as err:
+        hetflow.forall(4, short_call, np.zeros(4))
+    line = int(str(err.value).split("test_kernels.py:")[1].split(")")[0])
+    assert "add_two(x[i])" in open(__file__).read().splitlines()[line - 1]
+
+
+@hetflow.kernel
 def row_sums(r, m, n, out):
     acc = 0.0
     for c in range(n):

@@ -120,6 +120,8 @@ class Executable:
         text = re.sub(rf'File "[^"]*{entry}[/\\]module\.py", line \d+:\n(.+\n)*?\n', "", str(exc))
         text = re.sub(rf'\S*{entry}[/\\]module\.py \(\d+\)', "the kernel's entry", text)
         lines = [int(m) for m in re.findall(r'File "[^"]*", line (\d+)', text)]
+        # an inlining error names the place only in its variables: "Var($x, file.py:7)"
+        lines = lines or [int(m) for m in re.findall(rf'{re.escape(Path(self.user_file).name)}:(\d+)\)', text)]
         lines = lines or _name_error_lines(text, kernel)
         where = f"{self.user_file}:{lines[-1]}" if lines else self.user_file
         first = _compiler_message(text)

@@ -65,6 +65,9 @@ def _parse(argv):
     p.add_argument("--min-bytes", type=int, default=8)
     p.add_argument("--max-bytes", type=int, default=256 << 20)
     p.add_argument("--segments", type=int, default=2, help="hetflow's segments per half")
+    p.add_argument("--op", choices=("sum", "prod", "min", "max"), default="sum",
+                   help="the reduction on the host (default sum); MPI's MIN and MAX have no rule "
+                        "for NaN, hetflow's follow NumPy's (docs/collectives.md)")
     p.add_argument("--no-check", action="store_true",
                    help="skip hetflow's argument agreement check (check=False)")
     p.add_argument("--check-always", action="store_true",
@@ -172,13 +175,14 @@ def host_sweep(comm, args):
                 continue
             for who, c in (("hetflow", comm), ("seed", seed)):
                 contenders[f"{who} {what}"] = functools.partial(
-                    getattr(c, what), x, out=y, segments=args.segments, check=check)
+                    getattr(c, what), x, op=args.op, out=y, segments=args.segments, check=check)
             contenders[f"hetflow {what}"]()  # checked: a first call
             contenders[f"hetflow {what}"]()  # the path the timed repetitions take
             paths[what] = comm.last_path
-        contenders["MPI_Allreduce"] = lambda: mpi_comm.Allreduce(x, y, op=MPI.SUM)
+        op = getattr(MPI, args.op.upper())
+        contenders["MPI_Allreduce"] = lambda: mpi_comm.Allreduce(x, y, op=op)
         if not args.no_reduce:
-            contenders["MPI_Reduce"] = lambda: mpi_comm.Reduce(x, y, op=MPI.SUM, root=0)
+            contenders["MPI_Reduce"] = lambda: mpi_comm.Reduce(x, y, op=op, root=0)
         best = _time_rounds(comm, contenders, args.seconds, args.rounds)
         rows.append(_row(nbytes, comm.size, best, "allreduce", "MPI_Allreduce", bound,
                          paths["allreduce"]))
@@ -370,7 +374,7 @@ def _table(rows, size, args):
             lines.append(f"{r['variant']:<18} {r['ms']:9.3f} {o:>8}")
         return "\n".join(lines)
     where = "GPUs" if args.gpu else "processes"
-    lines = [f"{size} {where}, float{'32' if args.gpu else '64'} sum, segments="
+    lines = [f"{size} {where}, float{'32' if args.gpu else '64'} {'sum' if args.gpu else args.op}, segments="
              f"{args.segments}, check={_check_mode(args)}"]
     if not args.gpu:
         lines.append("native path up to: " + ", ".join(

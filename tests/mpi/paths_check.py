@@ -82,8 +82,8 @@ def main():
         root = size - 1
         around = host.NATIVE_BYTES[name][2 if size == 2 else 3] // 8
         for n in (0, 1, 7, around - 1, around, around + 1):
-            for op in ("sum", "prod", "min", "max"):  # MPI's MIN/MAX: no NaN rule, not native
-                check(name, data(n, np.float64, op), op, UFUNCS[op], op in ("sum", "prod"), root)
+            for op in ("sum", "prod", "min", "max"):
+                check(name, data(n, np.float64, op), op, UFUNCS[op], True, root)
             for op in ("and", "or", "xor", "land", "lor", "lxor"):
                 check(name, data(n, np.int64), op, UFUNCS[op], True, root)
         for n in (0, 1, 7, 4099, 3 * around + 1):

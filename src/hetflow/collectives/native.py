@@ -25,10 +25,9 @@ from hetflow.errors import CommError
 
 # The MPI op of each built-in op, and the dtype kinds MPI's op takes (MPI-4.0 §6.9.2:
 # no MIN/MAX on complex or C_BOOL, bitwise ops on integers only, no half floats). MIN
-# and MAX of floats stay on hetflow's own paths: MPI's have no NaN rule (MPICH's give a
-# different answer on each rank), and hetflow's ops follow NumPy's: NaN wins.
-_MPI_OPS = {"sum": ("SUM", "iufc"), "prod": ("PROD", "iufc"), "min": ("MIN", "iu"),
-            "max": ("MAX", "iu"), "and": ("BAND", "iu"), "or": ("BOR", "iu"),
+# and MAX of floats go through NanRule.
+_MPI_OPS = {"sum": ("SUM", "iufc"), "prod": ("PROD", "iufc"), "min": ("MIN", "iuf"),
+            "max": ("MAX", "iuf"), "and": ("BAND", "iu"), "or": ("BOR", "iu"),
             "xor": ("BXOR", "iu"), "land": ("LAND", "iub"), "lor": ("LOR", "iub"),
             "lxor": ("LXOR", "iub")}
 _MPI_CHARS = frozenset("?bBhHiIlLqQfdFD")  # C types with a predefined MPI datatype
@@ -79,10 +78,57 @@ def mpi_op_name(reduce_op, dtype) -> str | None:
     return mpi_name if dtype.kind in kinds else None
 
 
+class NanRule:
+    """MIN and MAX of floats as NumPy's, where NaN wins: MPI's have no rule for NaN
+    (MPICH's answer differed from rank to rank when one rank held one). The call reduces
+    2n values instead of n, with MPI's own op: ``x`` with its NaNs as the op's identity
+    (+inf for min, -inf for max: ``fmin``/``fmax`` drop NaNs), then a flag per element
+    that the op makes "no rank had a NaN here" (``x == x``: 1, else 0, for MIN) or
+    "some rank had one" (``x != x`` for MAX)."""
+
+    def __init__(self, low: bool):
+        self.drop, self.fill = (np.fmin, np.inf) if low else (np.fmax, -np.inf)
+        self.flag, self.clear = (np.equal, 1.0) if low else (np.not_equal, 0.0)
+
+    @staticmethod
+    def buffers(x) -> tuple:
+        """(2n values, their first n as x is shaped, the other n so, a mask so)."""
+        buf = np.empty(2 * x.size, x.dtype)
+        return buf, buf[:x.size].reshape(x.shape), buf[x.size:].reshape(x.shape), np.empty(x.shape, bool)
+
+    def pack(self, x, values, flags) -> None:
+        self.drop(x, self.fill, out=values)
+        self.flag(x, x, out=flags)
+
+    def unpack(self, values, flags, result, holes) -> None:
+        """Store the reduced ``values`` into ``result``: NaN where ``flags`` say a rank had one."""
+        np.copyto(result, values)
+        np.not_equal(flags, self.clear, out=holes)
+        np.copyto(result, np.nan, where=holes)
+
+
+_NAN_RULES = {"min": NanRule(True), "max": NanRule(False)}
+
+
+def nan_rule(reduce_op, dtype) -> NanRule | None:
+    """The NanRule a native call of ``reduce_op`` on ``dtype`` goes through, if any."""
+    return _NAN_RULES.get(reduce_op.name) if dtype.kind == "f" else None
+
+
 def run(comm, name, x, reduce_op, root, out, to_all, is_root):
     """MPI's own collective on host array ``x``; the result where there is one."""
     link = comm.link
     result = out if out is not None else (np.empty(x.shape, x.dtype) if is_root else None)
+    rule = nan_rule(reduce_op, x.dtype)
+    if rule is not None:  # (packed: the result cannot overlap what is sent)
+        send, values, flags, holes = rule.buffers(x)
+        rule.pack(x, values, flags)
+        recv, got, got_flags, _ = rule.buffers(x)
+        op = getattr(link.MPI, mpi_op_name(reduce_op, x.dtype))
+        finish(comm, name, start(link.comm, send, recv if result is not None else None, op, root, to_all))
+        if result is not None:
+            rule.unpack(got, got_flags, result, holes)
+        return result
     recv = result
     if result is not None and not result.flags.c_contiguous:
         recv = np.empty(x.shape, x.dtype)  # MPI writes contiguous buffers only
@@ -116,7 +162,9 @@ def prepare(comm, name, x, reduce_op, root, to_all, general):
     """The prepared call that repeats an agreed native collective; ``general(x, out)``
     makes the call on the general path."""
     if not to_all and (x.nbytes <= TREE_BYTES or comm.size == 2):
-        return TreeReduce(comm, name, x, reduce_op, root, to_all, general)
+        return TreeReduce(comm, name, x, reduce_op, root, to_all, general)  # NumPy's ufunc: NaN wins
+    if nan_rule(reduce_op, x.dtype) is not None:
+        return NanNativeCall(comm, name, x, reduce_op, root, to_all, general)
     if to_all and x.nbytes <= PERSISTENT_BYTES and hasattr(comm.link.comm, "Allreduce_init"):
         try:
             return PersistentAllreduce(comm, name, x, reduce_op, root, to_all, general)
@@ -203,6 +251,26 @@ class NativeCall:
                 self.comm._transport(self.name).wait(
                     [request], f"{self.path} {self.name}{_UNCHECKED}")
                 return
+
+
+class NanNativeCall(NativeCall):
+    """A native MIN or MAX of floats (:class:`NanRule`), over buffers of its own."""
+
+    __slots__ = ("rule", "inbox", "outbox", "nbytes")
+
+    def __init__(self, comm, name, x, reduce_op, root, to_all, general):
+        super().__init__(comm, name, x, reduce_op, root, to_all, general)
+        self.rule = nan_rule(reduce_op, x.dtype)
+        self.inbox, self.outbox = NanRule.buffers(x), NanRule.buffers(x)
+        self.nbytes = 4 * x.nbytes
+
+    def call(self, send, result):
+        inbox, outbox = self.inbox, self.outbox
+        self.rule.pack(result if send is self.in_place else send, inbox[1], inbox[2])
+        NativeCall.call(self, inbox[0], outbox[0])
+        if result is not None:
+            self.rule.unpack(outbox[1], outbox[2], result, outbox[3])
+        return result
 
 
 class PersistentAllreduce(NativeCall):

@@ -143,3 +143,13 @@ def test_a_loop_refuses_shares_that_are_no_numbers():
 ])
 def test_a_monitor_period_is_a_finite_positive_number(period, kind, message):
     _raises(kind, message, lambda: Monitor(period=period, sources=[]))
+
+
+@pytest.mark.parametrize("call", ["read", "map", "write"])
+@pytest.mark.parametrize("timeout,error", [("x", ArgumentTypeError), (-1.0, ArgumentError),
+                                           (float("nan"), ArgumentError)])
+def test_a_buffer_wait_checks_its_timeout(call, timeout, error):
+    buffer = hetflow.array(np.zeros(3))
+    args = (np.ones(3),) if call == "write" else ()
+    with pytest.raises(error, match=r"<hetflow Buffer .*: timeout must be None or a non-negative number"):
+        getattr(buffer, call)(*args, timeout=timeout)

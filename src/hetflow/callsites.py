@@ -180,6 +180,7 @@ def zeros(shape, dtype=np.float64, device=None):
     g = current_graph()
     if g is None:
         return arrays.zeros(shape, dtype, device)
+    shape, dtype = arrays.new_array_args("zeros", shape, dtype)  # a bad one fails now, not in g.run()
     return g.record("alloc", shape=shape, dtype=dtype, fill=0, factory=lambda shp, dt: arrays.zeros(shp, dt, device))
 
 
@@ -188,4 +189,5 @@ def empty(shape, dtype=np.float64, device=None):
     g = current_graph()
     if g is None:
         return arrays.empty(shape, dtype, device)
+    shape, dtype = arrays.new_array_args("empty", shape, dtype)  # a bad one fails now, not in g.run()
     return g.record("alloc", shape=shape, dtype=dtype, fill=None, factory=lambda shp, dt: arrays.empty(shp, dt, device))

@@ -12,9 +12,10 @@ import re
 
 import numpy as np
 
-from hetflow.errors import ArgumentTypeError, DeviceError
+from hetflow.errors import ArgumentTypeError, DeviceError, ShapeError
 from hetflow.cuda_compat import cupy_module
 from hetflow.index.managed import managed
+from hetflow.index.space import extent
 
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2
 
@@ -152,7 +153,22 @@ def asarray(x, device=None, dtype=None):
     return np.asarray(x, dtype=dtype)
 
 
+def new_array_args(op, shape, dtype) -> tuple:
+    """``(shape, dtype)`` of a new array, checked: ShapeError for a negative dimension,
+    ArgumentTypeError for one that is no integer and for a dtype NumPy does not know,
+    each naming ``op`` and the value (NumPy's own errors are not hetflow's)."""
+    try:
+        dims = tuple(extent(shape))
+    except (ShapeError, ArgumentTypeError) as e:
+        raise type(e)(f"{op}: bad shape {shape!r}: {e}") from None
+    try:
+        return dims, np.dtype(dtype)
+    except TypeError:
+        raise ArgumentTypeError(f"{op}: dtype {dtype!r} is not a NumPy dtype") from None
+
+
 def _new(fill, shape, dtype, device):
+    shape, dtype = new_array_args(fill, shape, dtype)
     if isinstance(device, str) and device.lower() == "managed":
         return managed(fill, shape, dtype)
     kind, ordinal = _placement(device)

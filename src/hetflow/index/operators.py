@@ -3,6 +3,7 @@
 Each is a frozen dataclass over ``View`` giving the four transforms and ``_lower``; the
 functions at the end are the public spelling (``project(a, 1, 17)``).
 """
+import itertools
 import operator
 from dataclasses import dataclass
 
@@ -15,6 +16,13 @@ from hetflow.index.space import extent, index
 from hetflow.index.views import (View, exact_params, checked_dim, extent_of, insert_at, integer_arg, make_view, rank,
                                  read_element, set_field, sparse_indices, tuple_arg,
                                  write_element)
+
+
+# A co_map is checked when created at every index of an extent of up to this many
+# indices, and at the corners of a larger one (where affine index functions reach their
+# extremes): its other indices are checked only where the host reads or writes them.
+CHECKED_INDICES = 1 << 22
+_CHUNK = 1 << 16  # indices per vectorised call of f: bounded temporaries
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -38,9 +46,42 @@ class CoMap(View):
             raise ShapeError(f"co_map: f maps the rank-{zero.rank} index {tuple(zero)} to "
                              f"the rank-{len(image)} index {tuple(image)}, but the parent "
                              f"has rank {pext.rank}")
-        if self.size.size:
-            self._check_reach(image, pext)
+        for idx, count in self._probes():
+            self._check_images(idx, count, pext)
         return self.size
+
+    def _probes(self):
+        """``(index arrays, count)``: the indices creation checks, in C order (see
+        CHECKED_INDICES), ``count`` at a time."""
+        shape, size = tuple(self.size), self.size.size
+        if size > CHECKED_INDICES:
+            corners = np.array(list(itertools.product(*((0, n - 1) for n in shape))))
+            yield tuple(corners.T), len(corners)
+            return
+        if not shape:  # rank 0: one index, ()
+            yield (), 1
+            return
+        for lo in range(0, size, _CHUNK):
+            hi = min(size, lo + _CHUNK)
+            yield np.unravel_index(np.arange(lo, hi), shape), hi - lo
+
+    def _check_images(self, idx, count, pext):
+        """ShapeError naming the first of the indices ``idx`` (``count`` of them, one array
+        per dim) that f maps outside the parent."""
+        try:  # f must work elementwise on index arrays (the docstring of co_map says so)
+            image = [np.broadcast_to(c, (count,)) for c in self.f(idx)]
+        except (TypeError, ValueError) as exc:
+            raise ArgumentTypeError(f"co_map: f must work elementwise on integer index arrays, as "
+                                    f"creation calls it; it raised {type(exc).__name__}: {exc}") from exc
+        outside = np.zeros(count, bool)
+        for c, n in zip(image, pext):
+            outside |= (c < 0) | (c >= n)
+        if outside.any():
+            k = int(np.argmax(outside))  # the first in C order
+            at = tuple(int(c[k]) for c in image)
+            d = next(d for d, (v, n) in enumerate(zip(at, pext)) if not 0 <= v < n)
+            raise ShapeError(f"co_map: f reaches parent index {at[d]} on dim {d}, outside the parent "
+                             f"extent {tuple(pext)}, at index {tuple(int(c[k]) for c in idx)} (f gives {at})")
 
     def transform(self, idx):
         image = self.f(tuple(idx))
@@ -315,7 +356,11 @@ class Section(View):
 def co_map(parent, f, extent):
     """The rank-M view ``v[idx] = parent[f(idx)]`` over ``extent``; ``f`` maps an index
     tuple to a parent index tuple, and must also work elementwise on integer arrays
-    (plain arithmetic does). NumPy meaning: ``parent[f(np.indices(extent))]``."""
+    (plain arithmetic does). NumPy meaning: ``parent[f(np.indices(extent))]``.
+
+    ShapeError, naming the first index, where ``f`` maps an index of ``extent`` outside
+    the parent: every index is checked (by calling ``f`` on index arrays) up to
+    ``CHECKED_INDICES`` of them, the corners of a larger extent."""
     return CoMap(parent, f, extent)
 
 

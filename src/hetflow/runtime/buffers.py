@@ -35,7 +35,7 @@ from ..errors import ArgumentError, ArgumentTypeError, DeviceError
 from ..cuda_compat import cuda_module, cupy_module
 from ..platform.devices import get_device
 from . import deps
-from .events import LOCK
+from .events import LOCK, timeout_seconds
 
 HOST = "host"
 
@@ -43,42 +43,40 @@ HOST = "host"
 class Buffer:
     """A coherent array with copies on the host and on the devices that used it.
 
-    ``Buffer(shape, dtype=float64)`` allocates a zero-filled buffer; ``Buffer(array)``
-    one holding a copy of ``array`` (``dtype`` converts).
+    ``Buffer(shape, dtype=float64)`` allocates a zero-filled buffer (``shape``: an int or a
+    tuple of ints); ``Buffer(array)`` one holding a copy of ``array`` (``dtype`` converts).
+    :meth:`holding` (``hetflow.array``) takes ints and tuples as data, as ``np.array`` does.
     """
 
     hetflow_coherent = True  # an array root for views (hetflow.index.arrays.is_array)
 
     def __init__(self, data, dtype=None):
-        try:
-            dtype = None if dtype is None else np.dtype(dtype)
-        except TypeError:
-            raise ArgumentTypeError(f"Buffer: {dtype!r} is not a NumPy dtype") from None
-        if isinstance(data, (int, np.integer)) or (
-                isinstance(data, tuple) and all(isinstance(d, (int, np.integer)) for d in data)):
-            shape = (int(data),) if not isinstance(data, tuple) else tuple(int(d) for d in data)
-            if any(d < 0 for d in shape):
-                raise ArgumentError(f"Buffer shape {shape} has a negative dimension")
-            host = np.zeros(shape, dtype=np.float64 if dtype is None else dtype)
-        elif hasattr(data, "__cuda_array_interface__") and cupy_module() is not None:
-            host = None  # a GPU array: its copy becomes the buffer's GPU copy, below
+        dtype = _dtype(dtype)
+        shape = _shape(data)
+        if shape is None:
+            self._start(*_copy_of(data, dtype))
+        elif any(d < 0 for d in shape):
+            raise ArgumentError(f"Buffer shape {shape} has a negative dimension")
         else:
-            host = np.array(data, dtype=dtype, order="C", copy=True)
-            if host.dtype.kind not in "biufc":  # what kernels compute with, on every device
-                what = "objects" if host.dtype == object else f"dtype {host.dtype}"
-                raise ArgumentError(f"Buffer needs numeric data (bool, integer, float or complex), "
-                                    f"got {type(data).__name__} of {what}")
+            self._start(np.zeros(shape, dtype=np.float64 if dtype is None else dtype))
+
+    @classmethod
+    def holding(cls, data, dtype=None) -> "Buffer":
+        """A buffer holding a copy of ``data``, read as ``np.array(data)`` reads it: an int
+        is a 0-d buffer, a tuple of ints a 1-D one (never a shape)."""
+        buffer = cls.__new__(cls)
+        buffer._start(*_copy_of(data, _dtype(dtype)))
+        return buffer
+
+    def _start(self, host, gpu=None) -> None:
+        """Hold ``host``, current there, or current only in ``gpu``'s copy: ``(id, ordinal,
+        array)`` (``host`` then allocated, not filled)."""
         self._devices: dict[str, tuple] = {}  # device id -> (CUDA ordinal, device array)
         self._lock = threading.Lock()          # transfers; the runtime orders the rest
         self.moved = {"to_device": 0, "to_host": 0}  # bytes copied each way
         where = HOST
-        if host is None:
-            cupy = cupy_module()
-            ordinal = data.device.id if hasattr(data, "device") else 0
-            with cupy.cuda.Device(ordinal):
-                copy = cupy.array(data, dtype=dtype, order="C", copy=True)
-            host = np.empty(copy.shape, copy.dtype)
-            where = f"gpu{ordinal}"
+        if gpu is not None:
+            where, ordinal, copy = gpu
             self._devices[where] = (ordinal, copy)
         self._host = host
         self.rows = host.shape[0] if host.ndim else 1   # a 0-d buffer moves as one row
@@ -202,6 +200,7 @@ class Buffer:
         """Wait for earlier instances touching the buffer (writers; readers too when
         ``write``); with ``check``, raise the failure of the last writer if the
         application has not seen it yet (the contents are not valid)."""
+        timeout = timeout_seconds(timeout, repr(self))
         deadline = None if timeout is None else time.monotonic() + timeout
         with LOCK:
             pending = deps.pending_locked(self, write)
@@ -340,6 +339,39 @@ def _allocate(cupy, ordinal, shape, dtype):
         return cuda_module().device_array(shape, dtype)
 
 
+def _dtype(dtype):
+    try:
+        return None if dtype is None else np.dtype(dtype)
+    except TypeError:
+        raise ArgumentTypeError(f"Buffer: {dtype!r} is not a NumPy dtype") from None
+
+
+def _shape(data) -> tuple | None:
+    """``data`` as the shape of ``Buffer(shape)``: an int or a tuple of them (bools are
+    data); None for data."""
+    dims = data if isinstance(data, tuple) else (data,)
+    if all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims):
+        return tuple(int(d) for d in dims)
+    return None
+
+
+def _copy_of(data, dtype) -> tuple:
+    """``(host, gpu)`` for :meth:`Buffer._start`: a host copy of ``data``, or for a GPU array
+    a copy on its GPU (and a host array to copy it into)."""
+    cupy = cupy_module() if hasattr(data, "__cuda_array_interface__") else None
+    if cupy is not None:
+        ordinal = data.device.id if hasattr(data, "device") else 0
+        with cupy.cuda.Device(ordinal):
+            copy = cupy.array(data, dtype=dtype, order="C", copy=True)
+        return np.empty(copy.shape, copy.dtype), (f"gpu{ordinal}", ordinal, copy)
+    host = np.array(data, dtype=dtype, order="C", copy=True)
+    if host.dtype.kind not in "biufc":  # what kernels compute with, on every device
+        what = "objects" if host.dtype == object else f"dtype {host.dtype}"
+        raise ArgumentError(f"Buffer needs numeric data (bool, integer, float or complex), "
+                            f"got {type(data).__name__} of {what}")
+    return host, None
+
+
 # -- row ranges: sorted lists of disjoint (lo, hi) ----------------------------------------
 def _union(a, b) -> list:
     out = []
@@ -394,6 +426,8 @@ def wrote(launch, written) -> None:
 
 
 def array(data, dtype=None) -> Buffer:
-    """A coherent array holding a copy of ``data`` (NumPy, CuPy, anything array-like):
-    the runtime moves it between host and devices only when a launch or a read needs it."""
-    return Buffer(data, dtype)
+    """A coherent array holding a copy of ``data`` (NumPy, CuPy, anything array-like),
+    read as ``np.array(data)`` reads it: ``array(5)`` is a 0-d array holding 5 and
+    ``array((2, 3))`` a 1-D one holding 2 and 3 (``Buffer(shape)`` allocates by shape).
+    The runtime moves it between host and devices only when a launch or a read needs it."""
+    return Buffer.holding(data, dtype)

@@ -265,6 +265,15 @@ def _check_extent(kernel: Kernel, extent: tuple, args: tuple, checks: tuple) -> 
             "; guard its accesses (if i < n: ...) where it is meant to be smaller")
 
 
+def check_extent(kernel: Kernel, extent: tuple, args: tuple) -> None:
+    """Check ``kernel``'s data arguments and that the arrays and views it indexes by the
+    launch index cover ``extent``, as :func:`bind` does: for a kernel that generated code
+    calls at each index of ``extent`` (map-reduce), whose own launch is over blocks."""
+    ndim = len(extent)
+    data = _check_arguments(kernel, ndim, args)
+    _check_extent(kernel, extent, args, _extent_checks(data, args, kernel.access(ndim)))
+
+
 def with_defaults(kernel: Kernel, ndim: int, args: tuple) -> tuple:
     """``args`` completed by the kernel's default values of the parameters not given."""
     defaults = getattr(kernel.pyfunc, "__defaults__", None) or ()

@@ -37,7 +37,7 @@ from ..platform.devices import cpu_device
 from ..platform.repository import repository
 from . import binops, blockgen
 from .forall import forall, resolve_devices
-from .launch import _arg_key as arg_key, is_device_array, normalize_extent
+from .launch import _arg_key as arg_key, check_extent, is_device_array, normalize_extent
 from .reductions import block_plan, current_gpu, folder, planner
 
 
@@ -61,6 +61,7 @@ def map_reduce(extent, kernel, args, op, device, commutative, identity):
     rank = len(ext)
     _check_kernel(kernel, rank, args)
     dtypes = value_types(kernel, args, rank)
+    check_extent(kernel, ext, args)  # the launch over blocks checks only the generated kernel's
     fields = 0 if isinstance(dtypes, np.dtype) else len(dtypes)
     value = dtypes if fields == 0 else np.dtype([(f"f{k}", d) for k, d in enumerate(dtypes)])
     op.check(value)

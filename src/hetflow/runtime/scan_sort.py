@@ -116,6 +116,7 @@ def _library_scan(x, op, dtype, axis, inclusive, init, dev):
     """NumPy / CuPy's scan of an array, or None where the compiled path runs."""
     res = op.result_dtype(dtype)
     if dev.kind == "cpu":
+        x = np.asarray(x)  # a Buffer: its current host copy, which reshapes
         if axis is None:
             x, axis = x.reshape(-1), 0
         ufunc = op.ufunc(dtype)

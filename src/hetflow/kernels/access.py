@@ -127,6 +127,9 @@ class _Analysis:
         # does not follow: its stores are never judged scattered.
         nested = {id(n) for d in ast.walk(self.fdef) if d is not self.fdef and isinstance(d, _FUNCTIONS)
                   for n in ast.walk(d)}
+        for name in _escaping(self.fdef, self.data):  # an alias (o = out) may write anything
+            self.modes[name].update("rw")
+            self.other.add(name)
         for node in ast.walk(self.fdef):
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -247,6 +250,48 @@ class _Analysis:
         self.identity[name] = max(k, self.identity.get(name, 0))
         known = self.guarded_axes.get(name)
         self.guarded_axes[name] = guarded_axes if known is None else known & guarded_axes
+
+
+def _escaping(fdef, data) -> set:
+    """Data parameters the body reaches through another name (``o = out; o[i] = v``,
+    ``a, b = x, y``, ``o = x if c else y``, chains of them) that it then uses as an
+    array. Accesses through that name are not followed: the parameter counts as read
+    and written anywhere."""
+    holds = {name: {name} for name in data}  # a name -> the data parameters it may hold
+    bindings = [(node.targets if isinstance(node, ast.Assign) else [node.target], node.value)
+                for node in ast.walk(fdef)
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None]
+    changed = True
+    while changed:  # to a fixed point: aliases of aliases
+        changed = False
+        for targets, value in bindings:
+            held = set().union(*(holds.get(n.id, set()) for n in _value_names(value)))
+            for name in (n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)):
+                if not held <= holds.setdefault(name, set()):
+                    holds[name] |= held
+                    changed = True
+    used = {n.value.id for n in ast.walk(fdef)
+            if isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.value, ast.Name)}
+    used |= {a.id for n in ast.walk(fdef) if isinstance(n, ast.Call)
+             for a in [*n.args, *(k.value for k in n.keywords)] if isinstance(a, ast.Name)}
+    return set().union(*(held - {name} for name, held in holds.items() if name in used))
+
+
+def _value_names(expr):
+    """The names whose object ``expr`` may evaluate to (not what it computes from them)."""
+    if isinstance(expr, ast.Name):
+        yield expr
+    elif isinstance(expr, (ast.Tuple, ast.List)):
+        for e in expr.elts:
+            yield from _value_names(e)
+    elif isinstance(expr, ast.IfExp):
+        yield from _value_names(expr.body)
+        yield from _value_names(expr.orelse)
+    elif isinstance(expr, (ast.Starred, ast.NamedExpr)):
+        yield from _value_names(expr.value)
+    elif isinstance(expr, ast.BoolOp):
+        for e in expr.values:
+            yield from _value_names(e)
 
 
 def _is_atomic(obj) -> bool:

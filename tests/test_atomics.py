@@ -133,6 +133,21 @@ def test_plain_python_semantics():
         atomic.add(a, -1, 1)   # never wrapped, as on a GPU
 
 
+def test_plain_python_refuses_what_compiled_code_refuses_and_wraps_as_it_does():
+    # The simulator's threads run these: they took int8, bool and complex arrays, cas of
+    # floats, and raised OverflowError where compiled code wraps.
+    for dtype in (np.int8, np.bool_, np.complex128, np.float16):
+        with pytest.raises(TypeError, match=r"hetflow.atomic.add: needs an array of int32, int64"):
+            atomic.add(np.zeros(2, dtype), 0, 1)
+    with pytest.raises(TypeError, match=r"hetflow.atomic.cas: needs an array of int32, int64, uint32, uint64"):
+        atomic.cas(np.zeros(2), 0, 0.0, 1.5)
+    with pytest.raises(IndexError, match=r"the index of a 2-D array must be 2 integer\(s\); got 1"):
+        atomic.add(np.zeros((2, 2), np.int64), 1, 1)
+    u, i = np.zeros(1, np.uint32), np.full(1, 2**31 - 1, np.int32)
+    assert (atomic.add(u, 0, -1), u[0]) == (0, 2**32 - 1)
+    assert (atomic.add(i, 0, 1), i[0]) == (2**31 - 1, -2**31)
+
+
 @hetflow.kernel
 def nan_and_out_of_bounds(i, f, a, k):
     atomic.max(f, i, 2.0)

@@ -33,12 +33,29 @@ _CAS_TYPES = ("int32", "int64", "uint32", "uint64")
 _lock = threading.Lock()  # the plain-Python versions' atomicity
 
 
-def _python_index(ary, idx):
-    """``idx`` as NumPy indexes ``ary``, negatives refused as compiled code refuses them."""
+def _python_index(name: str, ary, idx, allowed=_RMW_TYPES):
+    """``idx`` as NumPy indexes ``ary``, refused where compiled code refuses it: an
+    element type the compiled atomics do not take (the simulator ran those), a wrong
+    number of indices, a negative or too large one."""
+    where = f"hetflow.atomic.{name}"
+    if str(ary.dtype) not in allowed:
+        raise TypeError(f"{where}: needs an array of {', '.join(allowed)}; got one of {ary.dtype}")
     parts = idx if isinstance(idx, tuple) else (idx,)
-    if len(parts) != ary.ndim or any(k < 0 or k >= n for k, n in zip(parts, ary.shape)):
-        raise IndexError(f"atomic update at index {idx} is outside an array of shape {tuple(ary.shape)}")
+    if len(parts) != ary.ndim:
+        raise IndexError(f"{where}: the index of a {ary.ndim}-D array must be {ary.ndim} integer(s); got {idx}")
+    if any(k < 0 or k >= n for k, n in zip(parts, ary.shape)):
+        raise IndexError(f"{where}: index {idx} is outside an array of shape {tuple(ary.shape)}")
     return parts
+
+
+def _wrapped(dtype, value):
+    """``value`` as an element of ``dtype``, integers wrapped as compiled code wraps them
+    (NumPy refuses a Python int out of range)."""
+    if dtype.kind not in "iu":
+        return value
+    bits = 8 * dtype.itemsize
+    value = int(value) & ((1 << bits) - 1)
+    return dtype.type(value - (1 << bits) if dtype.kind == "i" and value >> (bits - 1) else value)
 
 
 def _nan(x) -> bool:
@@ -47,17 +64,17 @@ def _nan(x) -> bool:
 
 def add(ary, idx, val):
     """``ary[idx] += val`` atomically; returns the old ``ary[idx]``."""
-    idx = _python_index(ary, idx)
+    idx = _python_index("add", ary, idx)
     with _lock:
         old = ary[idx]
-        ary[idx] = old + val
+        ary[idx] = _wrapped(ary.dtype, int(old) + int(val)) if ary.dtype.kind in "iu" else old + val
     return old
 
 
 def min(ary, idx, val):  # noqa: A001  (hetflow.atomic.min, as cuda.atomic.min)
     """``ary[idx] = min(ary[idx], val)`` atomically (a NaN operand is ignored); returns
     the old ``ary[idx]``."""
-    idx = _python_index(ary, idx)
+    idx = _python_index("min", ary, idx)
     with _lock:
         old = ary[idx]
         if _nan(old) or val < old:
@@ -68,7 +85,7 @@ def min(ary, idx, val):  # noqa: A001  (hetflow.atomic.min, as cuda.atomic.min)
 def max(ary, idx, val):  # noqa: A001
     """``ary[idx] = max(ary[idx], val)`` atomically (a NaN operand is ignored); returns
     the old ``ary[idx]``."""
-    idx = _python_index(ary, idx)
+    idx = _python_index("max", ary, idx)
     with _lock:
         old = ary[idx]
         if _nan(old) or val > old:
@@ -79,7 +96,7 @@ def max(ary, idx, val):  # noqa: A001
 def cas(ary, idx, expected, val):
     """Compare and swap: ``ary[idx] = val`` if ``ary[idx] == expected``, atomically;
     returns the old ``ary[idx]`` (equal to ``expected`` when the swap happened)."""
-    idx = _python_index(ary, idx)
+    idx = _python_index("cas", ary, idx, _CAS_TYPES)
     with _lock:
         old = ary[idx]
         if old == expected:

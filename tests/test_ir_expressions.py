@@ -116,7 +116,7 @@ def test_an_expression_over_lines_needs_parentheses():
     ("1 and True", {}, "'and' needs booleans"),
     ("not 1", {}, "'not' needs a boolean"),
     ("-x", {"x": "s"}, "needs a number"),
-    ("max()", {}, "max() failed"),
+    ("max(x, 1)", {"x": "s"}, "max() failed"),
     ("count('gpu')", {}, "count() is not available here"),
     (str(10 ** 400) + " / 3", {}, "'/' failed"),
 ])

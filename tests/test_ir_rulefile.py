@@ -172,8 +172,8 @@ def test_bad_rule_files(text, rule, key, fragment):
     ('{ action = "split", pieces = 0 }', "then[0].pieces", "pieces from 1 to 65536; got 0"),
     ('{ action = "split", pieces = 2.5 }', "then[0].pieces", "whole number of pieces"),
     ('{ action = "split", pieces = nan }', "then[0].pieces", "whole number of pieces"),
-    ('{ action = "partition", shares = { gpu = -1 } }', "then[0]", "share of 'gpu' must be a finite number >= 0"),
-    ('{ action = "partition", shares = { gpu = inf } }', "then[0]", "share of 'gpu' must be a finite number >= 0"),
+    ('{ action = "partition", shares = { gpu = -1 } }', "then[0].shares.gpu", "share of 'gpu' must be a finite number >= 0"),
+    ('{ action = "partition", shares = { gpu = inf } }', "then[0].shares.gpu", "share of 'gpu' must be a finite number >= 0"),
     ('{ action = "set", var = "", value = 1 }', "then[0]", "set needs a variable name"),
 ])
 def test_action_parameters_have_bounds(action, key, fragment):

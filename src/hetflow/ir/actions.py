@@ -16,6 +16,8 @@ import logging
 import math
 from typing import Callable, Mapping
 
+import numpy as np
+
 from .. import library
 from ..errors import RuleError
 from ..kernels.kernel import Kernel
@@ -42,18 +44,28 @@ def _names(*values) -> set:
     return set().union(*(v.names() for v in values if isinstance(v, Expr)))
 
 
+def _origin(source) -> str:
+    """Where an expression was written (``file: rule 'r', key 'k': ``), or '' for a constant."""
+    where = getattr(source, "where", None)
+    return f"{where}: " if where is not None else ""
+
+
 def _pieces(count, source) -> int:
     """``count`` as a number of pieces, or RuleError naming ``source`` (the expression)."""
     if (isinstance(count, bool) or not isinstance(count, (int, float)) or not math.isfinite(count)
             or count != int(count) or not 1 <= count <= MAX_PIECES):
         given = "got" if source is None else f"{source} gave"
-        raise RuleError(f"split needs a whole number of pieces from 1 to {MAX_PIECES}; {given} {count!r}")
+        raise RuleError(f"{_origin(source)}split needs a whole number of pieces from 1 to {MAX_PIECES}; "
+                        f"{given} {count!r}")
     return int(count)
 
 
-def _share(key, share) -> float:
+def check_share(key, share, source=None) -> float:
+    """``share`` when it is a finite number >= 0, else RuleError naming the device ``key``
+    (and ``source``, the expression that gave it)."""
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not (math.isfinite(share) and share >= 0):
-        raise RuleError(f"partition: share of {key!r} must be a finite number >= 0; got {share!r}")
+        raise RuleError(f"{_origin(source)}partition: share of {key!r} must be a finite number >= 0; "
+                        f"got {share!r}" + (f" from {source}" if source is not None else ""))
     return share
 
 
@@ -95,8 +107,12 @@ class Split(Action):
 
     ``pieces`` is a number or an expression (default: one piece per node,
     ``count('node')``); with ``place`` piece k gets ``place=k`` (the process that
-    runs it). Splitting a split launch again re-cuts the original; a local interpreter
-    (one with a place) leaves pieces cut by the level above alone.
+    runs it), and pieces cut one per node record the node count (``nodes``) so that
+    ``resplit-on-node-change`` knows them. Splitting a split launch again re-cuts the
+    original; a local interpreter (one with a place) leaves pieces cut by the level
+    above alone. A piece runs the kernel itself on its rows of the arrays where
+    :func:`codegen.row_sliced` allows (it keeps writing only the rows of its launch
+    index, so devices can share it), else an offset kernel.
     """
 
     pieces: object = "count('node')"
@@ -130,25 +146,48 @@ class Split(Action):
         if count == 1:
             ctx.replace(group, [whole])
             return
-        ndim = len(whole.extent)
         if not whole.kernel.compilable:
             log.debug("split: kernel %s has no code to compile; left whole", whole.name)
             return
-        offset_kernel = ctx.cache.get_or_build(
-            ("offset", whole.kernel.name, whole.kernel.source_hash), (), (("ndim", ndim),),
-            lambda: _offset_kernel(whole.kernel, ndim))
-        n0 = whole.extent[0]
+        piece = _row_piece(whole) or _offset_piece(ctx, whole)
+        n0, per_node = whole.extent[0], self.place and count == ctx.topology.count("node")
         pieces = []
         for k in range(count):
             lo, hi = k * n0 // count, (k + 1) * n0 // count
             attrs = dict(whole.attrs, whole=whole, piece=(k, count))
             if self.place:
                 attrs["place"] = k
-            pieces.append(Node(id=ctx.new_id(), op="forall", args=whole.args + (lo,),
-                               modes=whole.modes + ("",), kernel=offset_kernel,
+            if per_node:
+                attrs["nodes"] = count
+            kernel, args, modes = piece(lo, hi)
+            pieces.append(Node(id=ctx.new_id(), op="forall", args=args, modes=modes, kernel=kernel,
                                extent=(hi - lo,) + tuple(whole.extent[1:]), attrs=attrs,
                                rules=whole.rules, origin=whole.origin or (whole.id,)))
         ctx.replace(group, pieces)
+
+
+def _row_piece(whole: Node):
+    """``(lo, hi) -> (kernel, args, modes)`` running the kernel itself on rows
+    ``[lo, hi)`` of the arrays it indexes by row; None when it cannot (see
+    :func:`codegen.row_sliced`; only NumPy arrays are cut, lazy values have no rows yet)."""
+    ndim = len(whole.extent)
+    cut = codegen.row_sliced(whole.kernel, ndim)
+    if cut is None:
+        return None
+    rows = [p in cut for p in whole.kernel.params[ndim:]]
+    if not all(isinstance(a, np.ndarray) for a, r in zip(whole.args, rows) if r):
+        return None
+    return lambda lo, hi: (whole.kernel, tuple(a[lo:hi] if r else a for a, r in zip(whole.args, rows)),
+                           whole.modes)
+
+
+def _offset_piece(ctx, whole: Node):
+    """``(lo, hi) -> (kernel, args, modes)`` running the offset kernel of ``whole``."""
+    ndim = len(whole.extent)
+    kernel = ctx.cache.get_or_build(
+        ("offset", whole.kernel.name, whole.kernel.source_hash), (), (("ndim", ndim),),
+        lambda: _offset_kernel(whole.kernel, ndim))
+    return lambda lo, hi: (kernel, whole.args + (lo,), whole.modes + ("",))
 
 
 def _offset_kernel(kernel, ndim):
@@ -226,7 +265,7 @@ class Partition(Action):
         shares = {k: _expr(v) for k, v in (shares or {}).items()}
         for key, value in shares.items():
             if not isinstance(value, Expr):
-                _share(key, value)
+                check_share(key, value)
         object.__setattr__(self, "shares", tuple(shares.items()))
         object.__setattr__(self, "kinds", tuple(kinds) if kinds is not None else None)
 
@@ -241,7 +280,7 @@ class Partition(Action):
         else:
             weights = {}
             for key, value in self.shares:
-                share = _share(key, ctx.evaluate(value, match))
+                share = check_share(key, ctx.evaluate(value, match), value if isinstance(value, Expr) else None)
                 targets = [d for d in devices if d.id == key] or [d for d in devices if d.kind == key]
                 for dev in targets:
                     weights[dev.id] = weights.get(dev.id, 0.0) + share / len(targets)

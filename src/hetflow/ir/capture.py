@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import numbers
 import os
 
 import numpy as np
@@ -161,7 +162,8 @@ class Graph:
         return None
 
     def _record_alloc(self, shape, dtype=np.float64, fill=None, factory=None, name=None):
-        lazy = LazyArray(shape, dtype, fill=fill, factory=factory, name=name or f"t{len(self._lazy)}")
+        lazy = LazyArray(shape, dtype, fill=fill, factory=factory, name=name or f"t{len(self._lazy)}",
+                         graph=self.name)
         self._lazy.append(lazy)
         kind = "zeros" if fill == 0 else "empty" if fill is None else "full"
         self._add(Node(self._new_id(), "alloc", result=lazy, attrs={"name": kind}))
@@ -271,13 +273,21 @@ class Graph:
         with); ``RuleSet()`` runs with no rules. Passing another rule set than last time
         derives the versions again from the captured one. Returns the version that ran last.
         """
-        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        if isinstance(iterations, bool) or not isinstance(iterations, numbers.Integral) or iterations < 1:
             raise ArgumentError(f"iterations must be an integer >= 1; got {iterations!r}")
-        for _ in range(iterations):
+        self._not_inside_capture()
+        for _ in range(int(iterations)):
             version = self.adjust(rules)
             self._set_lazy_states(version)
             run_version(version, self.monitor)
         return self.current
+
+    def _not_inside_capture(self) -> None:
+        # Running while another graph records would run now what reads as part of that graph.
+        outer = _current.get()
+        if outer is not None and outer is not self:
+            raise ArgumentError(f"graphs do not nest: graph {self.name!r} cannot run while graph "
+                                f"{outer.name!r} is being captured; run it before or after that 'with' block")
 
     def _set_lazy_states(self, version: Version) -> None:
         # Outputs are only ever added: the version and their count say whether states hold.

@@ -8,8 +8,11 @@ kernel touches only at the launch index is passed as a *slot* (a stack variable 
 stands for the array's element at the launch index: it is never allocated).
 
 Splitting needs a kernel that runs a piece ``[off, off + n)`` of the outermost
-dimension: the offset kernel takes the piece's own index and calls the kernel at
-that index plus ``off``.
+dimension. A kernel that uses its row index only to subscript arrays' rows
+(:func:`row_sliced`) runs a piece as it is, on those arrays' rows ``[off, off + n)``:
+it then still writes only the rows of its launch index, so devices can share a
+piece. Any other kernel gets an offset kernel, which takes the piece's own index and
+calls the kernel at that index plus ``off``.
 """
 from __future__ import annotations
 
@@ -60,6 +63,50 @@ def launch_index_only(kernel: Kernel, ndim: int) -> set[str]:
         if isinstance(node, ast.Name) and node.id in data and id(node) not in exact:
             bad.add(node.id)
     return ok - bad
+
+
+def row_sliced(kernel: Kernel, ndim: int) -> frozenset | None:
+    """The data parameters to cut by rows so that ``kernel`` runs a piece of its launch
+    unchanged, or None when it cannot: its row index must appear only as the first
+    subscript of data parameters, or as the row index of a kernel it calls that can be
+    cut too (as fused kernels call theirs); those parameters only in such places
+    (``p.shape`` or ``f(p)`` would see the cut)."""
+    if unfusable_reason(kernel, ndim):
+        return None
+    fdef = kernel.definition
+    params = [a.arg for a in fdef.args.args]
+    row, data = params[0], set(params[ndim:])
+    cut, allowed = set(), set()
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in data:
+            first = node.slice.elts[0] if isinstance(node.slice, ast.Tuple) and node.slice.elts else node.slice
+            if isinstance(first, ast.Name) and first.id == row:
+                cut.add(node.value.id)
+                allowed.update((id(node.value), id(first)))
+        elif isinstance(node, ast.Call):
+            _called_with_rows(kernel, node, row, data, ndim, cut, allowed)
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Name) and node.id in cut | {row} and id(node) not in allowed:
+            return None
+    return frozenset(cut)
+
+
+def _called_with_rows(kernel: Kernel, call: ast.Call, row: str, data: set, ndim: int,
+                      cut: set, allowed: set) -> None:
+    """Adds to ``cut`` and ``allowed`` what ``call`` passes a kernel that can be cut by
+    rows at the same row index (its arguments then index rows there)."""
+    callee = kernel.namespace().get(call.func.id) if isinstance(call.func, ast.Name) else None
+    if not isinstance(callee, Kernel) or call.keywords or len(call.args) != len(callee.params):
+        return
+    first = call.args[0] if call.args else None
+    inner = row_sliced(callee, ndim) if isinstance(first, ast.Name) and first.id == row else None
+    if inner is None:
+        return
+    allowed.add(id(first))
+    for arg, param in zip(call.args[ndim:], callee.params[ndim:]):
+        if isinstance(arg, ast.Name) and arg.id in data and param in inner:
+            cut.add(arg.id)
+            allowed.add(id(arg))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,12 +6,16 @@
   placed on its remaining devices, shares renormalised (or left to the runtime).
 - ``drop-idle-devices`` (85): a device that ran none of a co-executed launch's indices
   ``IDLE_RUNS`` times in a row (its copies outlast the loop on the other devices) is
-  taken out of that launch's placement, which saves its copies on every later run.
-- ``adopt-new-devices`` (80): when a device is added, compile every launched kernel for
-  the devices it lacks and spread launches evenly over all devices (work stealing
-  then balances them).
-- ``resplit-on-node-change`` (70): a launch split over nodes is cut again when the node
-  count changes.
+  taken out of that launch's placement, which saves its copies on every later run;
+  its idle count starts again, so a rule that puts it back does not fight this one.
+- ``adopt-new-devices`` (80): when a device is added, compile every launch placed on
+  fewer devices than the topology has for the devices it lacks and spread it evenly
+  over all devices (work stealing then balances them). A launch already on every
+  device is left alone, so a user rule that sets shares over all devices does not
+  fight it.
+- ``resplit-on-node-change`` (70): a launch split over nodes (one placed piece per
+  node, ``node.nodes``) is cut again when the node count changes; other splits are
+  left alone.
 """
 from __future__ import annotations
 
@@ -51,10 +55,18 @@ def idle_devices(ctx, node: Node, candidates) -> list:
 
 def drop_idle_devices(ctx, match) -> Node | None:
     """The matched launch without the devices that ran none of its last IDLE_RUNS
-    co-executed launches (None: unchanged). At least one device stays."""
-    placed = match.node.attrs.get("devices") or ()
-    idle = idle_devices(ctx, match.node, placed)
-    return _without(match.node, idle) if len(idle) < len(placed) else None
+    co-executed launches (None: unchanged). At least one device stays. Their idle counts
+    start again: a rule that puts a device back (a user's partition, adopt-new-devices)
+    gives it IDLE_RUNS more runs instead of re-triggering this rule for ever."""
+    node = match.node
+    placed = node.attrs.get("devices") or ()
+    idle = idle_devices(ctx, node, placed)
+    if not idle or len(idle) == len(placed):
+        return None
+    for device in idle:
+        ctx.variables[f"idle.{node.kernel.name}.{device}"] = 0
+    ctx.variables["devices.idle"] = max(0, ctx.variables.get("devices.idle", 0) - len(idle))
+    return _without(node, idle)
 
 
 def default_rules() -> list[Rule]:
@@ -66,10 +78,11 @@ def default_rules() -> list[Rule]:
         Rule("drop-idle-devices", when="defined('devices.idle') and devices.idle > 0",
              match=NodePattern(op="forall"), then=drop_idle_devices, priority=85,
              description="take a device that keeps running none of a co-executed launch out of it"),
-        Rule("adopt-new-devices", when="happened('device_added')", match=NodePattern(op="forall"),
+        Rule("adopt-new-devices", when="happened('device_added') and node.devices < count('device')",
+             match=NodePattern(op="forall"),
              then=[Compile(), Partition()], priority=80,
              description="compile for new devices and spread launches over them"),
-        Rule("resplit-on-node-change", when="node.pieces > 1 and node.pieces != count('node')",
+        Rule("resplit-on-node-change", when="node.nodes > 0 and node.nodes != count('node')",
              match=NodePattern(op="forall"), then=Split(), priority=70,
              description="re-cut launches split over nodes when the node count changes"),
     ]

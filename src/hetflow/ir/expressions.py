@@ -44,6 +44,13 @@ BUILTINS: dict[str, Callable] = {
 }
 CONTEXT_FUNCTIONS = ("count", "defined", "happened", "compiled")
 FUNCTIONS = frozenset(BUILTINS) | frozenset(CONTEXT_FUNCTIONS)
+# How many arguments each function takes (fewest, most; None: no limit), checked when
+# an expression is parsed so that a rule file with min() fails when it loads.
+ARITY = {"min": (2, None), "max": (2, None), "abs": (1, 1), "round": (1, 2), "floor": (1, 1),
+         "ceil": (1, 1), "count": (1, 1), "defined": (1, 1), "happened": (1, 1), "compiled": (1, 1)}
+# The fields of the matched node an expression reads as node.<field> (the interpreter's
+# Scope gives their values): any other node.<name> is refused when parsed.
+NODE_FIELDS = ("id", "op", "kernel", "size", "ndim", "dtype", "place", "pieces", "devices", "nodes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,7 +263,7 @@ class _Compiler:
     def _Name(self, node, depth):
         if node.id in ("true", "false"):
             raise self.error(f"unknown name {node.id!r}: write {node.id.capitalize()}, as in Python", node)
-        return self._variable(node.id)
+        return self._variable(node.id, node)
 
     def _Attribute(self, node, depth):
         parts, base = [node.attr], node.value
@@ -266,9 +273,12 @@ class _Compiler:
         if not isinstance(base, ast.Name):
             raise self.error("attributes are read from variable names only (as in gpu.utilization)", node)
         parts.append(base.id)
-        return self._variable(".".join(reversed(parts)))
+        return self._variable(".".join(reversed(parts)), node)
 
-    def _variable(self, name: str):
+    def _variable(self, name: str, node: ast.AST):
+        field = name[5:] if name.startswith("node.") else None
+        if field is not None and field not in NODE_FIELDS:
+            raise self.error(f"unknown node field {field!r} (node fields: {', '.join(NODE_FIELDS)})", node)
         self.names.add(name)
 
         def variable(env, name=name, text=self.text):
@@ -367,6 +377,10 @@ class _Compiler:
         if node.keywords:
             raise self.error(f"{node.func.id}() takes positional arguments only", node)
         name = node.func.id
+        fewest, most = ARITY[name]
+        if len(node.args) < fewest or (most is not None and len(node.args) > most):
+            takes = f"{fewest}" if fewest == most else f"{fewest} or more" if most is None else f"{fewest} to {most}"
+            raise self.error(f"{name}() takes {takes} argument(s), {len(node.args)} given", node)
         if name == "defined":  # reads the variable it names
             self.names.update(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
         args, builtin, column = tuple(self.compile(a, depth) for a in node.args), BUILTINS.get(name), self.column(node)

@@ -11,7 +11,8 @@ Legality (anything else leaves the graph alone):
   result must stay acyclic).
 
 An intermediate becomes a local slot (never allocated) when it is a lazy array
-created in the graph, not marked as read outside it, touched by no node outside the
+allocated by this graph (an ``alloc`` node of it: another graph's lazy array is that
+graph's memory), not marked as read outside it, touched by no node outside the
 chain, first written (not read) by the chain, and always accessed at the launch index.
 """
 from __future__ import annotations
@@ -86,14 +87,17 @@ def _uses(chain, ndim):
 def _eliminable(ctx, chain, uses) -> set[int]:
     chain_ids = {n.id for n in chain}
     outside: set[int] = set()
+    allocated: set[int] = set()
     for node in ctx.nodes:
-        if node.id in chain_ids or (node.op == "alloc" and isinstance(node.result, LazyArray)):
-            continue
-        outside.update(id(obj) for obj, _ in node.accesses())
+        if node.op == "alloc" and isinstance(node.result, LazyArray):
+            allocated.add(id(node.result))
+        elif node.id not in chain_ids:
+            outside.update(id(obj) for obj, _ in node.accesses())
     local = set()
     for key, entries in uses.items():
         arg = entries[0][2]
-        if not isinstance(arg, LazyArray) or key in outside or key in ctx.outputs:
+        # Only this graph's own allocations: another graph's lazy array keeps its memory.
+        if not isinstance(arg, LazyArray) or key not in allocated or key in outside or key in ctx.outputs:
             continue
         if arg.dtype.kind not in "biufc" or not all(exact for *_, exact in entries):
             continue

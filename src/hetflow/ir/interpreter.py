@@ -156,6 +156,7 @@ def _node_variable(node: Node, field: str):
         "place": lambda: node.attrs.get("place", -1),
         "pieces": lambda: node.attrs.get("piece", (0, 1))[1],
         "devices": lambda: len(node.attrs.get("devices", ())),
+        "nodes": lambda: node.attrs.get("nodes", 0),
     }
     if field not in values:
         raise KeyError(f"node.{field}")

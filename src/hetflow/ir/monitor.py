@@ -295,7 +295,9 @@ def _device_added(mon: Monitor, data):
 
 
 def _device_removed(mon: Monitor, data):
-    mon.topology.remove(_device_id(data, "device_removed"))
+    dev_id = _device_id(data, "device_removed")
+    if not mon.topology.remove(dev_id):
+        raise ArgumentError(f"device_removed names {dev_id!r}, which is not in the topology")
 
 
 def _device_failed(mon: Monitor, data):

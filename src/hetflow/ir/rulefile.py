@@ -24,7 +24,7 @@ action tables), ``priority``, ``enabled``, ``description``. Match keys: ``op``,
 - ``split``: ``pieces`` (1 to :data:`~hetflow.ir.actions.MAX_PIECES`, or an
   expression), ``place`` (bool)
 - ``substitute``: ``map`` (kernel or op name -> hetflow.library name or a name in the
-  ``kernels`` given to the loader)
+  ``kernels`` given to the loader; another name is an error when the file loads)
 - ``partition``: ``shares`` (device id or kind -> a finite number >= 0 or an
   expression), ``kinds``
 - ``compile``: ``kinds``
@@ -49,6 +49,7 @@ import re
 import tomllib
 from pathlib import Path
 
+from .. import library
 from ..errors import RuleError, RuleSyntaxError
 from . import actions as A
 from .expressions import Expr, Where, parse
@@ -342,6 +343,10 @@ def _substitute(spec, at):
     mapping = _expect(spec["map"], dict, at, "map")
     for key, value in mapping.items():
         _expect(value, str, at, "map", key)
+        if value not in at.kernels and value not in library.KERNELS:  # else it fails only when it fires
+            given = f" or the kernels given to the loader ({', '.join(sorted(at.kernels))})" if at.kernels else ""
+            raise (at / "map" / key).error(f"no kernel {value!r} in hetflow.library "
+                                           f"({', '.join(sorted(library.KERNELS))}){given}")
     return A.Substitute(mapping, at.kernels)
 
 
@@ -349,8 +354,19 @@ def _partition(spec, at):
     shares = None
     if "shares" in spec:
         table = _expect(spec["shares"], dict, at, "shares")
-        shares = {k: _value(v, at / "shares" / k) for k, v in table.items()}
+        shares = {k: _share(k, v, at / "shares" / k) for k, v in table.items()}
     return A.Partition(shares, kinds=_kinds(spec, at))
+
+
+def _share(key: str, value, at: _At):
+    """A share: an expression, or a constant checked here so that its error names its key."""
+    value = _value(value, at)
+    if not isinstance(value, Expr):
+        try:
+            A.check_share(key, value)
+        except RuleError as exc:
+            raise at.error(str(exc)) from None
+    return value
 
 
 def _compile(spec, at):

@@ -21,13 +21,14 @@ from ..errors import ArgumentError
 class LazyArray:
     """An array allocated inside a graph: shape and dtype now, memory on first need."""
 
-    def __init__(self, shape, dtype, fill=None, factory=None, name: str = ""):
+    def __init__(self, shape, dtype, fill=None, factory=None, name: str = "", graph: str = "graph"):
         self.shape = tuple(int(s) for s in (shape if isinstance(shape, tuple) else
                                              (shape,) if isinstance(shape, numbers.Integral) else shape))
         self.dtype = np.dtype(dtype)
         self.fill = fill            # value written at every run (zeros: 0), or None (empty)
         self.factory = factory      # callable(shape, dtype) -> array; default numpy.empty
         self.name = name
+        self.graph = graph          # the name of the graph that allocated it, for messages
         self._array = None
         # 'capturing' | 'pending' (captured, never run) | 'ready' | 'fused' (not in the running version)
         self._state = "capturing"
@@ -47,14 +48,15 @@ class LazyArray:
 
     def materialize(self):
         """The backing array, allocated (and filled) the first time it is needed."""
+        what = f"lazy array {self.name} of graph {self.graph!r}"
         if self._state == "capturing":
-            raise ArgumentError(f"lazy array {self.name} has no value while its graph is being captured; "
+            raise ArgumentError(f"{what} has no value while its graph is being captured; "
                                 f"read it after g.run()")
         if self._state == "pending":
-            raise ArgumentError(f"lazy array {self.name} has not been computed yet: run the graph first")
+            raise ArgumentError(f"{what} has not been computed yet: run the graph first (g.run())")
         if self._state == "fused":
             raise ArgumentError(
-                f"lazy array {self.name} was fused away ({self._fused_by}): no memory was allocated "
+                f"{what} was fused away ({self._fused_by}): no memory was allocated "
                 f"for it; mark it with g.output({self.name}) before running to keep it")
         if self._array is None:
             make = self.factory or np.empty
@@ -154,3 +156,12 @@ def resolve(obj):
     if isinstance(obj, Handle):
         return obj.result()
     return obj
+
+
+def concrete(args: tuple) -> tuple:
+    """``args`` of a launch that runs now (no graph capturing), lazy arrays and results of
+    graphs replaced by what they computed; ArgumentError naming the graph for a lazy
+    array it has not computed."""
+    if not any(isinstance(a, (LazyArray, Handle)) for a in args):
+        return args
+    return tuple(resolve(a) for a in args)

@@ -13,10 +13,12 @@ stays silent unless ``force=True``::
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import sys
 import threading
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, ArgumentTypeError
 
 
 class Progress:
@@ -52,9 +54,11 @@ class Progress:
         return self._completed
 
     def advance(self, k: float = 1) -> None:
-        """Count ``k`` more units of work done."""
-        if k < 0:
-            raise ArgumentError(f"progress can only advance by a non-negative amount, got {k!r}")
+        """Count ``k`` (a finite number >= 0) more units of work done."""
+        if isinstance(k, bool) or not isinstance(k, numbers.Real):
+            raise ArgumentTypeError(f"progress advances by a number, got {type(k).__name__} {k!r}")
+        if not 0 <= k < math.inf:  # NaN fails this too
+            raise ArgumentError(f"progress can only advance by a finite non-negative amount, got {k!r}")
         with self._lock:
             self._completed += k
 

@@ -342,8 +342,9 @@ def plot_timeline(source, path, *, title: str | None = None, window=None, zoom=N
             raise ArgumentError(f"{name} must be a positive number, got {value!r}")
     contents = _contents(source)
     if not contents.lanes:
-        raise ArgumentError("nothing to draw: the trace has no workers. Only co-executed loops "
-                            "(several devices, or schedule='steal'/'static') produce run reports")
+        raise ArgumentError("nothing to draw: the trace has no workers (it holds no run report). "
+                            "Record launches with hetflow.trace.record(): every loop run while "
+                            "recording, on one device or several, adds its run report")
     window = _window(contents, window)
     zoomed = _zoom(contents, zoom)
     windows = [window] + ([zoomed] if zoomed else [])

@@ -217,11 +217,13 @@ def test_a_computed_lazy_array_runs_eagerly_as_its_array_and_a_pending_one_says_
     with pytest.raises(ArgumentError, match="lazy array t0 of graph 'producer' has not been computed "
                                             r"yet: run the graph first \(g.run\(\)\)"):
         concrete((1.0, t, y))
+    with pytest.raises(ArgumentError, match="lazy array t0 of graph 'producer' has not been computed"):
+        hetflow.forall(n, scale, 1.0, t, y)
     g.output(t)
     g.run()
     args = concrete((1.0, t, y))
     assert args[1] is np.asarray(t)
-    hetflow.forall(n, scale, *args)
+    hetflow.forall(n, scale, 1.0, t, y)   # eagerly, as the array it stands for
     np.testing.assert_array_equal(y, 2.0 * x)
     plain = (1.0, x, y)
     assert concrete(plain) is plain

@@ -14,7 +14,9 @@ import numbers
 import numpy as np
 
 from .index import arrays
+from .errors import ArgumentTypeError
 from .ir.capture import current_graph
+from .ir.values import concrete
 from .kernels import Kernel
 from .runtime import binops, reductions, scan_sort
 from .runtime import wavefront as _wavefront
@@ -47,7 +49,15 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None, snaps
     if g is not None:  # capturing a DIR: record, run later (hetflow.graph)
         return g.record("forall", extent=extent, kernel=kernel, args=args, device=device, shares=shares,
                         schedule=schedule, snapshot=snapshot)
-    return run_forall(extent, kernel, args, device, schedule, shares, snapshot)
+    try:
+        return run_forall(extent, kernel, args, device, schedule, shares, snapshot)
+    except ArgumentTypeError:
+        # A graph's lazy array (g.output) stands for what the graph computed: looked for
+        # only once the runtime refused an argument, so a launch's path stays as it is.
+        given = concrete(args)
+        if given is args:
+            raise
+    return run_forall(extent, kernel, given, device, schedule, shares, snapshot)
 
 
 def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=True, identity=None):

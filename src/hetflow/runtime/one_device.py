@@ -23,7 +23,7 @@ def run_on(launch, wait: bool = False) -> LaunchReport:
         except Exception as exc:
             if dev.kind != "gpu":
                 raise
-            raise staging.device_failure(launch, exc, []) from exc  # nothing of it ran
+            staging.raise_failure(launch, exc, [])  # nothing of it ran
     t0, pieces = perf_counter(), None
     if dev.kind == "cpu":
         pieces = cpu.run(launch, dev.compute_units)

@@ -64,7 +64,7 @@ def run(launch: Launch) -> None:
         try:
             gpu.run(launch)
         except Exception as exc:  # nothing of it reaches the host
-            raise device_failure(launch, exc, []) from exc
+            raise_failure(launch, exc, [])
         return
     rows = launch.extent[0]
     chunks = GpuChunks(launch, pinned=False)  # staged copies to pageable memory are synchronous
@@ -83,21 +83,24 @@ def run(launch: Launch) -> None:
         chunks.landed = None  # from here on, whole arrays land: what did is not known
         chunks.copy_back()
     except Exception as exc:
-        raise device_failure(launch, exc, chunks.landed) from exc
+        raise_failure(launch, exc, chunks.landed)
     chunks.release()
 
 
-def device_failure(launch: Launch, exc: BaseException, landed) -> BaseException:
-    """What a launch that failed on its GPU raises: the kernel's own exception as it
-    is; else a DeviceError naming the device and kernel (``exc`` itself if it is one),
-    whose ``landed`` lists the row ranges whose results reached the host (None: not
-    known), so that another device can run the rest (:mod:`hetflow.runtime.coexec`)."""
+def raise_failure(launch: Launch, exc: BaseException, landed):
+    """Raise, for ``exc`` that stopped a launch on its GPU: the kernel's own exception
+    (or another of hetflow's) as it is; else a DeviceError naming the device and kernel
+    (``exc`` itself if it is one), whose ``landed`` lists the row ranges whose results
+    reached the host (None: not known), so that another device can run the rest
+    (:mod:`hetflow.runtime.coexec`). Called while ``exc`` is being handled."""
     if isinstance(exc, KERNEL_RAISED) or (isinstance(exc, HetflowError) and not isinstance(exc, DeviceError)):
-        return exc
-    err = exc if isinstance(exc, DeviceError) else DeviceError(
-        f"{launch.device.id} failed running kernel {launch.kernel.name!r}: {exc!r}")
+        raise exc
+    if isinstance(exc, DeviceError):
+        exc.landed = landed
+        raise exc
+    err = DeviceError(f"{launch.device.id} failed running kernel {launch.kernel.name!r}: {exc!r}")
     err.landed = landed
-    return err
+    raise err from exc
 
 
 class PinnedPool:

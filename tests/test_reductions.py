@@ -661,3 +661,34 @@ def test_gpu_scan_and_sort(cp):
 def test_gpu_data_on_a_cpu_device_is_refused(cp):
     with pytest.raises(ArgumentError, match="lives on a GPU but device cpu0 is a CPU"):
         reduce(cp.ones(3), "sum", device="cpu0")
+
+
+# -- reduce(x, op, axis, device): by position or by keyword -----------------------------------
+def test_positional_axis_keeps_the_keyword_device():
+    x = RNG.random((3, 4))
+    np.testing.assert_allclose(reduce(x, "sum", 0, device="cpu0"), x.sum(axis=0))
+    np.testing.assert_allclose(reduce(x, "sum", 1, "cpu0"), x.sum(axis=1))
+    with pytest.raises(hetflow.errors.DeviceError, match="no device with id 'no-such-device'"):
+        reduce(x, "sum", 0, device="no-such-device")
+
+
+@pytest.mark.parametrize("args, kwargs, message", [
+    ((0,), dict(axis=1), r"reduce\(\) got axis twice \(0 by position and axis=1\)"),
+    ((None,), dict(axis=1), r"reduce\(\) got axis twice \(None by position and axis=1\)"),
+    ((0, "cpu0"), dict(device="cpu0"), r"reduce\(\) got device twice \('cpu0' by position and device='cpu0'\)"),
+])
+def test_an_argument_given_by_position_and_keyword_is_refused(args, kwargs, message):
+    x = RNG.random((3, 4))
+    with pytest.raises(ArgumentTypeError, match=message):
+        reduce(x, "sum", *args, **kwargs)
+    with pytest.raises(ArgumentTypeError, match=message), hetflow.graph():
+        reduce(x, "sum", *args, **kwargs)
+
+
+def test_regrouped_products_can_overflow_where_the_sequential_fold_does_not():
+    """As docs/guide/reductions.md says: a block's partial product overflows to inf,
+    and 0 * inf is NaN, where NumPy's sequential fold stays 0."""
+    x = np.concatenate([[1.0, 0.0], np.full(600, 1e200), [1.0]])
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert np.prod(x[1:-1]) == 0.0
+        assert np.isnan(reduce(interior(x, 1), "prod", device="cpu0"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ArgumentError
+from .errors import ArgumentError, ArgumentTypeError, ShapeError
 from .kernels import kernel
 from .runtime.forall import forall
 
@@ -54,10 +54,11 @@ def copy(i, x, out):
 
 @kernel
 def dot_partial(i, x, y, block, partial):
-    """partial[i] = sum of x[k] * y[k] over block i of length ``block``."""
+    """partial[i] += the sum of x[k] * y[k] over block i of length ``block``, in the
+    element type of ``partial`` (bools: whether some product is true)."""
     lo = i * block
     hi = min(lo + block, x.shape[0])
-    acc = 0.0
+    acc = partial[i]  # partial's type: a float64 accumulator rounds int64 above 2**53
     for k in range(lo, hi):
         acc += x[k] * y[k]
     partial[i] = acc
@@ -75,13 +76,32 @@ def get(name: str):
 
 
 def dot(x, y, *, blocks: int = 256, device=None):
-    """x · y through ``dot_partial`` plus a final sum of the partials."""
+    """x · y of two vectors (arrays, or what ``np.asarray`` reads: a list), as
+    ``np.dot`` gives it: ``dot_partial`` per block, then a sum of the partials, both in
+    NumPy's result type (integers wrap as NumPy's do; bools: whether some product is true)."""
+    x, y = _vector(x, "x"), _vector(y, "y")
     n = x.shape[0]
+    if y.shape[0] != n:
+        raise ShapeError(f"dot: shapes {tuple(x.shape)} and {tuple(y.shape)} not aligned: "
+                         f"{n} (dim 0) != {y.shape[0]} (dim 0)")
+    dtype = np.result_type(x.dtype, y.dtype)
+    if dtype.kind not in "biufc":
+        raise ArgumentTypeError(f"dot: x and y hold {x.dtype} and {y.dtype}; dot takes bools and numbers "
+                                f"(integers, floats, complex)")
     blocks = max(1, min(blocks, n))
     block = -(-n // blocks) if n else 1
-    partial = np.zeros(blocks, dtype=np.result_type(x.dtype, y.dtype))
+    partial = np.zeros(blocks, dtype=dtype)
     forall(blocks, dot_partial, x, y, block, partial, device=device)
-    return partial.sum()
+    return partial.sum(dtype=dtype)  # (a sum of bools in bools: their logical or)
+
+
+def _vector(a, name: str):
+    """``a`` as :func:`dot` takes it: of rank 1, read by ``np.asarray`` where it is no array."""
+    if not hasattr(a, "shape"):
+        a = np.asarray(a)
+    if len(a.shape) != 1:
+        raise ShapeError(f"dot: {name} must be a vector (1-D); got shape {tuple(a.shape)}")
+    return a
 
 
 def precompile(dtypes=("float64", "float32"), device=None) -> int:

@@ -199,7 +199,7 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
 
 def array_arguments(what, args, op, axis, device):
     """``(op, axis, device)`` of reduce's array form, ``reduce(x, op, axis, device)``, each
-    given by position or by keyword."""
+    given by position or by keyword, not both (as Python refuses it)."""
     if what is not None:
         if op is not None:
             raise ArgumentTypeError(f"reduce: op given twice ({what!r} and op={op!r})")
@@ -207,8 +207,13 @@ def array_arguments(what, args, op, axis, device):
     if len(args) > 2:
         raise ArgumentTypeError(f"reduce(x, op, axis, device) takes at most 4 positional arguments; "
                                 f"got {2 + len(args)} (for a kernel, give an extent first)")
-    axis, device = (*args, axis, device)[:2] if args else (axis, device)
-    return op, axis, device
+    given = {"axis": axis, "device": device}
+    for name, value in zip(given, args):
+        if given[name] is not None:
+            raise ArgumentTypeError(f"reduce() got {name} twice ({value!r} by position and "
+                                    f"{name}={given[name]!r})")
+        given[name] = value
+    return op, given["axis"], given["device"]
 
 
 def _scalar(value, x):

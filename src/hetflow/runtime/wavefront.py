@@ -33,11 +33,14 @@ from pathlib import Path
 import numba
 
 from ..errors import ArgumentError, ArgumentTypeError, HetflowError, KernelRaisedError, ShapeError
+from ..index import views as _views
 from ..kernels import Kernel
+from . import aliasing as _aliasing
 from . import cpu
 from .blockgen import kernel_body
+from .buffers import acquired, wrote
 from .forall import forall, resolve_devices
-from .launch import bind, normalize_extent
+from .launch import bind, check_extent, normalize_extent, with_defaults
 
 # Inside a tile the fewest rows and columns: smaller tiles cost more in synchronisation
 # than their parallelism gains.
@@ -57,8 +60,9 @@ def wavefront(extent, kernel, *args, tile=None, device=None):
     ext = normalize_extent(extent)
     if len(ext) != 2:
         raise ShapeError(f"wavefront: the extent must have rank 2 (rows, columns); got {ext}")
-    if not isinstance(kernel, Kernel) or not kernel.has_source:
-        raise ArgumentTypeError(f"wavefront: {kernel!r} must be a hetflow kernel with readable source")
+    args = _check_arguments(kernel, ext, args)
+    tiles = tile_kernel(kernel)
+    _check_aliasing(kernel, tiles, args)
     devs = resolve_devices(device, args)
     if len(devs) != 1:
         raise ArgumentError(f"wavefront runs on one device; got {len(devs)} "
@@ -66,43 +70,118 @@ def wavefront(extent, kernel, *args, tile=None, device=None):
     dev = devs[0]
     if 0 in ext:
         return None
-    h, w = _tile(tile, ext, dev)
-    nt0, nt1 = -(-ext[0] // h), -(-ext[1] // w)
-    tiles = tile_kernel(kernel)
+    size = _tile(tile, ext, dev)
     if dev.kind == "gpu":
-        for d in range(nt0 + nt1 - 1):
-            t0 = max(0, d - nt1 + 1)
-            forall(min(d, nt0 - 1) + 1 - t0, tiles, d, t0, *ext, h, w, *args, device=dev)
+        for d in range(_diagonals(ext, size)):
+            _gpu_diagonal(kernel, tiles, d, ext, size, args, dev)
         return None
-    launch = bind(tiles, 1, (0, 0, *ext, h, w, *args), dev)
+    launch = bind(tiles, 1, (0, 0, *ext, *size, *args), dev)
+    if not launch.plan.buffers:
+        return _cpu_sweep(kernel, launch, ext, size)
+    launch = acquired(launch)  # the Buffers' host copies, made current, as forall does
+    try:
+        return _cpu_sweep(kernel, launch, ext, size)
+    finally:  # what ran wrote the host copies, in a sweep that raised too
+        wrote(launch, launch.written)
+
+
+def _check_arguments(kernel, ext: tuple, args: tuple) -> tuple:
+    """``args`` completed by ``kernel``'s default values, checked as ``forall`` checks a
+    launch of it over ``ext``: before anything runs, on every device, naming the kernel
+    the user wrote (the tile kernel that runs takes other parameters)."""
+    if not isinstance(kernel, Kernel) or not kernel.has_source:
+        raise ArgumentTypeError(f"wavefront: {kernel!r} must be a hetflow kernel with readable source")
+    if len(kernel.params) < 2:
+        raise ArgumentTypeError(f"wavefront: kernel {kernel.name!r} takes {len(kernel.params)} parameter(s) "
+                                f"({', '.join(kernel.params)}); it must take two index parameters (i, j), "
+                                f"then its data arguments")
+    args = with_defaults(kernel, 2, args)
+    check_extent(kernel, ext, args)
+    return args
+
+
+def _check_aliasing(kernel, tiles, args: tuple) -> None:
+    """ShapeError where an argument the kernel writes overlaps another one. The tiles of
+    a diagonal run at once: the results are the sequential loop's only if what the kernel
+    reads through one name of elements it writes through the other is at (i - a, j - b)
+    or (i + a, j + b) of the writing index, which its source does not tell."""
+    uses = _aliasing.Uses.of(tiles, 1)
+    pairs = _aliasing.conflicts(tiles, (1,), (0,) * HEAD + args, uses)
+    if not pairs:
+        return
+    data, how = kernel.params[2:], "writes" if pairs[0][1] in uses.written else "reads"
+    w, k = (p - HEAD for p in pairs[0])
+    raise ShapeError(
+        f"wavefront: kernel {kernel.name!r} writes argument {data[w]!r} ({_views.describe(args[w])}) and "
+        f"{how} argument {data[k]!r} ({_views.describe(args[k])}), which overlap in one array: tiles run at once keep "
+        f"the sequential loop's order only where the kernel reads what it writes at (i - a, j - b) or "
+        f"(i + a, j + b), which cannot be checked through two arguments; pass the array once, indexed at "
+        f"offsets (a[i + 1, j + 1] = a[i, j + 1] + ...), or write into another array")
+
+
+def _tiles(ext: tuple, size: tuple) -> tuple[int, int]:
+    """Rows and columns of tiles of ``size`` covering ``ext``."""
+    return -(-ext[0] // size[0]), -(-ext[1] // size[1])
+
+
+def _diagonals(ext: tuple, size: tuple) -> int:
+    """How many anti-diagonals of tiles of ``size`` cover ``ext``."""
+    return sum(_tiles(ext, size)) - 1
+
+
+def _diagonal(d: int, ext: tuple, size: tuple) -> tuple[int, int]:
+    """(first tile row, number of tiles) of anti-diagonal ``d``."""
+    nt0, nt1 = _tiles(ext, size)
+    t0 = max(0, d - nt1 + 1)
+    return t0, min(d, nt0 - 1) + 1 - t0
+
+
+def _cpu_sweep(kernel, launch, ext: tuple, size: tuple) -> None:
+    """Every diagonal of the tile kernel's launch ``launch``, in order, on its CPU."""
     cpu.compile_launch(launch)
-    parts = min(numba.get_num_threads(), dev.compute_units)
+    parts = min(numba.get_num_threads(), launch.device.compute_units)
     # One core, one tile, or a kernel that may raise (Numba's parallel regions lose an
     # exception, and a sweep in place cannot be run again to find it): in order here.
-    if parts <= 1 or nt0 * nt1 == 1 or _may_raise(kernel):
-        for d in range(nt0 + nt1 - 1):
-            t0 = max(0, d - nt1 + 1)
-            _run_diagonal(kernel, launch, (d, t0, *ext, h, w), min(d, nt0 - 1) + 1 - t0)
+    if parts <= 1 or size == ext or _may_raise(kernel):
+        for d in range(_diagonals(ext, size)):
+            t0, count = _diagonal(d, ext, size)
+            _run_diagonal(kernel, launch, (d, t0, *ext, *size), count)
         return None
-    sweep = _sweep(launch.executable, len(launch.entry_args) - 6)
+    sweep = _sweep(launch.executable, len(launch.entry_args) - HEAD)
     with _sweep_lock, cpu._parallel_lock:
         try:
-            sweep(nt0, nt1, parts, *ext, h, w, *launch.entry_args[6:])
+            sweep(*_tiles(ext, size), parts, *ext, *size, *launch.entry_args[HEAD:])
         except HetflowError:
             raise
         except Exception as exc:  # Numba's own failure (the kernel cannot raise here)
-            raise KernelRaisedError.of(kernel.name, dev.id, None, None, exc) from exc
+            raise KernelRaisedError.of(kernel.name, launch.device.id, None, None, exc) from exc
     return None
 
 
-def _run_diagonal(kernel, launch, head, count):
+def _run_diagonal(kernel, launch, head: tuple, count: int) -> None:
     """The tiles ``[0, count)`` of one diagonal, in order, on the calling thread."""
     try:
-        launch.executable.entry(0, count, *head, *launch.entry_args[6:])
+        launch.executable.entry(0, count, *head, *launch.entry_args[HEAD:])
     except HetflowError:  # checked mode's, naming the index
         raise
     except Exception as exc:
         raise KernelRaisedError.of(kernel.name, launch.device.id, None, None, exc) from exc
+
+
+def _gpu_diagonal(kernel, tiles, d: int, ext: tuple, size: tuple, args: tuple, dev) -> None:
+    """Diagonal ``d``: one GPU launch, a thread per tile. What the kernel raises names the
+    grid's rows, not the launch's (its tiles)."""
+    t0, count = _diagonal(d, ext, size)
+    try:
+        forall(count, tiles, d, t0, *ext, *size, *args, device=dev)
+    except KernelRaisedError as exc:
+        # The kernel's own exception (a simulated GPU's; a real GPU's kernel cannot raise).
+        cause = exc.__cause__
+        if exc.rows is None or cause is None:
+            raise
+        lo, hi = exc.rows
+        raise KernelRaisedError.of(kernel.name, dev.id, (t0 + lo) * size[0], min((t0 + hi) * size[0], ext[0]),
+                                   cause) from cause
 
 
 _sweep_lock = threading.Lock()
@@ -131,14 +210,24 @@ def _tile(tile, ext, dev) -> tuple[int, int]:
     return tuple(min(n, max(MIN_TILE, -(-n // (TILES_PER_CORE * cores)))) for n in ext)
 
 
+# The tile kernel's parameters between its index and the user's data: the diagonal, its
+# first tile row, the extent and the tile size.
+HEAD_PARAMS = ("__hf_d", "__hf_t0", "__hf_n0", "__hf_n1", "__hf_h", "__hf_w")
+HEAD = len(HEAD_PARAMS)
+
+
 @functools.lru_cache(maxsize=128)
 def tile_kernel(kernel: Kernel) -> Kernel:
     """A kernel over the tiles of one anti-diagonal ``d`` of tiles: tile ``t`` is the one
-    in tile row ``t0 + t``; it runs ``kernel``'s body at each of its indices in order."""
+    in tile row ``t0 + t``; it runs ``kernel``'s body at each of its indices in order.
+
+    It has ``kernel``'s name, so that what fails inside it (checked mode, a ``raise``, a
+    compile error) names the kernel the user wrote, and its options (its data parameters
+    are ``kernel``'s, so declared accesses hold for it too)."""
     i, j = kernel.params[:2]
     data = kernel.params[2:]
     lines = [
-        f"def wavefront_tiles(__hf_t, __hf_d, __hf_t0, __hf_n0, __hf_n1, __hf_h, __hf_w, {', '.join(data)}):",
+        f"def wavefront_tiles(__hf_t, {', '.join(HEAD_PARAMS + data)}):",
         f"    def __hf_at({i}, {j}):",
         *("        " + line if line else "" for line in kernel_body(kernel).splitlines()),
         "    __hf_bi = __hf_t0 + __hf_t",
@@ -162,7 +251,10 @@ def tile_kernel(kernel: Kernel) -> Kernel:
         "            __hf_j += 1",
         "        __hf_i += 1",
     ]
-    return Kernel.from_source(f"hf_wavefront_{kernel.name}", "\n".join(lines) + "\n", kernel.namespace())
+    generated = Kernel.from_source(kernel.name, "\n".join(lines) + "\n", kernel.namespace())
+    reads = None if kernel.reads is None else kernel.reads | set(HEAD_PARAMS)
+    return Kernel(generated.pyfunc, source=generated.source, name=kernel.name, boundscheck=kernel.boundscheck,
+                  fastmath=kernel.fastmath, inline=kernel.inline, writes=kernel.writes, reads=reads)
 
 
 _sweeps: dict = {}

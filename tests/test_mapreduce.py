@@ -195,3 +195,16 @@ def test_gpu_map_reduce_of_cupy_arrays():
     assert np.isclose(got, ((f[1:-1, 1:-1] - lap) ** 2).sum(), rtol=1e-11)
     d = RNG.integers(-50, 50, 100_003)
     assert reduce(d.size, digit, d, device=["cpu0", "gpu0"]) == d.sum()
+
+
+@hetflow.kernel(boundscheck=True)
+def next_one(i, x):
+    return x[i + 1]
+
+
+def test_a_checked_kernel_stays_checked_in_a_map_reduce():
+    # The generated block kernel dropped the kernel's options: the read past x went unseen.
+    x = np.ones(10)
+    assert hetflow.reduce(9, next_one, x) == 9.0
+    with pytest.raises(hetflow.errors.IndexOutOfBoundsError, match=r"indexed 'x' out of bounds: index 10"):
+        hetflow.reduce(10, next_one, x)

@@ -88,14 +88,15 @@ class Kernel:
 
     # -- construction -------------------------------------------------------------
     @classmethod
-    def from_source(cls, name: str, source: str, globals_: dict | None = None) -> "Kernel":
-        """A kernel from generated source text (used by fusion and the API library)."""
+    def from_source(cls, name: str, source: str, globals_: dict | None = None, **options) -> "Kernel":
+        """A kernel from generated source text (used by fusion and the API library);
+        ``options`` as :func:`kernel` takes them (those of the kernel it wraps)."""
         src = KernelSource.from_text(source, f"<hetflow generated kernel {name}>")
         namespace = dict(globals_ or {})
         namespace.setdefault("__builtins__", builtins)
         exec(compile(src.text, src.filename, "exec"), namespace)
         fn = namespace[src.function().name]
-        return cls(fn, source=src, name=name, globals_=namespace)
+        return cls(fn, source=src, name=name, globals_=namespace, **options)
 
     def without_source(self) -> "Kernel":
         """The same kernel with its source dropped: only stored executables can run it."""

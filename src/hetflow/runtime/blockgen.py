@@ -112,8 +112,8 @@ def _flat(rank: int) -> str:
     return "j" if rank == 1 else f"r * d{rank - 1} + j"
 
 
-def _build(name: str, lines: list[str], globals_: dict) -> Kernel:
-    return Kernel.from_source(name, "\n".join(lines) + "\n", {"__hf_np": np, **globals_})
+def _build(name: str, lines: list[str], globals_: dict, **options) -> Kernel:
+    return Kernel.from_source(name, "\n".join(lines) + "\n", {"__hf_np": np, **globals_}, **options)
 
 
 @functools.lru_cache(maxsize=256)
@@ -356,8 +356,9 @@ def map_blocks(kernel: Kernel, rank: int, op: Kernel, fields: int, acc: str | No
         *_map_fold(rank, fields, acc, mode),
         *store,
     ]
+    # the kernel's checked mode and fast-math flags hold for its body here too
     return _build(f"hf_mapreduce_{kernel.name}_{op.name}_{rank}d_{mode}", lines,
-                  {**kernel.namespace(), "__hf_op": op})
+                  {**kernel.namespace(), "__hf_op": op}, boundscheck=kernel.boundscheck, fastmath=kernel.fastmath)
 
 
 @functools.lru_cache(maxsize=64)

@@ -251,10 +251,10 @@ def tile_kernel(kernel: Kernel) -> Kernel:
         "            __hf_j += 1",
         "        __hf_i += 1",
     ]
-    generated = Kernel.from_source(kernel.name, "\n".join(lines) + "\n", kernel.namespace())
     reads = None if kernel.reads is None else kernel.reads | set(HEAD_PARAMS)
-    return Kernel(generated.pyfunc, source=generated.source, name=kernel.name, boundscheck=kernel.boundscheck,
-                  fastmath=kernel.fastmath, inline=kernel.inline, writes=kernel.writes, reads=reads)
+    return Kernel.from_source(kernel.name, "\n".join(lines) + "\n", kernel.namespace(),
+                              boundscheck=kernel.boundscheck, fastmath=kernel.fastmath, inline=kernel.inline,
+                              writes=kernel.writes, reads=reads)
 
 
 _sweeps: dict = {}

@@ -38,6 +38,7 @@ from oracle import UFUNCS, oracle
 
 from hetflow import collectives
 from hetflow.collectives import agreement, host, native
+from hetflow.collectives.ops import resolve_op
 from hetflow.errors import CommError, CommTimeoutError, ShapeError
 
 FLOAT_OPS = ("sum", "prod", "min", "max")
@@ -106,7 +107,9 @@ def repeated(name, n, dtype, op, root):
         assert comm.last_path == ("tree" if tree and seed else "native"), what
         prepared[comm.last_path] += seed > 0
         persistent = isinstance(comm._prepared[key], native.PersistentAllreduce)
-        assert persistent == (name == "allreduce" and x.nbytes <= native.PERSISTENT_BYTES), what
+        nan_rule = native.nan_rule(resolve_op(op), x.dtype) is not None  # its own buffers, no persistent call
+        assert persistent == (name == "allreduce" and x.nbytes <= native.PERSISTENT_BYTES and not nan_rule), what
+        assert isinstance(comm._prepared[key], native.NanNativeCall) == (nan_rule and not tree), what
         prepared["persistent"] += seed > 0 and persistent
 
 

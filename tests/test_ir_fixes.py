@@ -16,18 +16,9 @@ from hetflow.ir import Chain, Fuse, Monitor, NodePattern, Partition, Rule, RuleS
 from hetflow.ir import codegen
 from hetflow.ir.values import concrete
 from hetflow.platform.devices import get_device
+from test_ir_fusion import scale, shift
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "rules" / "fuse_and_repartition.toml"
-
-
-@hetflow.kernel
-def scale(i, a, x, out):
-    out[i] = a * x[i]
-
-
-@hetflow.kernel
-def shift(i, x, b, out):
-    out[i] = x[i] + b
 
 
 @hetflow.kernel

@@ -6,8 +6,7 @@
   placed on its remaining devices, shares renormalised (or left to the runtime).
 - ``drop-idle-devices`` (85): a device that ran none of a co-executed launch's indices
   ``IDLE_RUNS`` times in a row (its copies outlast the loop on the other devices) is
-  taken out of that launch's placement, which saves its copies on every later run;
-  its idle count starts again, so a rule that puts it back does not fight this one.
+  taken out of that launch's placement, which saves its copies on every later run.
 - ``adopt-new-devices`` (80): when a device is added, compile every launch placed on
   fewer devices than the topology has for the devices it lacks and spread it evenly
   over all devices (work stealing then balances them). A launch already on every
@@ -55,18 +54,10 @@ def idle_devices(ctx, node: Node, candidates) -> list:
 
 def drop_idle_devices(ctx, match) -> Node | None:
     """The matched launch without the devices that ran none of its last IDLE_RUNS
-    co-executed launches (None: unchanged). At least one device stays. Their idle counts
-    start again: a rule that puts a device back (a user's partition, adopt-new-devices)
-    gives it IDLE_RUNS more runs instead of re-triggering this rule for ever."""
-    node = match.node
-    placed = node.attrs.get("devices") or ()
-    idle = idle_devices(ctx, node, placed)
-    if not idle or len(idle) == len(placed):
-        return None
-    for device in idle:
-        ctx.variables[f"idle.{node.kernel.name}.{device}"] = 0
-    ctx.variables["devices.idle"] = max(0, ctx.variables.get("devices.idle", 0) - len(idle))
-    return _without(node, idle)
+    co-executed launches (None: unchanged). At least one device stays."""
+    placed = match.node.attrs.get("devices") or ()
+    idle = idle_devices(ctx, match.node, placed)
+    return _without(match.node, idle) if len(idle) < len(placed) else None
 
 
 def default_rules() -> list[Rule]:

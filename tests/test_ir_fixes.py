@@ -14,6 +14,7 @@ import hetflow
 from hetflow.errors import ArgumentError, ArgumentTypeError, RuleSyntaxError
 from hetflow.ir import Chain, Fuse, Monitor, NodePattern, Partition, Rule, RuleSet, Split, Topology, rulefile
 from hetflow.ir import codegen
+from hetflow.ir import runner
 from hetflow.ir.values import concrete
 from hetflow.platform.devices import get_device
 from test_ir_fusion import scale, shift
@@ -58,6 +59,13 @@ def test_a_lazy_array_of_another_graph_is_written_not_fused_away():
 # -- 2: the shipped example works with the defaults ------------------------------------------
 
 @pytest.mark.simgpu
+def not_idle(mon):
+    """Every launch's devices ran rows lately, as far as drop-idle-devices knows."""
+    for name in [k for k in mon.snapshot() if k.startswith("idle.")]:
+        mon.set(name, 0)
+    mon.set("devices.idle", 0)
+
+
 def test_the_example_rules_run_with_the_defaults_again_and_again():
     n = 200
     x, y = np.random.default_rng(1).random(n), np.zeros(n)
@@ -69,16 +77,25 @@ def test_the_example_rules_run_with_the_defaults_again_and_again():
     for _ in range(4):
         mon.set("throughput.cpu0", 30000.0)                  # far apart: rebalance would fire
         mon.set("throughput.gpu0", 6000.0)
+        not_idle(mon)  # (the simulated GPU may have run no rows: the case below)
         y[:] = 0
         g.run(rules=rules)
         assert g.current.nodes[0].attrs["shares"] == {"cpu0": 0.6, "gpu0": 0.4}
         np.testing.assert_array_equal(y, 2.0 * x)
+    for _ in range(runner.IDLE_RUNS):  # gpu0 runs nothing: drop-idle-devices wins, no fight
+        runner._count_idle(mon, scale.name, {"cpu0": n, "gpu0": 0})
+    y[:] = 0
+    g.run(rules=rules)
+    assert g.current.nodes[0].attrs["devices"] == ("cpu0",)
+    np.testing.assert_array_equal(y, 2.0 * x)
+    not_idle(mon)
     mon.inject("device_removed", device="gpu0")
     g.run(rules=rules)
     assert g.current.nodes[0].attrs["devices"] == ("cpu0",)
     mon.inject("device_added", device=get_device("gpu0"))
+    not_idle(mon)
     y[:] = 0
-    g.run(rules=rules, iterations=2)
+    g.run(rules=rules)
     assert g.current.nodes[0].attrs["shares"] == {"cpu0": 0.6, "gpu0": 0.4}
     np.testing.assert_array_equal(y, 2.0 * x)
 

@@ -303,10 +303,10 @@ def _recover(launch, targets, exc: DeviceError):
     if landed and (not co_executable(launch) or any(r.writes for r in held)):
         raise exc  # some results landed; the others are only re-run row by row with those
     gpu_device = launch.device
+    for r in held:  # the launch may have half-updated them there: current elsewhere, or lost
+        if r.writes:
+            r.buffer.forget_rows(gpu_device, r.rows(0, rows))
     for buffer in {id(r.buffer): r.buffer for r in held}.values():
-        for r in held:  # the launch may have half-updated them there: current elsewhere, or lost
-            if r.writes and r.buffer is buffer:
-                buffer.forget_rows(gpu_device, r.rows(0, rows))
         buffer.forget(gpu_device)
     log.warning("%s; rows %s re-run on %s", exc, redo, cpu_device.id)
     cpu_launch = bind(launch.kernel, launch.extent, launch.args, cpu_device)

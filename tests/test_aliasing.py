@@ -343,3 +343,36 @@ def test_an_argument_read_at_other_indices_counts_whole():
     v = squares()
     hetflow.forall(2, shift_left, section(v, (0,), (2,)), section(v, (3,), (3,)))  # apart: allowed
     np.testing.assert_array_equal(v[:2], squares()[4:6])
+
+
+@hetflow.kernel
+def shift_left_2d(i, j, out, a):
+    if j + 1 < a.shape[1]:
+        out[i, j] = a[i, j + 1]
+
+
+@hetflow.kernel
+def calls_shift_left_2d(i, j, out, a):
+    shift_left_2d(i, j, out, a)
+
+
+@hetflow.kernel
+def calls_copy_by_row(i, j, out, a):
+    copy(i, out, a)  # out[i] = a[i]: whole rows, at the row index alone
+
+
+@pytest.mark.parametrize("kernel", [calls_shift_left_2d, calls_copy_by_row])
+def test_a_kernel_reading_at_other_indices_through_a_called_kernel_is_refused(device, kernel):
+    """A called kernel's offsets (a[i, j + 1]) or fewer indices (a[i] of a launch over
+    (i, j)) count as the caller's: passing one array twice is refused as the direct call is."""
+    m = np.arange(12.0).reshape(3, 4)
+    with pytest.raises(ShapeError, match=rf"kernel '{kernel.name}' writes argument 'out' .* reads argument 'a'"):
+        hetflow.forall((3, 4), kernel, m, m, device=device)
+    np.testing.assert_array_equal(m, np.arange(12.0).reshape(3, 4))
+
+
+def test_a_kernel_reading_at_other_indices_through_a_called_kernel_with_snapshot_is_numpys(device):
+    m, expected = np.arange(12.0).reshape(3, 4), np.arange(12.0).reshape(3, 4)
+    expected[:, :-1] = expected[:, 1:].copy()
+    hetflow.forall((3, 4), calls_shift_left_2d, m, m, device=device, snapshot=True)
+    np.testing.assert_array_equal(m, expected)

@@ -2,6 +2,7 @@
 to arrays smaller than the launch, scalars handed to calls, kernels calling kernels,
 default arguments, and small launches of heavy work spread over the cores."""
 import logging
+import math
 import warnings
 
 import numba
@@ -277,3 +278,68 @@ def test_a_graph_keeps_the_order_of_a_write_through_an_alias():
     g.run()
     np.testing.assert_array_equal(captured[0], eager[0])
 
+
+
+RECORD = np.dtype([("x", "f8"), ("y", "i4")])
+
+
+@hetflow.kernel
+def bump_row(i, a):
+    row = a[i]  # a view of row i: Numba hands it out by reference
+    row[0] = row[0] + 7.0
+
+
+@hetflow.kernel
+def bump_record(i, a):
+    r = a[i]  # a reference to record i
+    r.y = r.y + 7
+
+
+@hetflow.kernel
+def fill_row(i, a):
+    row = a[i]
+    row.fill(3.0)
+
+
+@hetflow.kernel
+def reads_an_element(i, a, out):
+    v = a[i]
+    w = v if v > 0 else -v
+    out[i] = math.sqrt(w) + v
+
+
+def _bumped_rows():
+    want = np.zeros((4, 3))
+    want[:, 0] = 7.0
+    return want
+
+
+def _bumped_records():
+    want = np.zeros(4, RECORD)
+    want["y"] = np.arange(4) + 7
+    return want
+
+
+@pytest.mark.parametrize("kernel", [bump_row, bump_record, fill_row])
+def test_a_write_through_a_row_or_record_held_by_a_local_counts_as_written(kernel):
+    assert "w" in kernel.access(1).modes["a"]
+
+
+def test_reading_an_element_held_by_a_local_is_no_write():
+    # the common case keeps its precise access: read at the launch index alone
+    access = reads_an_element.access(1)
+    assert access.modes == {"a": "r", "out": "w"} and access.aligned == {"a", "out"}
+
+
+@pytest.mark.simgpu
+@pytest.mark.parametrize("where", ["on-cpu", "on-a-gpu", "co-executed"])  # not "gpu": the real-GPU mark
+def test_a_write_through_a_row_held_by_a_local_reaches_the_host(gpu_device, where):
+    # Before, a GPU never copied such a write back: the rows stayed zero.
+    device = {"on-cpu": "cpu0", "on-a-gpu": gpu_device.id, "co-executed": ["cpu0", gpu_device.id]}[where]
+    a = np.zeros((4, 3))
+    hetflow.forall(4, bump_row, a, device=device)
+    np.testing.assert_array_equal(a, _bumped_rows())
+    recs = np.zeros(4, RECORD)
+    recs["y"] = np.arange(4)
+    hetflow.forall(4, bump_record, recs, device=device)
+    np.testing.assert_array_equal(recs, _bumped_records())

@@ -127,7 +127,7 @@ class _Analysis:
         # does not follow: its stores are never judged scattered.
         nested = {id(n) for d in ast.walk(self.fdef) if d is not self.fdef and isinstance(d, _FUNCTIONS)
                   for n in ast.walk(d)}
-        for name in _escaping(self.fdef, self.data):  # an alias (o = out) may write anything
+        for name in _escaping(self.fdef, self.data, self.resolve):  # an alias (o = out) may write anything
             self.modes[name].update("rw")
             self.other.add(name)
         for node in ast.walk(self.fdef):
@@ -240,6 +240,8 @@ class _Analysis:
                 self.atomic.add(name)
             if exact == 0 or p not in acc.rows:
                 self.other.add(name)
+            if exact < len(self.index) or p not in acc.aligned:  # not x[i, j, ..., more] here
+                self.unaligned.add(name)
             k = min(acc.identity.get(p, 0), exact)
             if k:
                 self._identity(name, k, {a for a in acc.guarded.get(p, ()) if a < k})
@@ -252,12 +254,15 @@ class _Analysis:
         self.guarded_axes[name] = guarded_axes if known is None else known & guarded_axes
 
 
-def _escaping(fdef, data) -> set:
+def _escaping(fdef, data, resolve) -> set:
     """Data parameters the body reaches through another name (``o = out; o[i] = v``,
     ``a, b = x, y``, ``o = x if c else y``, chains of them) that it then uses as an
-    array. Accesses through that name are not followed: the parameter counts as read
-    and written anywhere."""
+    array, or through a name bound to a part of one (``row = a[i]``, ``r = recs[i]``:
+    a row or a record, which Numba hands out by reference) that it then writes through
+    (``row[0] = v``, ``r.y = v``, ``row.fill(0)``, a call that may write it). Accesses
+    through that name are not followed: the parameter counts as read and written anywhere."""
     holds = {name: {name} for name in data}  # a name -> the data parameters it may hold
+    parts = {}  # a name -> the data parameters a part of which it may hold
     bindings = [(node.targets if isinstance(node, ast.Assign) else [node.target], node.value)
                 for node in ast.walk(fdef)
                 if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None]
@@ -265,16 +270,75 @@ def _escaping(fdef, data) -> set:
     while changed:  # to a fixed point: aliases of aliases
         changed = False
         for targets, value in bindings:
-            held = set().union(*(holds.get(n.id, set()) for n in _value_names(value)))
+            whole = [n.id for n in _value_names(value)]
+            held = set().union(*(holds.get(n, set()) for n in whole))
             for name in (n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)):
                 if not held <= holds.setdefault(name, set()):
                     holds[name] |= held
+                    changed = True
+            part = set().union(*(parts.get(n, set()) for n in whole),
+                               *(holds.get(n.id, set()) | parts.get(n.id, set()) for n in _part_names(value)))
+            for name in (n for t in targets for n in _bound_names(t)):  # row = a[i], not out[i] = a[i]
+                if not part <= parts.setdefault(name, set()):
+                    parts[name] |= part
                     changed = True
     used = {n.value.id for n in ast.walk(fdef)
             if isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.value, ast.Name)}
     used |= {a.id for n in ast.walk(fdef) if isinstance(n, ast.Call)
              for a in [*n.args, *(k.value for k in n.keywords)] if isinstance(a, ast.Name)}
-    return set().union(*(held - {name} for name, held in holds.items() if name in used))
+    escaping = set().union(*(held - {name} for name, held in holds.items() if name in used))
+    written = _written_through(fdef, resolve)
+    return escaping.union(*(part for name, part in parts.items() if name in written))
+
+
+def _part_names(expr):
+    """The names a part of whose object ``expr`` may evaluate to (``a`` of ``a[i]``)."""
+    for e in _value_names_or_parts(expr):
+        if isinstance(e, ast.Subscript):
+            yield from _value_names(e.value)
+            yield from _part_names(e.value)
+
+
+def _bound_names(target):
+    """The names an assignment to ``target`` binds (not those it stores into: ``x[i] = v``)."""
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for e in target.elts:
+            yield from _bound_names(e)
+    elif isinstance(target, ast.Starred):
+        yield from _bound_names(target.value)
+
+
+def _value_names_or_parts(expr):
+    """``expr``'s alternatives (of a conditional, a tuple, ...) that are names or subscripts."""
+    if isinstance(expr, (ast.Name, ast.Subscript)):
+        yield expr
+    elif isinstance(expr, (ast.Tuple, ast.List)):
+        for e in expr.elts:
+            yield from _value_names_or_parts(e)
+    elif isinstance(expr, ast.IfExp):
+        yield from _value_names_or_parts(expr.body)
+        yield from _value_names_or_parts(expr.orelse)
+    elif isinstance(expr, (ast.Starred, ast.NamedExpr)):
+        yield from _value_names_or_parts(expr.value)
+    elif isinstance(expr, ast.BoolOp):
+        for e in expr.values:
+            yield from _value_names_or_parts(e)
+
+
+def _written_through(fdef, resolve) -> set:
+    """Names the body writes through: stores into their elements or attributes, writing
+    methods, calls that may write what they are handed."""
+    names = {n.value.id for n in ast.walk(fdef) if isinstance(n, (ast.Subscript, ast.Attribute))
+             and isinstance(n.ctx, (ast.Store, ast.Del)) and isinstance(n.value, ast.Name)}
+    for node in (n for n in ast.walk(fdef) if isinstance(n, ast.Call)):
+        f = node.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr in _WRITING_METHODS:
+            names.add(f.value.id)
+        if not _pure_call(node, resolve(f)):
+            names |= {a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name)}
+    return names
 
 
 def _value_names(expr):

@@ -1,6 +1,7 @@
 """The wavefront call site checks the user's kernel as forall does, before anything runs
 on any device: the extent against its arrays, its parameters (defaults included),
-checked mode and its other options, Buffers on the CPU, arguments that alias."""
+checked mode and its other options, Buffers on the CPU, its tile size, arguments that
+alias (refused where forall refuses them, run as one argument where forall accepts them)."""
 import numpy as np
 import pytest
 
@@ -60,6 +61,23 @@ def fails_in_row(i, j, a):
     a[i, j] = 1.0
 
 
+@hetflow.kernel
+def p2p_and_scale(i, j, a, src, dst):  # src and dst read and written at (i, j) alone
+    a[i + 1, j + 1] = a[i, j + 1] + a[i + 1, j] - a[i, j]
+    dst[i, j] = 0.5 * src[i, j] + a[i + 1, j + 1]
+
+
+@hetflow.kernel
+def gauss_seidel_into(i, j, u, unew, f):  # u read at (i +- 1, j +- 1)
+    unew[i, j] = 0.25 * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] + f[i, j])
+
+
+@hetflow.kernel
+def twice_through_a_lambda(i, j, src, dst):
+    twice = lambda dst: dst * 2.0  # noqa: E731 (binds the name dst anew)
+    dst[i, j] = twice(src[i, j])
+
+
 def p2p_grid(m, n):
     a = np.zeros((m, n))
     a[0, :], a[:, 0] = np.arange(n), np.arange(m)
@@ -70,6 +88,14 @@ def seq_p2p(a, c=0.0):
     for i in range(1, a.shape[0]):
         for j in range(1, a.shape[1]):
             a[i, j] = a[i - 1, j] + a[i, j - 1] - a[i - 1, j - 1] + c
+
+
+def seq_p2p_and_scale(a, src, dst, ext):
+    """The sequential loop of p2p_and_scale (src and dst one array where they are)."""
+    for i in range(ext[0]):
+        for j in range(ext[1]):
+            a[i + 1, j + 1] = a[i, j + 1] + a[i + 1, j] - a[i, j]
+            dst[i, j] = 0.5 * src[i, j] + a[i + 1, j + 1]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -176,3 +202,105 @@ def test_disjoint_parts_of_one_array_are_not_aliases():
             want[i + 1, j + 1] = want[i, j + 6] + want[i + 1, j + 5] - want[i, j + 5]
     hetflow.wavefront((4, 4), p2p_into, section(a, (1, 1), (4, 4)), a[:, 5:])
     np.testing.assert_array_equal(a, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("tile, error, message", [
+    ((1.5, 2.7), ArgumentTypeError, r"wavefront: tile \(1\.5, 2\.7\) has side 1\.5 \(float\), which is not an integer"),
+    ((2, 3.0), ArgumentTypeError, r"wavefront: tile \(2, 3\.0\) has side 3\.0 \(float\), which is not an integer"),
+    ((True, 2), ArgumentTypeError, r"wavefront: tile \(True, 2\) has side True \(bool\), which is not an integer"),
+    (3, ArgumentTypeError, r"wavefront: tile must be \(rows, columns\), a pair of integers; got int 3"),
+    ("23", ArgumentTypeError, r"wavefront: tile must be \(rows, columns\), a pair of integers; got str '23'"),
+    ((2, 3, 4), ShapeError, r"wavefront: tile must be \(rows, columns\); got \(2, 3, 4\), of 3 side\(s\)"),
+    ((0, 2), ShapeError, r"wavefront: tile \(0, 2\) must have positive sides"),
+    ((2, -1), ShapeError, r"wavefront: tile \(2, -1\) must have positive sides"),
+])
+def test_a_tile_must_be_two_positive_integers(device, tile, error, message):
+    a = p2p_grid(5, 5)
+    before = a.copy()
+    with pytest.raises(error, match=message):
+        hetflow.wavefront((4, 4), p2p, a, tile=tile, device=device)
+    with pytest.raises(error, match=message):  # checked even where nothing runs
+        hetflow.wavefront((0, 4), p2p, a, tile=tile, device=device)
+    np.testing.assert_array_equal(a, before)
+
+
+def test_numpy_integer_tiles_are_taken():
+    a, want = p2p_grid(8, 7), p2p_grid(8, 7)
+    hetflow.wavefront((7, 6), p2p, a, tile=(np.int64(3), np.int32(2)))
+    seq_p2p(want)
+    np.testing.assert_array_equal(a, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("alias", ["one array", "equal slices", "views of one structure", "a slice and a view"])
+def test_arguments_forall_accepts_run_as_the_sequential_loop(device, alias):
+    grid, want_grid = p2p_grid(7, 8), p2p_grid(7, 8)
+    b = RNG.random((8, 9))
+    want = b.copy()
+    ext = (6, 7)
+    src, dst = {
+        "one array": (b, b),
+        "equal slices": (b[:6, :7], b[:6, :7]),
+        "views of one structure": (interior(b, 1), interior(b, 1)),
+        "a slice and a view": (b[1:-1, 1:-1], interior(b, 1)),
+    }[alias]
+    hetflow.forall(ext, p2p_and_scale, grid.copy(), src, dst, device=device)  # forall accepts them
+    b[:] = want
+    hetflow.wavefront(ext, p2p_and_scale, grid, src, dst, tile=(2, 3), device=device)
+    window = want if alias == "one array" else want[:6, :7] if alias == "equal slices" else want[1:-1, 1:-1]
+    seq_p2p_and_scale(want_grid, window, window, ext)
+    np.testing.assert_array_equal(grid, want_grid)
+    np.testing.assert_array_equal(b, want)
+
+
+def test_a_buffer_passed_twice_on_the_cpu():
+    grid, want_grid = p2p_grid(6, 6), p2p_grid(6, 6)
+    want = RNG.random((5, 5))
+    buf = hetflow.array(want)
+    hetflow.wavefront((5, 5), p2p_and_scale, grid, buf, buf, tile=(2, 2), device="cpu0")
+    seq_p2p_and_scale(want_grid, want, want, (5, 5))
+    np.testing.assert_array_equal(np.asarray(buf), want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_aliases_forall_refuses_are_refused(device):
+    u, f = RNG.random((6, 6)), RNG.random((6, 6))
+    before = u.copy()
+    args = interior(u, 1), interior(u, 1), interior(f, 1)
+    with pytest.raises(ShapeError, match="kernel 'gauss_seidel_into' writes argument 'unew'"):
+        hetflow.forall((4, 4), gauss_seidel_into, *args, device=device)
+    with pytest.raises(ShapeError, match=r"wavefront: kernel 'gauss_seidel_into' writes argument 'unew' "
+                                         r"\(interior\(.*\)\) and reads argument 'u' \(interior\(.*\)\), "
+                                         r"which overlap in one array at different indices"):
+        hetflow.wavefront((4, 4), gauss_seidel_into, *args, device=device)
+    np.testing.assert_array_equal(u, before)
+
+
+@pytest.mark.parametrize("src, dst", [
+    ("whole", "part"), ("part", "whole"),  # the same elements at each index, in other shapes
+])
+def test_aliases_that_are_not_one_array_are_refused(src, dst):
+    b = RNG.random((6, 7))
+    before = b.copy()
+    parts = {"whole": b, "part": b[:4, :5]}
+    hetflow.forall((4, 5), p2p_and_scale, p2p_grid(5, 6), parts[src], parts[dst])  # forall accepts them
+    b[:] = before
+    with pytest.raises(ShapeError, match=r"wavefront: kernel 'p2p_and_scale' writes argument 'dst' .* and reads "
+                                         r"argument 'src' .*, which overlap in one array; each index touches their "
+                                         r"shared elements at that index alone, as forall allows, but a wavefront "
+                                         r"runs two arguments over one array only as one, where they are the same "
+                                         r"elements in the same shape"):
+        hetflow.wavefront((4, 5), p2p_and_scale, p2p_grid(5, 6), parts[src], parts[dst])
+    np.testing.assert_array_equal(b, before)
+
+
+def test_one_array_under_a_name_the_kernel_binds_anew_is_refused():
+    b = RNG.random((3, 4))
+    want = 2.0 * b
+    hetflow.forall((3, 4), twice_through_a_lambda, b, b)  # forall accepts it
+    np.testing.assert_array_equal(b, want)
+    with pytest.raises(ShapeError, match=r"kernel 'twice_through_a_lambda' writes argument 'dst' .* the kernel "
+                                         r"binds neither name anew \(an assignment, a loop, a lambda's parameter\)"):
+        hetflow.wavefront((3, 4), twice_through_a_lambda, b, b)
+    np.testing.assert_array_equal(b, want)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import ArgumentError, ArgumentTypeError, ShapeError
+from .index import views as _views
 from .kernels import kernel
 from .runtime.forall import forall
 
@@ -53,11 +54,12 @@ def copy(i, x, out):
 
 
 @kernel
-def dot_partial(i, x, y, block, partial):
-    """partial[i] += the sum of x[k] * y[k] over block i of length ``block``, in the
-    element type of ``partial`` (bools: whether some product is true)."""
+def dot_partial(i, x, y, n, block, partial):
+    """partial[i] += the sum of x[k] * y[k] over block i of length ``block`` of the first
+    ``n`` elements, in the element type of ``partial`` (bools: whether some product is
+    true). ``n`` is an argument: a view inside a kernel may only be subscripted."""
     lo = i * block
-    hi = min(lo + block, x.shape[0])
+    hi = min(lo + block, n)
     acc = partial[i]  # partial's type: a float64 accumulator rounds int64 above 2**53
     for k in range(lo, hi):
         acc += x[k] * y[k]
@@ -76,9 +78,10 @@ def get(name: str):
 
 
 def dot(x, y, *, blocks: int = 256, device=None):
-    """x · y of two vectors (arrays, or what ``np.asarray`` reads: a list), as
-    ``np.dot`` gives it: ``dot_partial`` per block, then a sum of the partials, both in
-    NumPy's result type (integers wrap as NumPy's do; bools: whether some product is true)."""
+    """x · y of two vectors (arrays, views of rank 1, or what ``np.asarray`` reads: a
+    list), as ``np.dot`` gives it (of a view's ``numpy()``): ``dot_partial`` per block,
+    then a sum of the partials, both in NumPy's result type (integers wrap as NumPy's
+    do; bools: whether some product is true)."""
     x, y = _vector(x, "x"), _vector(y, "y")
     n = x.shape[0]
     if y.shape[0] != n:
@@ -91,16 +94,20 @@ def dot(x, y, *, blocks: int = 256, device=None):
     blocks = max(1, min(blocks, n))
     block = -(-n // blocks) if n else 1
     partial = np.zeros(blocks, dtype=dtype)
-    forall(blocks, dot_partial, x, y, block, partial, device=device)
+    forall(blocks, dot_partial, x, y, n, block, partial, device=device)
     return partial.sum(dtype=dtype)  # (a sum of bools in bools: their logical or)
 
 
 def _vector(a, name: str):
-    """``a`` as :func:`dot` takes it: of rank 1, read by ``np.asarray`` where it is no array."""
-    if not hasattr(a, "shape"):
-        a = np.asarray(a)
-    if len(a.shape) != 1:
-        raise ShapeError(f"dot: {name} must be a vector (1-D); got shape {tuple(a.shape)}")
+    """``a`` as :func:`dot` takes it: of rank 1, read by ``np.asarray`` where it is no
+    array or view (a view's shape: its ``numpy()``'s, elements that are tiles included)."""
+    if _views.is_view(a):
+        shape = tuple(a.shape) + tuple(a.element_extent)
+    else:
+        a = a if hasattr(a, "shape") else np.asarray(a)
+        shape = tuple(a.shape)
+    if len(shape) != 1:
+        raise ShapeError(f"dot: {name} must be a vector (1-D); got shape {shape}")
     return a
 
 
@@ -113,7 +120,7 @@ def precompile(dtypes=("float64", "float32"), device=None) -> int:
         a = x.dtype.type(2)
         calls = {"axpy": (4, a, x, x, x.copy()), "scale": (4, a, x, x.copy()),
                  "fill": (4, a, x.copy()), "copy": (4, x, x.copy()),
-                 "dot_partial": (1, x, x, 4, np.zeros(1, dtype=dt))}
+                 "dot_partial": (1, x, x, 4, 4, np.zeros(1, dtype=dt))}
         for name, k in KERNELS.items():
             extent, *args = calls.get(name, (4, x, x, x.copy()))
             forall(extent, k, *args, device=device)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import numbers
 import os
 import sys
 import threading
@@ -31,6 +32,7 @@ import types
 from pathlib import Path
 
 import numba
+import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError, HetflowError, KernelRaisedError, ShapeError
 from ..index import views as _views
@@ -40,7 +42,7 @@ from . import cpu
 from .blockgen import kernel_body
 from .buffers import acquired, wrote
 from .forall import forall, resolve_devices
-from .launch import bind, check_extent, normalize_extent, with_defaults
+from .launch import SCALARS, bind, check_extent, normalize_extent, with_defaults
 
 # Inside a tile the fewest rows and columns: smaller tiles cost more in synchronisation
 # than their parallelism gains.
@@ -61,8 +63,10 @@ def wavefront(extent, kernel, *args, tile=None, device=None):
     if len(ext) != 2:
         raise ShapeError(f"wavefront: the extent must have rank 2 (rows, columns); got {ext}")
     args = _check_arguments(kernel, ext, args)
-    tiles = tile_kernel(kernel)
-    _check_aliasing(kernel, tiles, args)
+    tile = _check_tile(tile)
+    shared = _share_memory(args)  # only then can two arguments alias
+    if shared:
+        _check_aliasing(kernel, ext, args)
     devs = resolve_devices(device, args)
     if len(devs) != 1:
         raise ArgumentError(f"wavefront runs on one device; got {len(devs)} "
@@ -70,6 +74,7 @@ def wavefront(extent, kernel, *args, tile=None, device=None):
     dev = devs[0]
     if 0 in ext:
         return None
+    tiles, args = _tile_launch(kernel, args) if shared else (tile_kernel(kernel), args)
     size = _tile(tile, ext, dev)
     if dev.kind == "gpu":
         for d in range(_diagonals(ext, size)):
@@ -100,23 +105,132 @@ def _check_arguments(kernel, ext: tuple, args: tuple) -> tuple:
     return args
 
 
-def _check_aliasing(kernel, tiles, args: tuple) -> None:
-    """ShapeError where an argument the kernel writes overlaps another one. The tiles of
-    a diagonal run at once: the results are the sequential loop's only if what the kernel
-    reads through one name of elements it writes through the other is at (i - a, j - b)
-    or (i + a, j + b) of the writing index, which its source does not tell."""
-    uses = _aliasing.Uses.of(tiles, 1)
-    pairs = _aliasing.conflicts(tiles, (1,), (0,) * HEAD + args, uses)
+def _check_tile(tile) -> tuple[int, int] | None:
+    """``tile`` as (rows, columns) of positive integers (Python's or NumPy's), or None:
+    ``int()`` would truncate a float side (1.5 to 1) and take a bool for 0 or 1."""
+    if tile is None:
+        return None
+    try:
+        sides = None if isinstance(tile, (str, bytes)) else tuple(tile)
+    except TypeError:  # not iterable (a number, a 0-d array)
+        sides = None
+    if sides is None:
+        raise ArgumentTypeError(f"wavefront: tile must be (rows, columns), a pair of integers; "
+                                f"got {type(tile).__name__} {tile!r}")
+    if len(sides) != 2:
+        raise ShapeError(f"wavefront: tile must be (rows, columns); got {tile!r}, of {len(sides)} side(s)")
+    for s in sides:
+        if isinstance(s, (bool, np.bool_)) or not isinstance(s, numbers.Integral):
+            raise ArgumentTypeError(f"wavefront: tile {tile!r} has side {s!r} ({type(s).__name__}), "
+                                    f"which is not an integer")
+    if min(sides) < 1:
+        raise ShapeError(f"wavefront: tile {tile!r} must have positive sides")
+    return int(sides[0]), int(sides[1])
+
+
+def _share_memory(args: tuple) -> bool:
+    """Whether two arguments may read one memory: arrays or views over one object, or
+    over NumPy arrays whose memory may overlap (a cheap test of their bounds)."""
+    roots = [_views.root_of(a) for a in args if not isinstance(a, SCALARS)]
+    return any(r is q or type(r) is np.ndarray and type(q) is np.ndarray and np.may_share_memory(r, q)
+               for k, r in enumerate(roots) for q in roots[:k])
+
+
+def _check_aliasing(kernel, ext: tuple, args: tuple) -> None:
+    """ShapeError where ``forall`` would refuse a launch of ``kernel`` over ``ext`` for an
+    argument it writes that overlaps another one (see :mod:`.aliasing`). What it accepts
+    (``dst[i, j]`` written where ``src[i, j]`` is read, over one array) is safe here too:
+    each index touches the shared elements at that index alone, in whatever order the
+    tiles run; anything else through two names may meet a tile of the same diagonal
+    before or after its update."""
+    uses = _aliasing.Uses.of(kernel, 2)
+    pairs = _aliasing.conflicts(kernel, ext, args, uses)
     if not pairs:
         return
-    data, how = kernel.params[2:], "writes" if pairs[0][1] in uses.written else "reads"
-    w, k = (p - HEAD for p in pairs[0])
+    w, k = pairs[0]
     raise ShapeError(
-        f"wavefront: kernel {kernel.name!r} writes argument {data[w]!r} ({_views.describe(args[w])}) and "
-        f"{how} argument {data[k]!r} ({_views.describe(args[k])}), which overlap in one array: tiles run at once keep "
-        f"the sequential loop's order only where the kernel reads what it writes at (i - a, j - b) or "
-        f"(i + a, j + b), which cannot be checked through two arguments; pass the array once, indexed at "
-        f"offsets (a[i + 1, j + 1] = a[i, j + 1] + ...), or write into another array")
+        f"wavefront: {_pair(kernel, uses, args, w, k)}, which overlap in one array at different indices: tiles "
+        f"run at once keep the sequential loop's order through two arguments only where each index reads and "
+        f"writes their shared elements at that index alone; pass the array once, indexed at offsets "
+        f"(a[i + 1, j + 1] = a[i, j + 1] + ...), or write into another array")
+
+
+def _pair(kernel, uses, args: tuple, w: int, k: int) -> str:
+    """What the kernel does with written argument ``w`` and argument ``k``, for a message."""
+    data, how = uses.data, "writes" if k in uses.written else "reads"
+    return (f"kernel {kernel.name!r} writes argument {data[w]!r} ({_views.describe(args[w])}) and {how} "
+            f"argument {data[k]!r} ({_views.describe(args[k])})")
+
+
+def _tile_launch(kernel, args: tuple) -> tuple:
+    """(tile kernel, its data arguments): an argument that is the same array as an
+    earlier one is passed once, its name in the body renamed to that one's (the tile
+    kernel's launch, whose index is a tile, would refuse two arguments over one array).
+    Other arguments over one array that ``forall`` accepts are an error here."""
+    data = kernel.params[2:]
+    merged = _merged(kernel, data, args)
+    tiles = tile_kernel(kernel, tuple(merged.items()))
+    args = tuple(a for name, a in zip(data, args) if name not in merged)
+    uses = _aliasing.Uses.of(tiles, 1)
+    pairs = _aliasing.conflicts(tiles, (1,), (0,) * HEAD + args, uses)
+    if pairs:
+        w, k = (p - HEAD for p in pairs[0])
+        uses = uses._replace(data=uses.data[HEAD:], written=tuple(p - HEAD for p in uses.written))
+        raise ShapeError(
+            f"wavefront: {_pair(kernel, uses, args, w, k)}, which overlap in one array; each index touches "
+            f"their shared elements at that index alone, as forall allows, but a wavefront runs two arguments "
+            f"over one array only as one, where they are the same elements in the same shape and the kernel "
+            f"binds neither name anew (an assignment, a loop, a lambda's parameter); pass one array or view "
+            f"for both, or write into another array")
+    return tiles, args
+
+
+def _merged(kernel, data: tuple, args: tuple) -> dict:
+    """{name: earlier name} for each data argument that is the same array as an earlier
+    one's, where the body binds neither name (renamed, it would read another there)."""
+    arrays = [k for k, a in enumerate(args) if not isinstance(a, SCALARS)]
+    found = {}
+    for n, k in enumerate(arrays):
+        for e in arrays[:n]:
+            if data[e] not in found and _same(args[e], args[k]):
+                found[data[k]] = data[e]
+                break
+    bound = _bound(kernel) if found else frozenset()
+    return {name: into for name, into in found.items() if name not in bound and into not in bound}
+
+
+def _same(a, b) -> bool:
+    """Whether ``a`` and ``b`` are one array: one object, views of one structure (so of
+    one map, :class:`~hetflow.index.views.Structure`) over one root, or arrays and views
+    over NumPy memory whose elements are the same, in the same shape."""
+    if a is b:
+        return True
+    if _views.is_view(a) and _views.is_view(b) and a.signature is b.signature \
+            and a.signature.key is not None and a.root is b.root:
+        return True
+    root_a, root_b = _views.root_of(a), _views.root_of(b)
+    if type(root_a) is not np.ndarray or type(root_b) is not np.ndarray or not np.may_share_memory(root_a, root_b):
+        return False
+    (kind_a, at_a), (kind_b, at_b) = _elements(a, root_a), _elements(b, root_b)
+    return kind_a == kind_b and np.array_equal(at_a, at_b)
+
+
+def _elements(x, root: np.ndarray) -> tuple:
+    """((dtype, writeable), the address of each element) of array or view ``x`` over
+    NumPy array ``root`` (a view's elements that are tiles included)."""
+    idx = x._root_index(np) if _views.is_view(x) else np.indices(x.shape, sparse=True)
+    start = root.__array_interface__["data"][0]
+    return (root.dtype, root.flags.writeable), start + sum(c.astype(np.int64) * s for c, s in zip(idx, root.strides))
+
+
+@functools.lru_cache(maxsize=128)
+def _bound(kernel: Kernel) -> frozenset:
+    """Names the kernel's body binds: assigned, deleted, loop targets, parameters of the
+    functions and lambdas in it."""
+    fdef = kernel.definition
+    own = set(map(id, fdef.args.args))
+    return frozenset({n.id for n in ast.walk(fdef) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+                     | {n.arg for n in ast.walk(fdef) if isinstance(n, ast.arg) and id(n) not in own})
 
 
 def _tiles(ext: tuple, size: tuple) -> tuple[int, int]:
@@ -194,14 +308,9 @@ def _may_raise(kernel: Kernel) -> bool:
 
 
 def _tile(tile, ext, dev) -> tuple[int, int]:
+    """The tile size: ``tile`` (checked) cut to ``ext``, or the device's default."""
     if tile is not None:
-        try:
-            h, w = (int(t) for t in tile)
-        except (TypeError, ValueError):
-            raise ShapeError(f"wavefront: tile must be (rows, columns), got {tile!r}") from None
-        if h < 1 or w < 1:
-            raise ShapeError(f"wavefront: tile {tile!r} must have positive sides")
-        return min(h, ext[0]), min(w, ext[1])
+        return min(tile[0], ext[0]), min(tile[1], ext[1])
     if dev.kind == "gpu":
         return min(GPU_TILE[0], ext[0]), min(GPU_TILE[1], ext[1])
     if ext[0] * ext[1] < PARALLEL_MIN:
@@ -217,19 +326,22 @@ HEAD = len(HEAD_PARAMS)
 
 
 @functools.lru_cache(maxsize=128)
-def tile_kernel(kernel: Kernel) -> Kernel:
+def tile_kernel(kernel: Kernel, merged: tuple = ()) -> Kernel:
     """A kernel over the tiles of one anti-diagonal ``d`` of tiles: tile ``t`` is the one
     in tile row ``t0 + t``; it runs ``kernel``'s body at each of its indices in order.
 
     It has ``kernel``'s name, so that what fails inside it (checked mode, a ``raise``, a
     compile error) names the kernel the user wrote, and its options (its data parameters
-    are ``kernel``'s, so declared accesses hold for it too)."""
+    are ``kernel``'s, so declared accesses hold for it too). ``merged``: pairs (name,
+    earlier name) of data parameters passed the same argument: the first is no parameter
+    of the tile kernel, and its body reads and writes it through the second."""
     i, j = kernel.params[:2]
-    data = kernel.params[2:]
+    renamed = dict(merged)
+    data = tuple(p for p in kernel.params[2:] if p not in renamed)
     lines = [
         f"def wavefront_tiles(__hf_t, {', '.join(HEAD_PARAMS + data)}):",
         f"    def __hf_at({i}, {j}):",
-        *("        " + line if line else "" for line in kernel_body(kernel).splitlines()),
+        *("        " + line if line else "" for line in _body(kernel, renamed).splitlines()),
         "    __hf_bi = __hf_t0 + __hf_t",
         "    __hf_i = __hf_bi * __hf_h",
         "    __hf_j0 = (__hf_d - __hf_bi) * __hf_w",
@@ -251,10 +363,24 @@ def tile_kernel(kernel: Kernel) -> Kernel:
         "            __hf_j += 1",
         "        __hf_i += 1",
     ]
-    reads = None if kernel.reads is None else kernel.reads | set(HEAD_PARAMS)
+    writes, reads = (None if names is None else {renamed.get(p, p) for p in names}
+                     for names in (kernel.writes, kernel.reads))
+    reads = None if reads is None else reads | set(HEAD_PARAMS)
     return Kernel.from_source(kernel.name, "\n".join(lines) + "\n", kernel.namespace(),
                               boundscheck=kernel.boundscheck, fastmath=kernel.fastmath, inline=kernel.inline,
-                              writes=kernel.writes, reads=reads)
+                              writes=writes, reads=reads)
+
+
+def _body(kernel: Kernel, renamed: dict) -> str:
+    """``kernel``'s body, each name in ``renamed`` replaced by the one it maps to."""
+    text = kernel_body(kernel)
+    if not renamed:
+        return text
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in renamed:
+            node.id = renamed[node.id]
+    return ast.unparse(tree)
 
 
 _sweeps: dict = {}

@@ -5,8 +5,16 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow.runtime import coexec
+from hetflow.runtime import coexec, perfmodel
 from hetflow.runtime.report import LaunchReport, RunReport
+
+
+@pytest.fixture(autouse=True)
+def fresh_history(tmp_path, monkeypatch):
+    """A performance model of each test's own: what earlier runs left in the cache
+    directory must not decide (nor be erased: it may be a user's)."""
+    model = perfmodel.PerfModel(tmp_path / perfmodel.FILE_NAME)
+    monkeypatch.setattr(coexec, "perf_model", lambda: model)
 
 
 @hetflow.kernel

@@ -13,6 +13,7 @@ from . import atomic
 from .platform import Context, Device, LogicalDevice, devices, get_device, select
 from .ir import Monitor, Rule, RuleSet, graph
 from .runtime.coexec import last_report
+from .runtime.perfmodel import forget_performance_history
 from .runtime.buffers import Buffer, array
 from .runtime.events import Event, UserEvent
 from .runtime.queue import Queue
@@ -23,9 +24,9 @@ from .collectives import world  # noqa: E402
 
 from ._version import __version__ as __version__
 
-__all__ = ["Buffer", "Context", "atomic", "Device", "Event", "Grid", "HetflowError", "Kernel", "LogicalDevice",
-           "Monitor", "Queue", "Rule", "RuleSet", "UserEvent", "array", "asarray", "cluster", "co_map",
-           "collectives", "cshift", "devices", "empty", "errors", "extent", "forall", "get_device",
-           "graph", "index", "interior", "kernel", "last_report", "library", "partition", "project",
-           "reduce", "scan", "section", "select", "sort", "tile", "trace", "transpose", "wavefront",
-           "world", "zeros"]
+__all__ = ["Buffer", "Context", "atomic", "Device", "Event", "Grid", "HetflowError", "Kernel",
+           "LogicalDevice", "Monitor", "Queue", "Rule", "RuleSet", "UserEvent", "array", "asarray",
+           "cluster", "co_map", "collectives", "cshift", "devices", "empty", "errors", "extent",
+           "forall", "forget_performance_history", "get_device", "graph", "index", "interior",
+           "kernel", "last_report", "library", "partition", "project", "reduce", "scan", "section",
+           "select", "sort", "tile", "trace", "transpose", "wavefront", "world", "zeros"]

@@ -1,4 +1,4 @@
-"""``hetflow`` command: devices, demo, bench, trace, precompile.
+"""``hetflow`` command: devices, demo, bench, trace, precompile, forget-performance-history.
 
 Errors print one line without a traceback unless ``HETFLOW_LOG=debug``.
 """
@@ -17,6 +17,7 @@ from .. import cuda_compat, library
 from .._version import __version__
 from ..errors import HetflowError
 from ..platform.devices import devices
+from ..runtime.perfmodel import forget_performance_history, perf_model
 from ..trace import add_trace_command
 from .demo import add_arguments, run_demo
 
@@ -95,6 +96,23 @@ def _cmd_precompile(args) -> int:
     return 0
 
 
+def _cmd_forget_performance_history(args) -> int:
+    path = perf_model().path
+    try:
+        forgotten = forget_performance_history()
+    except OSError as exc:
+        raise SystemExit(f"hetflow: error: cannot remove the performance history {path}: {exc}") from None
+    if not forgotten:
+        print(f"no performance history in {path}")
+        return 0
+    measured, kernels = sum(map(len, forgotten.values())), len(forgotten)
+    print(f"forgot the performance history {path}: {measured} measurement{'s' * (measured != 1)} "
+          f"of {kernels} kernel{'s' * (kernels != 1)}")
+    for kernel_key, device_keys in forgotten.items():
+        print(f"  {kernel_key}: {', '.join(device_keys)}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hetflow", description="Data-parallel computing on CPUs, GPUs and clusters.")
     p.add_argument("--version", action="version", version=f"hetflow {__version__}")
@@ -119,6 +137,11 @@ def _parser() -> argparse.ArgumentParser:
     pc = sub.add_parser("precompile", help="build the API library's executables into the code repository")
     pc.add_argument("--device", default=None, help="device id (default cpu0)")
     pc.set_defaults(func=_cmd_precompile)
+
+    fp = sub.add_parser("forget-performance-history",
+                        help="forget the performance model's measured rates (in $HETFLOW_CACHE_DIR), "
+                             "to learn them afresh")
+    fp.set_defaults(func=_cmd_forget_performance_history)
     return p
 
 

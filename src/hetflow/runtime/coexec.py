@@ -339,6 +339,11 @@ def _speed_rank(device):
     return device.kind == "gpu" and not device.simulated, device.compute_units
 
 
+def fastest_device(devices):
+    """The device expected to run a launch fastest alone: a real GPU, else the most units."""
+    return max(devices, key=_speed_rank)
+
+
 def _fastest(launches):
     return max(launches, key=lambda L: _speed_rank(L.device))
 
@@ -349,7 +354,7 @@ def _one_row_device(targets, extent):
     cpus = [d for d in targets if d.kind == "cpu"]
     if cpus and math.prod(extent) <= 1:
         return cpus[0]
-    return max(targets, key=_speed_rank)
+    return fastest_device(targets)
 
 
 def _mark_written(held, ran: dict) -> None:

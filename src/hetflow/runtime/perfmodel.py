@@ -10,7 +10,8 @@ The history is one JSON file, ``perfmodel.json`` in the code repository director
 file then ``os.replace``), and merged with what other processes wrote meanwhile; a
 loop run hundreds of times a second saves at most every ``SAVE_INTERVAL`` seconds, and
 what is left is saved when the process exits. A cache that cannot be written is warned
-of once; the history then lives in memory.
+of once; the history then lives in memory. :func:`forget_performance_history` (``hetflow
+forget-performance-history``) removes it, for a model to learn afresh.
 Keys are opaque strings; device keys should name the kind of unit, not its slot (e.g.
 one key for every core of a CPU model, one per GPU model), so that history carries over
 between machines of the same build.
@@ -211,6 +212,18 @@ class PerfModel:
             self._dirty.clear()
             self._saved_at = time.monotonic()
 
+    def forget(self) -> dict[str, list[str]]:
+        """Remove the history, saved and not yet saved: the model then knows nothing, as
+        on a first run. Returns what it held: kernel key -> its device keys."""
+        with self._lock:
+            held = self._read_file()
+            for kernel_key, per_device in (self._entries or {}).items():
+                held.setdefault(kernel_key, {}).update(per_device)
+            self.path.unlink(missing_ok=True)
+            self._entries = {}
+            self._dirty.clear()
+        return {k: sorted(devices) for k, devices in sorted(held.items()) if devices}
+
 
 _shared_lock = threading.Lock()
 _shared: tuple | None = None  # (the code repository, its performance model)
@@ -230,6 +243,16 @@ def perf_model() -> PerfModel:
         else:
             _shared = (repo, _shared[1])
         return _shared[1]
+
+
+def forget_performance_history() -> dict[str, list[str]]:
+    """Forget the performance model's measured history (``perfmodel.json`` in
+    ``$HETFLOW_CACHE_DIR``, else ``~/.cache/hetflow``) and what this process measured:
+    after new hardware, or a history learnt on a loaded machine. Launches then learn
+    the rates afresh. Returns what was forgotten: kernel key -> its device keys. A
+    process running meanwhile keeps what it had read, and saves only what it measures
+    afterwards."""
+    return perf_model().forget()
 
 
 def kernel_key(kernel, ndim: int) -> str:

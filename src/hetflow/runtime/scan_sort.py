@@ -5,7 +5,9 @@ Both write a new array and never modify their operand.
 ``scan``: built-in ops over a NumPy array on the CPU run NumPy's ``accumulate``; sum
 and prod over a CuPy array on a GPU run CuPy's ``cumsum``/``cumprod``. Everything else
 is compiled: a scan along an axis runs one sequential scan per index of the other
-axes, in parallel; a scan of all elements (``axis=None``, C order) is the classic
+axes, in parallel (along axis 0 those scans run down the columns, writing every row,
+so several devices, which split a launch by rows, cannot share them: the fastest
+runs the scan alone); a scan of all elements (``axis=None``, C order) is the classic
 two-pass block scan — fold each block (``reductions.fold_blocks``), scan the block
 totals, then rescan each block from the total of the blocks before it.
 
@@ -30,6 +32,7 @@ from ..kernels import Kernel
 from ..platform.devices import get_device
 from ..platform.repository import repository
 from . import binops, blockgen
+from .coexec import fastest_device
 from .forall import forall
 from .launch import is_device_array
 from .reductions import (block_plan, current_gpu, element, fold_blocks, folder, normalize_axis, operand,
@@ -46,6 +49,8 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
     rank = len(x.shape)
     axis = normalize_axis(axis, rank, "scan")
     devs = targets(device, x, "scan")
+    if axis == 0 and rank > 1 and len(devs) > 1:
+        devs = (fastest_device(devs),)  # rows cannot split its column scans
     with current_gpu(devs):  # temporaries and results on the GPU the launches run on
         init = _scan_init(op, dtype, inclusive, identity)
         res, acc = op.result_dtype(dtype), op.acc_dtype(dtype)

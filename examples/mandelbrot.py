@@ -1,6 +1,6 @@
 """The Mandelbrot set: irregular work, where work stealing shows.
 
-    python examples/mandelbrot.py [--size 1500] [--trace mandelbrot.json]
+    python examples/mandelbrot.py [--size 1500] [--trace [mandelbrot.json]]
 
 Rows near the set cost far more than rows far from it, so an even split of rows leaves
 cores idle; with ``schedule='steal'`` idle workers take chunks from busy ones. The run
@@ -8,10 +8,12 @@ report says how many chunks each worker ran and how many it stole.
 """
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 
 import hetflow
+from hetflow.cli.demo import output_problem, print_files
 
 
 @hetflow.kernel
@@ -37,8 +39,12 @@ if __name__ == "__main__":
     p.add_argument("--size", type=int, default=1500)
     p.add_argument("--max-iter", type=int, default=256)
     p.add_argument("--devices", default="cpu0")
-    p.add_argument("--trace", default=None, help="write a Chrome trace and a timeline PNG beside it")
+    p.add_argument("--trace", nargs="?", const="mandelbrot.json", default=None, metavar="PATH",
+                   help="write a Chrome trace (default mandelbrot.json) and a timeline PNG beside it")
     a = p.parse_args()
+    problem = a.trace and output_problem(a.trace)  # before the run, not after it
+    if problem:
+        p.error(f"--trace {a.trace}: cannot write it: {problem}")
     device = a.devices.split(",")
     image(64, 8, device)  # compile first
     with hetflow.trace.record() as rec:
@@ -49,4 +55,4 @@ if __name__ == "__main__":
     print(report.summary())
     if a.trace:
         rec.save(a.trace)
-        rec.plot(a.trace.rsplit(".", 1)[0] + ".png")
+        print_files(a.trace, rec.plot(Path(a.trace).with_suffix(".png")))

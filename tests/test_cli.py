@@ -219,3 +219,81 @@ def test_a_negative_demo_size_prints_no_traceback(tmp_path):
     out = _hetflow("demo", "--size", "-5", "--iterations", "2", cwd=tmp_path)
     assert out.returncode == 1
     assert out.stderr == "hetflow: error: --size must be at least 3 (a grid with an interior point); got -5\n"
+
+
+# -- where the trace and the timeline go ------------------------------------------------------
+def _unwritable_outputs(tmp_path):
+    """(option, path, why it cannot be written) for the demo's outputs."""
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "a-dir.json").mkdir()
+    missing = tmp_path / "missing"
+    return [("--trace", missing / "t.json", f"the directory {missing} does not exist"),
+            ("--timeline", missing / "t.png", f"the directory {missing} does not exist"),
+            ("--trace", tmp_path / "a-file" / "t.json", f"{tmp_path / 'a-file'} is not a directory"),
+            ("--trace", tmp_path / "a-dir.json", "it is a directory"),
+            ("--timeline", tmp_path / "t.nope", "no image format '.nope'; the formats: ")]
+
+
+def test_demo_refuses_outputs_it_could_not_write_before_it_runs(tmp_path, monkeypatch):
+    from hetflow.cli import demo
+    from hetflow.cli import main as cli
+
+    def run(args):
+        raise AssertionError("the demo ran before checking where it writes")
+
+    monkeypatch.setattr(demo, "_run_one", run)
+    for option, path, why in _unwritable_outputs(tmp_path):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["demo", "--devices", "cpu0", option, str(path)])
+        assert exc.value.code.startswith(f"hetflow: error: {option} {path}: cannot write it: {why}")
+        assert "\n" not in exc.value.code
+    assert "png, ps, raw" in exc.value.code                  # the formats the timeline could have
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-dir.json", "a-file"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
+def test_demo_refuses_a_read_only_directory_before_it_runs(tmp_path):
+    (tmp_path / "ro").mkdir(mode=0o555)
+    out = _hetflow("demo", "--devices", "cpu0", "--trace", str(tmp_path / "ro" / "t.json"), cwd=tmp_path)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr == (f"hetflow: error: --trace {tmp_path / 'ro' / 't.json'}: cannot write it: "
+                          f"the directory {tmp_path / 'ro'} is not writable\n")
+
+
+def test_demo_with_a_trace_in_a_missing_directory_stops_at_once_in_one_line(tmp_path):
+    """At its full default size: nothing runs, nothing is printed but the error."""
+    out = _hetflow("demo", "--trace", "missing/t.json", cwd=tmp_path)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr == ("hetflow: error: --trace missing/t.json: cannot write it: the directory missing "
+                          "does not exist\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _mandelbrot(*args, cwd):
+    example = Path(__file__).resolve().parents[1] / "examples" / "mandelbrot.py"
+    return subprocess.run([sys.executable, str(example), "--size", "40", "--max-iter", "10", *args],
+                          capture_output=True, text=True, cwd=cwd, env=_environment(), timeout=120)
+
+
+@pytest.mark.parametrize(("argv", "trace", "timeline"), [
+    ((), "mandelbrot.json", "mandelbrot.png"),                 # --trace alone: the default name
+    (("runs/m.v2.json",), "runs/m.v2.json", "runs/m.v2.png"),
+])
+def test_mandelbrot_example_says_where_its_trace_and_timeline_went(tmp_path, argv, trace, timeline):
+    (tmp_path / "runs").mkdir()
+    out = _mandelbrot("--trace", *argv, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    chunks, _, steals = _trace_line(out)
+    assert out.stdout.splitlines()[-1].startswith(f"trace: {trace} (")
+    assert out.stdout.splitlines()[-1].endswith(f"; timeline: {timeline}")
+    events = json.loads((tmp_path / trace).read_text())["traceEvents"]
+    assert chunks == sum(e.get("cat") == "chunk" for e in events) > 0
+    assert steals == sum(e["args"]["steals"] for e in events if e.get("cat") == "loop")
+    assert (tmp_path / timeline).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_mandelbrot_example_refuses_a_trace_in_a_missing_directory_before_it_runs(tmp_path):
+    out = _mandelbrot("--trace", "missing/m.json", cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.endswith("mandelbrot.py: error: --trace missing/m.json: cannot write it: the directory "
+                               "missing does not exist\n")

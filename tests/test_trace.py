@@ -11,6 +11,7 @@ import io
 import json
 import threading
 import time
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -450,7 +451,7 @@ def test_trace_command_zooms_to_a_phase_named_with_spaces_or_a_range(tmp_path, c
     rec = _phased_recording()
     rec.save(tmp_path / "run.json")
     plain = png_size(rec.plot(tmp_path / "plain.png").path)[0]
-    for k, zoom in enumerate((["solve", "warm"], ["0", "1"])):
+    for k, zoom in enumerate((["solve warm"], ["0", "1"])):
         out = tmp_path / f"z{k}.png"
         assert main(["trace", str(tmp_path / "run.json"), "-o", str(out), "--zoom", *zoom]) == 0
         assert png_size(out)[0] > 1.8 * plain
@@ -458,10 +459,74 @@ def test_trace_command_zooms_to_a_phase_named_with_spaces_or_a_range(tmp_path, c
     assert "no phase named 'solve' to zoom to" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("zoom", [["solve", "warm"], ["0", "1", "2"], ["1", "two"]])
+def test_trace_command_zoom_takes_one_phase_or_two_numbers_and_says_so(tmp_path, capsys, zoom):
+    """A phase's name unquoted, or a third number, is a usage error naming both forms."""
+    from hetflow.cli.main import main
+
+    _phased_recording().save(tmp_path / "run.json")
+    with pytest.raises(SystemExit) as exc:
+        main(["trace", str(tmp_path / "run.json"), "-o", str(tmp_path / "z.png"), "--zoom", *zoom])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "[--zoom PHASE | START_MS END_MS]" in err and "..." not in err   # one form or the other
+    assert err.endswith("hetflow trace: error: argument --zoom: takes one phase's name (quoted if it holds "
+                        f"spaces) or two numbers START_MS END_MS, got {len(zoom)} values: {' '.join(zoom)}\n")
+    assert not (tmp_path / "z.png").exists()
+
+
+def _gapped_recording():
+    """Two loops a second apart on the recording's clock, nothing recorded between them,
+    and the trace's last end in ms."""
+    report = forall_report(4_000)
+    rec = ht.Recorder()
+    rec.add(report, label="first", start=0.0)
+    rec.add(report, label="second", start=1.0)
+    return rec, (1.0 + report.wall_s) * 1e3
+
+
+@pytest.mark.parametrize("option", ["window", "zoom"])
+def test_timeline_range_outside_the_trace_is_refused_naming_the_trace_s_span(tmp_path, option):
+    rec, last = _gapped_recording()
+    with pytest.raises(ArgumentError, match=rf"^{option} 5000-6000 ms holds no recorded event; the "
+                                            rf"trace's events span 0-{last:.4g} ms$"):
+        rec.plot(tmp_path / "out.png", **{option: (5000, 6000)})
+    assert not (tmp_path / "out.png").exists()
+
+
+@pytest.mark.parametrize("option", ["window", "zoom"])
+def test_timeline_range_in_a_gap_of_the_trace_draws_with_a_warning(tmp_path, option):
+    rec, last = _gapped_recording()
+    with pytest.warns(UserWarning, match=rf"^{option} 500-600 ms holds no recorded event; the trace's "
+                                         rf"events span 0-{last:.4g} ms: its panel is empty$"):
+        drawn = rec.plot(tmp_path / "gap.png", **{option: (500, 600)})
+    assert drawn.bars == (0 if option == "window" else len(rec.loops[0].report.events) * 2)
+    with warnings.catch_warnings():                       # a range holding the first loop: no warning
+        warnings.simplefilter("error")
+        drawn = rec.plot(tmp_path / "first.png", **{option: (0, 500)})
+    assert drawn.bars == len(rec.loops[0].report.events) * (1 if option == "window" else 2)
+
+
+def test_trace_command_warns_of_an_empty_window_in_one_line_and_refuses_one_outside(tmp_path, capsys):
+    from hetflow.cli.main import main
+
+    rec, last = _gapped_recording()
+    rec.save(tmp_path / "run.json")
+    assert main(["trace", str(tmp_path / "run.json"), "--window", "500", "600"]) == 0
+    out, err = capsys.readouterr()
+    assert err == (f"hetflow: warning: window 500-600 ms holds no recorded event; the trace's events span "
+                   f"0-{last:.4g} ms: its panel is empty\n")
+    assert out.startswith(f"wrote {tmp_path / 'run.png'}: 0 chunks on ")
+    assert main(["trace", str(tmp_path / "run.json"), "--zoom", "5000", "6000"]) == 1
+    assert capsys.readouterr().err == (f"hetflow: error: ArgumentError: zoom 5000-6000 ms holds no recorded "
+                                       f"event; the trace's events span 0-{last:.4g} ms\n")
+
+
 @pytest.mark.parametrize("window, message", [
     ((5.0, 1.0), r"window must satisfy 0 <= start_ms < end_ms, got \(5.0, 1.0\)"),
     ("ab", "window must be two numbers"),
     ((1.0, 2.0, 3.0), "window must be two numbers"),
+    ((0.0, float("inf")), r"window must end at a finite time, got \(0.0, inf\)"),
 ])
 def test_timeline_bad_window(tmp_path, window, message):
     with pytest.raises(ArgumentError, match=message):
@@ -480,6 +545,12 @@ def test_timeline_bad_output(tmp_path):
         ht.plot_timeline(report, tmp_path / "nowhere" / "t.png")
     with pytest.raises(ArgumentError, match="cannot write the timeline to .*t.nope: Format 'nope' is not"):
         ht.plot_timeline(report, tmp_path / "t.nope")
+
+
+def test_timeline_without_a_suffix_is_a_png_and_says_so(tmp_path):
+    drawn = ht.plot_timeline(forall_report(4_000), tmp_path / "t")
+    assert drawn.path == tmp_path / "t.png" and not (tmp_path / "t").exists()
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_timeline_of_an_empty_recording_says_why(tmp_path):

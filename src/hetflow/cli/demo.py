@@ -22,8 +22,10 @@ trace holding every rank's lanes and one picture.
 from __future__ import annotations
 
 import io
+import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -169,9 +171,30 @@ def print_summary(rows, title, n, iterations, startup, steady):
     print(line)
 
 
-def print_files(args, picture) -> None:
-    print(f"trace: {args.trace} ({picture.bars} chunks on {picture.lanes} lanes, {picture.steals} steals); "
-          f"timeline: {args.timeline}")
+def print_files(trace_path, picture) -> None:
+    """Where the trace and the timeline ``picture`` (what plot_timeline returned) went."""
+    print(f"trace: {trace_path} ({picture.bars} chunks on {picture.lanes} lanes, {picture.steals} steals); "
+          f"timeline: {picture.path}")
+
+
+def output_problem(path, image=False) -> str | None:
+    """Why the file ``path`` (an image, its format by suffix, if ``image``) could not be
+    written, or None: asked before a run, so that a mistyped path costs no run."""
+    path = Path(path)
+    folder = path.parent
+    if not folder.is_dir():
+        return f"{folder} is not a directory" if folder.exists() else f"the directory {folder} does not exist"
+    if path.is_dir():
+        return "it is a directory"
+    if not os.access(path if path.exists() else folder, os.W_OK):
+        return f"{path if path.exists() else f'the directory {folder}'} is not writable"
+    if image:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = FigureCanvasBase.get_supported_filetypes()
+        if path.suffix and path.suffix[1:].lower() not in formats:
+            return f"no image format {path.suffix!r}; the formats: {', '.join(sorted(formats))}"
+    return None
 
 
 def check(grid, n, iterations) -> bool:
@@ -218,8 +241,17 @@ def _check_arguments(args) -> None:
                          f"-> u); got {args.iterations}")
 
 
+def _check_outputs(args) -> None:
+    """Refuse, in one line and before the run, a trace or timeline it could not write after it."""
+    for option, path, image in (("--trace", args.trace, False), ("--timeline", args.timeline, True)):
+        problem = output_problem(path, image)
+        if problem:
+            raise SystemExit(f"hetflow: error: {option} {path}: cannot write it: {problem}")
+
+
 def run_demo(args) -> int:
     _check_arguments(args)
+    _check_outputs(args)
     if collectives.launched_by_mpi() and cluster.session().size > 1:
         return cluster.run_distributed(_run_ranks, args)
     return _run_one(args)
@@ -242,7 +274,7 @@ def _run_one(args) -> int:
     print_summary(rows, f"heat diffusion {n}x{n}, {args.iterations} iterations", n, args.iterations,
                   startup, steady)
     rec.save(args.trace)
-    print_files(args, rec.plot(args.timeline, zoom=zoom(args.iterations)))
+    print_files(args.trace, rec.plot(args.timeline, zoom=zoom(args.iterations)))
     return 0 if check(np.asarray(u), n, args.iterations) else 1
 
 
@@ -293,5 +325,6 @@ def _report_ranks(args, gathered, grid, partitions, times) -> bool:
           f"per rank): " + "; ".join(f"{it}: {list(sizes)}" for it, sizes in partitions))
     merged = trace.merge_chrome_traces(t for t, _ in gathered)
     trace.write_chrome_trace(args.trace, merged)
-    print_files(args, trace.plot_timeline(merged, args.timeline, title=f"{ranks} ranks", zoom=zoom(args.iterations)))
+    print_files(args.trace, trace.plot_timeline(merged, args.timeline, title=f"{ranks} ranks",
+                                                zoom=zoom(args.iterations)))
     return check(grid, n, args.iterations)

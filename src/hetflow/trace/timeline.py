@@ -17,12 +17,16 @@ stolen chunks (hatched bars, each with its line) than steals; the title gives bo
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import math
 import os
+import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, warn_user
 from .chrome import TraceContents, read_chrome_trace, to_chrome_trace
 
 KIND_COLOURS = {"cpu": "#4C72B0", "gpu": "#55A868"}
@@ -262,20 +266,42 @@ def _device_bands(ax, contents, rows) -> None:
             start = k
 
 
+def _extent(contents) -> tuple[float, float]:
+    """The first start and the last end of the trace's events, in ms."""
+    spans = contents.loops + contents.phases
+    starts = [c.start for c in contents.chunks] + [s.start for s in spans] + [f.t for f in contents.failures]
+    ends = [c.end for c in contents.chunks] + [s.end for s in spans] + [f.t for f in contents.failures]
+    return min(starts, default=0.0) * 1e3, max(ends, default=0.0) * 1e3
+
+
 def _window(contents, window, what="window") -> tuple[float, float]:
     """The time range drawn, in ms: ``window`` (the option named ``what``) checked, or
     everything in the trace."""
     if window is None:
-        ends = ([c.end for c in contents.chunks] + [s.end for s in contents.loops + contents.phases]
-                + [f.t for f in contents.failures])
-        return 0.0, max(ends + [1e-6]) * 1e3
+        return 0.0, max(_extent(contents)[1], 1e-3)
     try:
         lo, hi = (float(v) for v in window)
     except (TypeError, ValueError):
         raise ArgumentError(f"{what} must be two numbers (start_ms, end_ms), got {window!r}") from None
     if not 0 <= lo < hi:
         raise ArgumentError(f"{what} must satisfy 0 <= start_ms < end_ms, got ({lo}, {hi})")
+    if not math.isfinite(hi):
+        raise ArgumentError(f"{what} must end at a finite time, got ({lo}, {hi})")
     return lo, hi
+
+
+def _check_drawn(view, contents, window, what) -> None:
+    """A ``window`` (the option named ``what``) in which nothing was recorded draws an
+    empty panel: refused where it lies outside the trace's events (a mistaken range),
+    warned of where it falls in a gap between them."""
+    if view.chunks or view.loops or view.phases or view.failures:
+        return
+    first, last = _extent(contents)
+    message = (f"{what} {window[0]:.4g}-{window[1]:.4g} ms holds no recorded event; the trace's "
+               f"events span {first:.4g}-{last:.4g} ms")
+    if window[1] < first or window[0] > last:
+        raise ArgumentError(message)
+    warn_user(f"{message}: its panel is empty", UserWarning)
 
 
 def _clip(contents, window) -> TraceContents:
@@ -326,14 +352,17 @@ def _panel(ax, contents, rows, window, width) -> tuple[int, int, int, int]:
 
 def plot_timeline(source, path, *, title: str | None = None, window=None, zoom=None,
                   width: float = 12.0, dpi: int = 120) -> TimelineSummary:
-    """Draw the timeline of ``source`` into the image file ``path`` (format by suffix).
+    """Draw the timeline of ``source`` into the image file ``path`` (format by suffix;
+    none adds ``.png``).
 
     ``source`` is a Chrome trace (a file path or the loaded dict), a
     :class:`~hetflow.trace.Recorder`, a run report or a list of run reports.
     ``window=(start_ms, end_ms)`` draws only that time range. ``zoom``, a time range or
     the name of a phase, adds a second panel below that draws it across the full width
     (its range shaded above): where a long start-up dwarfs the steps after it, they stay
-    readable. Returns the counts of what the first panel drew.
+    readable. A range in which nothing was recorded is refused (ArgumentError) where it
+    lies outside the trace's events, and warned of where it falls in a gap between them.
+    Returns the counts of what the first panel drew.
     """
     from matplotlib.figure import Figure
 
@@ -345,10 +374,15 @@ def plot_timeline(source, path, *, title: str | None = None, window=None, zoom=N
         raise ArgumentError("nothing to draw: the trace has no workers (it holds no run report). "
                             "Record launches with hetflow.trace.record(): every loop run while "
                             "recording, on one device or several, adds its run report")
+    window_given = window is not None
     window = _window(contents, window)
     zoomed = _zoom(contents, zoom)
     windows = [window] + ([zoomed] if zoomed else [])
     views = [_clip(contents, w) for w in windows]  # what each panel draws, and its rows
+    if window_given:
+        _check_drawn(views[0], contents, window, "window")
+    if zoomed and not isinstance(zoom, str):  # a phase's zoom holds at least that phase
+        _check_drawn(views[1], contents, zoomed, "zoom")
     rows = [_Rows(v) for v in views]
     heights = [max(2.8, 1.3 + 0.24 * r.count) for r in rows]
     fig = Figure(figsize=(width, sum(heights) + 0.4 * (len(windows) - 1)), dpi=dpi)
@@ -370,6 +404,8 @@ def plot_timeline(source, path, *, title: str | None = None, window=None, zoom=N
         axes[1].set_title(f"zoom, shaded above: {what}\n{heading}", fontsize=9, loc="left")
         fig.set_layout_engine("constrained")  # the two panels' titles apart, their axes aligned
     path = Path(os.fspath(path))
+    if not path.suffix:
+        path = path.with_suffix(".png")  # what savefig would write: the summary names that file
     try:
         fig.savefig(path, dpi=dpi, bbox_inches="tight")
     except (OSError, ValueError) as exc:
@@ -390,15 +426,39 @@ Record a trace in Python, then draw it here:
 """
 
 
+class _ZoomAction(argparse.Action):
+    """``--zoom``: one value, a phase's name, or two numbers, a time range in ms; any other
+    count or form is a usage error naming the two forms."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if len(values) == 1:
+            setattr(namespace, self.dest, values[0])
+            return
+        try:
+            lo, hi = map(float, values)
+        except ValueError:
+            raise argparse.ArgumentError(
+                self, f"takes one phase's name (quoted if it holds spaces) or two numbers START_MS "
+                      f"END_MS, got {len(values)} values: {' '.join(values)}") from None
+        setattr(namespace, self.dest, (lo, hi))
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Shows ``--zoom``'s two forms (its metavar) where argparse would show a list of any length."""
+
+    def _format_args(self, action, default_metavar):
+        if isinstance(action, _ZoomAction):
+            return action.metavar
+        return super()._format_args(action, default_metavar)
+
+
 def add_trace_command(subparsers) -> None:
     """Register ``hetflow trace TRACE.json -o timeline.png`` on an argparse subparsers object."""
-    import argparse
-
     p = subparsers.add_parser(
         "trace", help="draw the timeline of a saved hetflow trace (Chrome trace JSON) as an image",
         description="Draw a saved hetflow trace as a timeline: one lane per worker (CPU core,\n"
                     "GPU), one bar per chunk, stolen chunks hatched, steals and failures marked.",
-        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_EPILOG, formatter_class=_Formatter)
     p.add_argument("trace", metavar="TRACE.json",
                    help="a trace written by Recorder.save / hetflow.trace.write_chrome_trace")
     p.add_argument("-o", "--output", metavar="IMAGE", default=None,
@@ -407,8 +467,9 @@ def add_trace_command(subparsers) -> None:
     p.add_argument("--title", default=None, help="a first title line above the totals")
     p.add_argument("--window", type=float, nargs=2, metavar=("START_MS", "END_MS"), default=None,
                    help="draw only this time range (ms since recording began)")
-    p.add_argument("--zoom", nargs="+", metavar="PHASE | START_MS END_MS", default=None,
-                   help="add a panel below that draws this phase (by name) or time range")
+    p.add_argument("--zoom", nargs="+", action=_ZoomAction, metavar="PHASE | START_MS END_MS", default=None,
+                   help="add a panel below that draws one phase, by name (quoted if it holds "
+                        "spaces), or the time range START_MS END_MS")
     p.add_argument("--width", type=float, default=12.0, help="figure width in inches (default 12)")
     p.add_argument("--dpi", type=int, default=120, help="resolution of raster images (default 120)")
     p.set_defaults(func=_cmd_trace)
@@ -416,14 +477,12 @@ def add_trace_command(subparsers) -> None:
 
 def _cmd_trace(args) -> int:
     output = Path(args.output) if args.output else Path(args.trace).with_suffix(".png")
-    zoom = args.zoom
-    if zoom is not None:
-        try:
-            zoom = tuple(float(v) for v in zoom)
-        except ValueError:
-            zoom = " ".join(zoom)  # a phase's name, which may hold spaces
-    drawn = plot_timeline(args.trace, output, title=args.title, window=args.window, zoom=zoom,
-                          width=args.width, dpi=args.dpi)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        drawn = plot_timeline(args.trace, output, title=args.title, window=args.window, zoom=args.zoom,
+                              width=args.width, dpi=args.dpi)
+    for w in caught:  # one line each, as the command's errors are, not a line of hetflow's source
+        print(f"hetflow: warning: {w.message}", file=sys.stderr)
     print(f"wrote {drawn.path}: {drawn.bars} chunks on {drawn.lanes} workers, {drawn.steals} steal(s), "
           f"{drawn.failures} failure(s), {drawn.loops} loop(s) in {drawn.span_ms:.4g} ms")
     return 0

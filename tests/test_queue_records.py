@@ -77,13 +77,15 @@ def test_a_tiny_instance_waiting_for_nothing_runs_at_once_and_leaves_no_record(m
             q.enqueue(scaled, 4, x, y, 2.0).wait(T)
         gate = UserEvent()
         reader = q.enqueue(scaled, 4, x, y, 3.0, wait_for=gate)  # waits: x gets a record listing it
+        with LOCK:
+            assert id(x) in deps._data
         gate.set_complete()
         reader.wait(T)
         with LOCK:
-            assert id(x) in deps._data  # its reader is done, but still listed
+            assert id(x) not in deps._data  # its reader done, the record went with it
         tracked, track = [], queue_module.track_locked
         monkeypatch.setattr(queue_module, "track_locked", lambda inst, *a: (tracked.append(inst), track(inst, *a)))
-        now = q.enqueue(fill, 4, x, 7.0)  # waits for nothing: run here, untracked, the record dropped
+        now = q.enqueue(fill, 4, x, 7.0)  # waits for nothing: run here, untracked
         assert now.status == COMPLETE and now.device == "cpu0" and tracked == []
         assert now.profile.queued <= now.profile.started <= now.profile.ended
         with LOCK:

@@ -29,11 +29,11 @@ application owns the data's state, or until the data is written again.
 What the runtime keeps per datum lives while it tells something. A datum whose whole
 state is a pending last writer (no readers since: a fresh output, each link of a chain)
 is represented by that instance alone, and forgotten when it completes; otherwise a
-record holds the last writer and the readers since, dropped when that writer completes
-with no readers listed (a fan-out over fresh arrays must not keep a record, and through
-it a finished instance, per array), and when the datum goes (a weak-reference
-callback). Objects without weak references (rare) are forgotten once nothing pending
-touches them.
+record holds the last writer and the readers since, dropped once that writer has
+completed and those readers are done (a fan-out over fresh arrays, outputs or inputs,
+must not keep a record, and through it a finished instance, per array, however long
+the arrays live), and when the datum goes (a weak-reference callback). Objects without
+weak references (rare) are forgotten once nothing pending touches them.
 
 **Cycles.** An instance can only wait for events that exist when it is enqueued, so
 plain enqueues can never form a cycle. Deferred instances (``enqueue(..., defer=True)``)
@@ -161,8 +161,8 @@ def track_locked(inst, args, modes) -> None:
 
     ``args`` are its data arguments and ``modes`` their masks of READ and WRITE (as
     :func:`accesses` takes them). ``inst.held`` gets the data :func:`untrack_locked`
-    lets go of when ``inst`` is done (one object, a tuple of them, or None): those it
-    writes, and those without weak references.
+    lets go of when ``inst`` is done (one object, a tuple of them, or None): all it
+    accesses.
     """
     held = None
     for obj, mode in (zip(args, modes) if _apart(args) else accesses(args, modes)):
@@ -193,8 +193,7 @@ def track_locked(inst, args, modes) -> None:
                 held = obj if held is None else (*held, obj) if type(held) is tuple else (held, obj)
                 continue
             rec = _record(obj, key, rec)
-        pinned = type(rec) is _Pinned
-        if pinned:
+        if type(rec) is _Pinned:
             rec.live += 1
         writer = rec.writer
         if writer is not None and writer.status is not COMPLETE:
@@ -218,8 +217,6 @@ def track_locked(inst, args, modes) -> None:
                 if len(readers) >= rec.prune_at:  # finished readers matter to no one
                     readers[:] = [r for r in readers if r.status not in DONE]
                     rec.prune_at = max(32, 2 * len(readers))
-            if not pinned:
-                continue
         held = obj if held is None else (*held, obj) if type(held) is tuple else (held, obj)
     inst.held = held
 
@@ -279,10 +276,11 @@ def untrack_locked(inst, complete: bool) -> None:
     """``inst`` is done (``complete``: successfully): let go of the data it holds (caller
     holds LOCK, and ``inst`` its arguments, so none of them is freed meanwhile).
 
-    A completed last writer is forgotten (it orders nothing and poisons nothing); a
-    record left with no writer and no readers, or a pinned one no pending instance
-    uses, is dropped. A failed (or cancelled) last writer that stood alone for its datum
-    gets a record: the datum is poisoned.
+    A completed last writer is forgotten (it orders nothing and poisons nothing), and so
+    are finished readers at the end of the list of readers (the last reader to finish
+    finds them all finished); a record left with no writer and no readers, or a pinned
+    one no pending instance uses, is dropped. A failed (or cancelled) last writer that
+    stood alone for its datum gets a record: the datum is poisoned.
     """
     held, inst.held = inst.held, None
     if complete and type(held) is not tuple and _data.get(id(held)) is inst:
@@ -302,6 +300,9 @@ def untrack_locked(inst, complete: bool) -> None:
             continue
         if rec.writer is inst and complete:
             rec.writer = None
+        readers = rec.readers
+        while readers and readers[-1].status in DONE:  # popped once each: the last reader done empties it
+            readers.pop()
         if type(rec) is _Pinned:
             rec.live -= 1
             if rec.live:

@@ -1,11 +1,13 @@
-"""Shared helpers for benchmarks: timing, tables, JSON output, the MPI launcher."""
+"""Shared helpers for benchmarks: timing, targets, tables, JSON output, the MPI launcher."""
 from __future__ import annotations
 
 import json
+import operator
 import shutil
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from hetflow.errors import CommError
 
@@ -56,8 +58,53 @@ def per_call(fn, calls, repeat=5) -> float:
     return best
 
 
+COMPARISONS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+
+class Clause(NamedTuple):
+    """One part of a row's target, as the table prints it, and whether the figure meets it."""
+    text: str
+    met: bool
+
+
+def clause(figure: float, op: str, limit: float, unit: str = "x", label: str = "", note: str = "") -> Clause:
+    """The target ``figure op limit``. ``unit``: "x" (a ratio), "s" (seconds: hetflow's
+    time, or an overhead), "%" (a fraction) or "" (a plain number); ``label`` names the
+    figure before the comparison ("overhead"), ``note`` follows the limit ("per task")."""
+    text = " ".join(part for part in (label, op, _limit_text(limit, unit), note) if part)
+    return Clause(text, bool(COMPARISONS[op](figure, limit)))
+
+
+def _limit_text(limit: float, unit: str) -> str:
+    """The limit as its target was written: a ratio or number as given (1.0x stays 1.0x),
+    seconds in the unit that reads best, a fraction in percent."""
+    if unit == "%":
+        return f"{limit:.0%}"
+    if unit == "s":
+        scale, name = (1e6, "us") if limit < 1e-3 else (1e3, "ms") if limit < 1 else (1, "s")
+        return f"{limit * scale:g} {name}"
+    return f"{limit}{unit}"
+
+
+def verdict(*clauses: Clause, info: str = "") -> dict:
+    """A row's ``target`` and ``met`` fields: ``info`` (figures shown in the target column),
+    then the clauses with "met" when every one holds, else "MISSED" and, where others hold,
+    those that do not (a target may bound both the ratio and hetflow's time); ``met`` is
+    None without clauses.
+    An absolute time counts only on the machines docs/performance.md names, but is marked
+    wherever it is measured: the figure is what it is."""
+    if not clauses:
+        return {"target": info, "met": None}
+    met = all(c.met for c in clauses)
+    missed = [c.text for c in clauses if not c.met]
+    mark = "met" if met else "MISSED" + (f" ({', '.join(missed)})" if len(missed) < len(clauses) else "")
+    text = f"{', '.join(c.text for c in clauses)}: {mark}"
+    return {"target": f"{info}; {text}" if info else text, "met": met}
+
+
 def report(rows, as_json: bool, title: str) -> None:
-    """Print ``rows`` (dicts with name, baseline, hetflow, unit, ratio, target) as a table or JSON."""
+    """Print ``rows`` (dicts with name, baseline, hetflow, ratio and :func:`verdict`'s
+    target and met) as a table or JSON."""
     if as_json:
         print(json.dumps({"benchmark": title, "rows": rows}, indent=1))
         return

@@ -14,7 +14,8 @@ for the seed, busbw = bytes / time * 2(N-1)/N for allreduce (the bytes each proc
 must move, SPEC §5), and busbw as a fraction of the bandwidth bound: the exchange
 bandwidth of one pair of processes, measured in the same run. The header names the
 crossovers in use (``host.NATIVE_BYTES``): where "seed speed" crosses 1 is
-where they belong.
+where they belong. Each host row, and the summary's median, is marked "met" or "MISSED"
+against issue 20's targets (``TARGETS``).
 
 ``--gpu``: CuPy arrays, one GPU per rank, against NCCL's allReduce (float32 sums).
 ``--overlap``: the transfer/reduction overlap experiment of docs/collectives.md.
@@ -36,7 +37,13 @@ import numpy as np
 from hetflow.collectives import host, launched_by_mpi, world
 
 sys.path.append(os.path.dirname(__file__))
-from _common import mpiexec  # noqa: E402
+from _common import clause, mpiexec, verdict  # noqa: E402
+
+
+# Issue 20's targets on the host, on speed (native time / hetflow time): at least 0.9x at
+# every size, 1.2x from 1 MiB, and 0.95x as the median over the sizes; busbw at least 0.7
+# of the bound from 8 MiB.
+TARGETS = {"speed": 0.9, "speed from 1 MiB": 1.2, "median speed": 0.95, "busbw of the bound from 8 MiB": 0.7}
 
 
 def main(argv=None) -> int:
@@ -184,12 +191,22 @@ def host_sweep(comm, args):
         if not args.no_reduce:
             contenders["MPI_Reduce"] = lambda: mpi_comm.Reduce(x, y, op=op, root=0)
         best = _time_rounds(comm, contenders, args.seconds, args.rounds)
-        rows.append(_row(nbytes, comm.size, best, "allreduce", "MPI_Allreduce", bound,
-                         paths["allreduce"]))
+        rows.append(_judged(_row(nbytes, comm.size, best, "allreduce", "MPI_Allreduce", bound,
+                                 paths["allreduce"])))
         if not args.no_reduce:
-            rows.append(_row(nbytes, comm.size, best, "reduce", "MPI_Reduce", None,
-                             paths["reduce"]))
+            rows.append(_judged(_row(nbytes, comm.size, best, "reduce", "MPI_Reduce", None,
+                                     paths["reduce"])))
     return rows
+
+
+def _judged(row):
+    """``row`` with its verdict on the targets of its size (``TARGETS``)."""
+    big = row["bytes"] >= 1 << 20
+    clauses = [clause(row["speed_ratio"], ">=", TARGETS["speed from 1 MiB" if big else "speed"])]
+    if row["bytes"] >= 8 << 20 and "bound_fraction" in row:
+        clauses.append(clause(row["bound_fraction"], ">=", TARGETS["busbw of the bound from 8 MiB"], "",
+                              label="busbw", note="of the bound"))
+    return {**row, **verdict(*clauses)}
 
 
 def _row(nbytes, size, best, what, native, bound, path=None):
@@ -382,7 +399,7 @@ def _table(rows, size, args):
             for what in host.NATIVE_BYTES) + f" (at {size} ranks)")
     lines.append(f"{'collective':<10} {'bytes':>10} {'path':>9} {'hetflow us':>11} "
                  f"{'seed us':>10} {'native us':>11} {'speed':>6} {'seed':>6} "
-                 f"{'busbw GB/s':>11} {'native':>8} {'of bound':>8}")
+                 f"{'busbw GB/s':>11} {'native':>8} {'of bound':>8}  target")
     for r in rows:
         bound = f"{r['bound_fraction']:.2f}" if "bound_fraction" in r else ""
         seed_us = f"{r['seed_us']:.1f}" if "seed_us" in r else ""
@@ -391,22 +408,25 @@ def _table(rows, size, args):
             f"{r['collective']:<10} {r['bytes']:>10} {r.get('path') or '':>9} "
             f"{r['hetflow_us']:>11.1f} {seed_us:>10} {r['native_us']:>11.1f} "
             f"{r['speed_ratio']:>5.2f}x {seed_speed:>6} "
-            f"{r['hetflow_busbw_GBs']:>11.3f} {r['native_busbw_GBs']:>8.3f} {bound:>8}")
+            f"{r['hetflow_busbw_GBs']:>11.3f} {r['native_busbw_GBs']:>8.3f} {bound:>8}  "
+            f"{r.get('target', '')}")
     if rows and "pair_bw_GBs" in rows[0]:
         lines.append(f"bound: one pair's exchange bandwidth, {rows[0]['pair_bw_GBs']:.2f} "
                      "GB/s per direction")
-    lines += [_summary(rows, what) for what in ("allreduce", "reduce")
+    lines += [_summary(rows, what, judged=not args.gpu) for what in ("allreduce", "reduce")
               if any(r["collective"] == what for r in rows)]
     return "\n".join(lines)
 
 
-def _summary(rows, what):
-    """One line on the issue's targets: the median speed over sizes, the slowest size,
-    the slowest from 1 MiB, and busbw against the bound from 8 MiB."""
+def _summary(rows, what, judged):
+    """One line on the issue's targets: the median speed over sizes (with its verdict if
+    ``judged``), the slowest size, the slowest from 1 MiB, busbw against the bound from
+    8 MiB, and at how many sizes the rows' targets are met."""
     mine = [r for r in rows if r["collective"] == what]
-    speeds = [r["speed_ratio"] for r in mine]
+    median = float(np.median([r["speed_ratio"] for r in mine]))
     worst = min(mine, key=lambda r: r["speed_ratio"])
-    text = (f"summary {what}: median speed {np.median(speeds):.2f}x over {len(mine)} sizes, "
+    mark = f" ({verdict(clause(median, '>=', TARGETS['median speed']))['target']})" if judged else ""
+    text = (f"summary {what}: median speed {median:.2f}x{mark} over {len(mine)} sizes, "
             f"lowest {worst['speed_ratio']:.2f}x at {worst['bytes']} bytes")
     large = [r["speed_ratio"] for r in mine if r["bytes"] >= 1 << 20]
     if large:
@@ -414,6 +434,8 @@ def _summary(rows, what):
     bound = [r["bound_fraction"] for r in mine if r["bytes"] >= 8 << 20 and "bound_fraction" in r]
     if bound:
         text += f"; from 8 MiB busbw {min(bound):.2f}-{max(bound):.2f} of the bound"
+    if judged:
+        text += f"; targets met at {sum(r['met'] for r in mine)} of {len(mine)} sizes"
     return text
 
 

@@ -43,7 +43,7 @@ from hetflow.ir import Interpreter, Monitor, NodePattern, Partition, Rule, RuleS
 from hetflow.cuda_compat import cuda_module, cupy_module
 
 sys.path.append(os.path.dirname(__file__))
-from _common import best_time, fmt_s, per_call, report  # noqa: E402
+from _common import best_time, clause, fmt_s, per_call, report, verdict  # noqa: E402
 from _gpuload import GpuHog  # noqa: E402
 
 MOVE_RULES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -116,7 +116,7 @@ def overhead_rows(args):
     np.testing.assert_array_equal(y, 2.0 * x)
     np.testing.assert_array_equal(z, 3.0 * x)
     row = dict(name="g.run() 2 launches n=8 vs direct calls", baseline=fmt_s(t_direct), hetflow=fmt_s(t_run),
-               ratio=t_direct / t_run, target="overhead <= 20 us")
+               ratio=t_direct / t_run, **verdict(clause(t_run - t_direct, "<=", 20e-6, "s", label="overhead")))
     note = (f"g.run() overhead for a 2-node graph: {(t_run - t_direct) * 1e6:.1f} us per run "
             f"(best of {args.repeat} x {calls} runs, default rules, {len(g.versions)} version(s))")
     return [row], [note]
@@ -152,7 +152,7 @@ def rulefile_rows(args):
     t_big = min(load(big) for _ in range(max(1, args.repeat // 2)))
     row = dict(name=f"load {big} rules vs 10x {small} rules", baseline=fmt_s((big // small) * t_small),
                hetflow=fmt_s(t_big), ratio=(big // small) * t_small / t_big,
-               target=f"{big} rules < 2 s" if not args.quick else "")
+               **(verdict() if args.quick else verdict(clause(t_big, "<", 2.0, "s", label=f"{big} rules"))))
     return [row], []
 
 
@@ -178,14 +178,16 @@ def cpu_rows(args):
     for y in (y_plain, y_fused, y_np, y_nb):
         np.testing.assert_allclose(y, expected, rtol=1e-12)
     check_fused(fused, temps)
-    return table("", n, t_fused, [("unfused graph", t_plain, ">= 2.5x"), ("numpy (out=)", t_numpy, ""),
-                                  ("numba, fused by hand", t_numba, "")]), []
+    return table("", n, t_fused, [("unfused graph", t_plain, 2.5), ("numpy (out=)", t_numpy, None),
+                                  ("numba, fused by hand", t_numba, None)]), []
 
 
 def table(prefix, n, t_fused, baselines):
-    """Rows of the fused graph's time against each ``(name, seconds, target)`` baseline."""
+    """Rows of the fused graph's time against each ``(name, seconds, least ratio or None)``
+    baseline."""
     return [dict(name=f"{prefix}4 ops n={n:.0e} vs {name}", baseline=fmt_s(t), hetflow=fmt_s(t_fused),
-                 ratio=t / t_fused, target=target) for name, t, target in baselines]
+                 ratio=t / t_fused, **(verdict() if least is None else verdict(clause(t / t_fused, ">=", least))))
+            for name, t, least in baselines]
 
 
 def real_gpu() -> bool:
@@ -228,8 +230,8 @@ def gpu_rows(args):
         # FMA contraction on the GPU changes the last bits; the oracle is NumPy-style CuPy.
         cp.testing.assert_allclose(y, expected, rtol=1e-12)
     check_fused(fused, temps)
-    return table("GPU ", n, t_fused, [("unfused graph", t_plain, ">= 2x"), ("cupy (out=)", t_cp, ""),
-                                      ("numba-cuda, fused by hand", t_cu, "")]), []
+    return table("GPU ", n, t_fused, [("unfused graph", t_plain, 2), ("cupy (out=)", t_cp, None),
+                                      ("numba-cuda, fused by hand", t_cu, None)]), []
 
 
 # -- adaptive Jacobi: the GPU taken by another process partway ----------------------------------
@@ -327,7 +329,7 @@ def adaptive_rows(args):
     t_static, t_adaptive = statistics.median(times["static"]), statistics.median(times["adaptive"])
     name = f"Jacobi {size}^2 x {iterations} it, GPU taken partway: adaptive vs static"
     rows = [dict(name=name, baseline=fmt_s(t_static), hetflow=fmt_s(t_adaptive), ratio=t_static / t_adaptive,
-                 target=">= 1.3x")]
+                 **verdict(clause(t_static / t_adaptive, ">=", 1.3)))]
     notes = [f"adaptive Jacobi: per iteration (2 steps) unloaded: GPU {fmt_s(per_it['gpu'])}, "
              f"CPU {fmt_s(per_it['cpu'])}; load from {fmt_s(delay)} on ({args.hog_size}^2 f32 matmuls + "
              f"{args.hog_copy_mb} MiB copies each way; load steps per run {min(steps)}..{max(steps)})",

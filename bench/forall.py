@@ -19,7 +19,7 @@ import hetflow
 from hetflow.library import axpy
 
 sys.path.append(os.path.dirname(__file__))
-from _common import best_time, fmt_s, per_call, report  # noqa: E402
+from _common import best_time, clause, fmt_s, per_call, report, verdict  # noqa: E402
 
 
 @numba.njit(parallel=True, nogil=True)
@@ -38,9 +38,9 @@ def cpu_rows(n, repeat):
     assert np.allclose(out, 2.0 * x + y)
     return [
         dict(name=f"axpy n={n:.0e} vs numba parallel", baseline=fmt_s(t_numba), hetflow=fmt_s(t_het),
-             ratio=t_numba / t_het, target=">= 0.9x"),
+             ratio=t_numba / t_het, **verdict(clause(t_numba / t_het, ">=", 0.9))),
         dict(name=f"axpy n={n:.0e} vs numpy", baseline=fmt_s(t_numpy), hetflow=fmt_s(t_het),
-             ratio=t_numpy / t_het, target=""),
+             ratio=t_numpy / t_het, **verdict()),
     ]
 
 
@@ -56,7 +56,7 @@ def overhead_row(calls):
     t_numba = per_call(lambda: one(2.0, x, y, out), calls)
     t_het = per_call(lambda: hetflow.forall(1, axpy, 2.0, x, y, out), calls)
     return dict(name="launch overhead n=1 (vs numba call)", baseline=fmt_s(t_numba), hetflow=fmt_s(t_het),
-                ratio=t_numba / t_het, target="<= 5 us per call (issue 19)")
+                ratio=t_numba / t_het, **verdict(clause(t_het, "<=", 5e-6, "s", note="per call (issue 19)")))
 
 
 COLD = textwrap.dedent("""
@@ -82,7 +82,7 @@ def cache_row():
         times = [float(subprocess.run([sys.executable, script], env=env, capture_output=True,
                                       text=True, check=True).stdout.split()[-1]) for _ in range(2)]
     return dict(name="first launch: 1st process vs 2nd (cache hit)", baseline=fmt_s(times[0]),
-                hetflow=fmt_s(times[1]), ratio=times[0] / times[1], target="2nd process loads, no compile")
+                hetflow=fmt_s(times[1]), ratio=times[0] / times[1], **verdict(info="2nd process loads, no compile"))
 
 
 def _gpu():
@@ -114,9 +114,9 @@ def gpu_rows(n, repeat, gpu):
     assert bool(cp.allclose(out, 2.0 * x + y))
     return [
         dict(name=f"GPU axpy n={n:.0e} vs numba-cuda", baseline=fmt_s(t_cuda), hetflow=fmt_s(t_het),
-             ratio=t_cuda / t_het, target=">= 0.9x"),
+             ratio=t_cuda / t_het, **verdict(clause(t_cuda / t_het, ">=", 0.9))),
         dict(name=f"GPU axpy n={n:.0e} vs cupy", baseline=fmt_s(t_cupy), hetflow=fmt_s(t_het),
-             ratio=t_cupy / t_het, target=""),
+             ratio=t_cupy / t_het, **verdict()),
     ]
 
 
@@ -144,11 +144,12 @@ def gpu_launch_rows(gpu, calls):
     cp.cuda.Device().synchronize()
     return [
         dict(name="GPU launch host time, 4 args, vs numba-cuda", baseline=fmt_s(t_cuda),
-             hetflow=fmt_s(t_het), ratio=t_cuda / t_het, target="<= 20 us"),
+             hetflow=fmt_s(t_het), ratio=t_cuda / t_het, **verdict(clause(t_het, "<=", 20e-6, "s"))),
         dict(name="GPU launch host time, 4 args, vs cupy a*x+y", baseline=fmt_s(t_cupy),
-             hetflow=fmt_s(t_het), ratio=t_cupy / t_het, target=""),
+             hetflow=fmt_s(t_het), ratio=t_cupy / t_het, **verdict()),
         dict(name="GPU heat step, 7 args, views built per call", baseline=fmt_s(t_cupy),
-             hetflow=fmt_s(t_heat), ratio=t_cupy / t_heat, target="<= 30 us (baseline: cupy a*x+y)"),
+             hetflow=fmt_s(t_heat), ratio=t_cupy / t_heat,
+             **verdict(clause(t_heat, "<=", 30e-6, "s", note="(baseline: cupy a*x+y)"))),
     ]
 
 

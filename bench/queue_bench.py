@@ -24,7 +24,7 @@ import hetflow
 from hetflow.runtime.queue import Queue
 
 sys.path.append(os.path.dirname(__file__))
-from _common import fmt_s, report  # noqa: E402
+from _common import clause, fmt_s, report, verdict  # noqa: E402
 
 
 @hetflow.kernel
@@ -116,7 +116,8 @@ def main(argv=None) -> int:
                 t_het, t_dask = min(t_het, het(queue, n)), min(t_dask, base(n))
             rows.append(dict(name=f"{n} tiny tasks, {name} (per task) vs dask.threaded",
                              baseline=fmt_s(t_dask / n), hetflow=fmt_s(t_het / n), ratio=t_dask / t_het,
-                             target=">= 10x (<= 8 us per task)"))
+                             **verdict(clause(t_dask / t_het, ">=", 10),
+                                       clause(t_het / n, "<=", 8e-6, "s", note="per task"))))
     cpu = hetflow.get_device("cpu0")
     report(rows, args.json, f"hetflow bench queue ({cpu.name}, {cpu.compute_units} cores)")
     return 0

@@ -60,7 +60,7 @@ from hetflow.errors import HetflowError
 from hetflow.cuda_compat import cupy_module
 
 sys.path.append(os.path.dirname(__file__))
-from _common import fmt_s, report  # noqa: E402
+from _common import clause, fmt_s, report, verdict  # noqa: E402
 from _gpuload import GpuHog  # noqa: E402
 
 IRREGULAR = (-2.0, 0.5, 0.0, 1.25)   # x_min, x_max, y_min, y_max
@@ -141,15 +141,10 @@ def _check(label, got, want, exact):
         raise HetflowError(f"{label} computed a different result than NumPy")
 
 
-def _target(ratio, op, bound):
-    met = ratio >= bound if op == ">=" else ratio > bound
-    return f"{op} {bound}x: {'met' if met else 'MISSED'}"
-
-
 def _row(name, baseline, hetflow_s, target="", **extra):
     ratio = baseline / hetflow_s
     return dict(name=name, baseline=fmt_s(baseline), hetflow=fmt_s(hetflow_s), ratio=ratio,
-                target=_target(ratio, *target) if target else "", **extra)
+                **(verdict(clause(ratio, *target)) if target else verdict()), **extra)
 
 
 def race(contenders, rounds):

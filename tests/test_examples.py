@@ -81,3 +81,33 @@ def test_kmeans_across_three_ranks():
     assert out.returncode == 0, out.stderr
     err = float(out.stdout.split("max |difference| from NumPy")[1])
     assert "3 rank(s)" in out.stdout and err < 1e-9
+
+
+def test_heat_distributed_timing_gives_start_up_apart_and_the_steady_steps_throughput():
+    heat = _load("heat_distributed")
+    cells_per_step = 1000 ** 2
+    assert heat.timing(1002, 12, 2, 1.5, 0.5) == (
+        "1002x1002, 12 iterations on 2 rank(s): start-up (compiling, first transfers, steps 1-2): "
+        f"1.500 s; steps 3-12: 0.500 s, throughput {cells_per_step * 10 / 0.5 / 1e6:.1f} Mcell/s")
+    assert heat.timing(1002, 3, 1, 1.5, 0.05).endswith("; step 3: 0.050 s, throughput 20.0 Mcell/s")
+    assert heat.timing(1002, 1, 1, 1.5, 0.0) == ("1002x1002, 1 iterations on 1 rank(s): start-up (compiling, "
+                                                 "first transfers, step 1): 1.500 s")
+
+
+@pytest.mark.parametrize("iterations, steady", [(1, None), (2, None), (5, "steps 3-5"), (6, "steps 3-6")])
+def test_heat_distributed_script_reports_start_up_apart_and_agrees_with_numpy(capsys, iterations, steady):
+    """main() returns 0 only when the grid matches NumPy's steps: the steps after start-up
+    continue from where it left the grid, odd counts included."""
+    heat = _load("heat_distributed")
+    assert heat.main(["--size", "20", "--iterations", str(iterations)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    startup = "steps 1-2" if iterations > 1 else "step 1"
+    assert first.startswith(f"20x20, {iterations} iterations on 1 rank(s): start-up (compiling, first "
+                            f"transfers, {startup}): ")
+    assert (f"; {steady}: " in first and first.endswith(" Mcell/s")) if steady else first.endswith(" s")
+
+
+def test_heat_distributed_script_refuses_fewer_than_one_iteration(capsys):
+    with pytest.raises(SystemExit) as exc:
+        _load("heat_distributed").main(["--iterations", "0"])
+    assert exc.value.code == 2 and "--iterations must be at least 1, got 0" in capsys.readouterr().err

@@ -155,3 +155,24 @@ def test_lambda_kernels_are_read_from_their_bytecode():
                                   np.maximum.accumulate(x[::-1]))
     with pytest.raises(hetflow.errors.KernelError, match="kernel '<lambda>' takes 0 parameters"):
         hetflow.forall(3, hetflow.kernel(lambda: None))
+
+
+def test_overlapping_arguments_of_a_kernel_without_source_are_refused():
+    """Nothing says where such a kernel touches its arguments: two over one memory may
+    race (before, this ran and gave neither NumPy's result nor an error)."""
+    ns = _exec_kernel("""
+        @hetflow.kernel
+        def avg3(i, out, left, right):
+            out[i] = (out[i] + left[i] + right[i]) / 3
+    """)
+    u = np.arange(6.0) ** 2
+    with pytest.raises(hetflow.errors.ShapeError, match=r"kernel 'avg3' writes argument 'out' .* and "
+                                                        r"(reads|writes) argument 'left'"):
+        hetflow.forall(4, ns["avg3"], interior(u, 1), u[:4], u[2:])
+    np.testing.assert_array_equal(u, np.arange(6.0) ** 2)  # refused before anything ran
+    expected = u.copy()
+    expected[1:-1] = (expected[1:-1] + expected[:-2] + expected[2:]) / 3
+    with pytest.raises(hetflow.errors.ShapeError):  # snapshot copies only what is only read
+        hetflow.forall(4, ns["avg3"], interior(u, 1), u[:4], u[2:], snapshot=True)
+    hetflow.forall(4, ns["avg3"], interior(u, 1), u[:4].copy(), u[2:].copy())  # apart: runs
+    np.testing.assert_array_equal(u, expected)

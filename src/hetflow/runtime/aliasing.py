@@ -15,7 +15,8 @@ indices first: ``aligned``) at its elements ``x[I, ...]``, any other argument an
 the view. The pair is fine when no element is touched through both, or when both are
 aligned and every element touched through both is touched at the same launch index
 (``u[i] = u[i] + 1``, or ``interior(u, 1)`` read and written under the same map).
-Kernels whose source cannot be read are not checked (nothing says what they touch).
+A kernel whose source cannot be read may touch any argument anywhere (its access says
+every argument is read and written): any two of its arguments over one memory conflict.
 
 Cost. Per launch, a scan for two arguments over one memory (``is`` comparisons); only
 when one is found is the verdict looked up, cached in the launch plan by what it
@@ -113,8 +114,6 @@ def conflicts(kernel, extent: tuple, args: tuple, plan) -> tuple:
     ``plan.aliasing`` by the extent, which arguments share memory (numbered in order of
     appearance) and what each one's footprint depends on (a view's signature, an
     array's shape; where an array is a slice of another, its address and strides)."""
-    if not kernel.has_source:  # no source to read its accesses from: not checked
-        return ()
     groups, key, seen = [], [extent], {}
     for a in args:
         t = type(a)

@@ -116,3 +116,17 @@ def test_an_infinite_timeout_waits_without_limit():
     threading.Timer(0.05, event.set_complete).start()
     event.wait(timeout=float("inf"))
     assert event.done
+
+
+def test_a_rule_file_syntax_error_names_its_place_once(tmp_path):
+    """Before, SyntaxError's own " (bad.toml, line 1)" followed the place the message gives."""
+    from hetflow.errors import RuleSyntaxError
+    from hetflow.ir import RuleSet
+
+    path = tmp_path / "bad.toml"
+    path.write_text("[[rule\nname = 1\n")
+    with pytest.raises(RuleSyntaxError) as info:
+        RuleSet.load(path)
+    text = str(info.value)  # tomllib's own words follow the place
+    assert text.startswith(f"{path}:1:7: Expected ']") and "line 1)" not in text and text.count("bad.toml") == 1
+    assert (info.value.filename, info.value.lineno, info.value.offset) == (str(path), 1, 7)

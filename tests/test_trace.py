@@ -331,7 +331,8 @@ def test_to_chrome_trace_rejects_what_is_not_a_report(source, message):
     ('{"events": []}', "is not a Chrome trace: expected a JSON object with a 'traceEvents' list"),
     ('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "pid": 1, "tid": 1}]}', "event 0 lacks dur"),
     ('{"traceEvents": [{"name": "a"}]}', "event 0 lacks ph"),
-    ('{"traceEvents": [7]}', "event 0 is a int, not a JSON object"),
+    ('{"traceEvents": [7]}', "event 0 is a number, not a JSON object"),
+    ('{"traceEvents": [[1]]}', "event 0 is an array, not a JSON object"),
     ('{"traceEvents": [{"ph": "i", "name": "a", "ts": "soon", "pid": 1, "tid": 1}]}', "non-numeric 'ts'"),
     ('{"traceEvents": [{"ph": "M", "name": "thread_name", "pid": 1, "args": 3}]}',
      "args that are not an object"),
@@ -342,6 +343,15 @@ def test_reading_bad_trace_files(tmp_path, text, message):
     path = tmp_path / "bad.json"
     path.write_text(text)
     with pytest.raises(ArgumentError, match=message):
+        ht.read_chrome_trace(path)
+
+
+def test_reading_a_file_that_is_not_text(tmp_path):
+    """A timeline image given for its trace: before, a UnicodeDecodeError (a traceback from
+    ``hetflow trace``)."""
+    path = tmp_path / "t.png"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    with pytest.raises(ArgumentError, match=r"t\.png is not a trace \(Chrome trace JSON\): it is not text"):
         ht.read_chrome_trace(path)
 
 

@@ -129,6 +129,9 @@ class RuleError(HetflowError):
 class RuleSyntaxError(RuleError, SyntaxError):
     """A rule file or rule expression does not parse (file, line, column)."""
 
+    def __str__(self):  # the message names the place: not again, as SyntaxError's " (file, line N)"
+        return str(self.msg)
+
 
 # -- distributed --------------------------------------------------------------------
 class CommError(HetflowError):

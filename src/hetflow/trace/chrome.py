@@ -359,9 +359,11 @@ def _load(source):
     if isinstance(source, (str, os.PathLike)):
         path = Path(os.fspath(source))
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ArgumentError(f"cannot read trace file {path}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:  # an image, say, given for its trace
+            raise ArgumentError(f"{path} is not a trace (Chrome trace JSON): it is not text") from exc
         try:
             return json.loads(text), str(path)
         except json.JSONDecodeError as exc:
@@ -369,9 +371,15 @@ def _load(source):
     return source, "the trace"
 
 
+def _kind(value) -> str:
+    """What a JSON value is, for a message: "a number", "an array", ..."""
+    kinds = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}
+    return kinds.get(type(value), "null" if value is None else f"a {type(value).__name__}")
+
+
 def _check_event(k, ev, where) -> None:
     if not isinstance(ev, dict):
-        raise ArgumentError(f"{where}: event {k} is a {type(ev).__name__}, not a JSON object")
+        raise ArgumentError(f"{where}: event {k} is {_kind(ev)}, not a JSON object")
     missing = [key for key in ("ph", *_REQUIRED.get(ev.get("ph"), ())) if key not in ev]
     if missing:
         raise ArgumentError(f"{where}: event {k} lacks {', '.join(missing)}: {str(ev)[:120]}")

@@ -130,6 +130,8 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", action="store_true", help="each rank computes on its own GPU only")
     p.add_argument("--no-check", action="store_true", help="skip the NumPy check")
     args = p.parse_args(argv)
+    if args.size < 3:
+        p.error(f"--size must be at least 3 (a grid with an interior point), got {args.size}")
     if args.iterations < 1:
         p.error(f"--iterations must be at least 1, got {args.iterations}")
     current = cluster.session()

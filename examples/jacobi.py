@@ -10,12 +10,14 @@ By default the loop runs on every real device of the machine (the CPU alone wher
 is no GPU), balanced by the performance model and work stealing.
 """
 import argparse
+import sys
 import time
 
 import numpy as np
 
 import hetflow
 from hetflow import cshift, interior
+from hetflow.cli.demo import device_ids
 
 
 @hetflow.kernel
@@ -50,14 +52,21 @@ def numpy_solve(n=256, iterations=100):
     return u
 
 
-if __name__ == "__main__":
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=512)
-    p.add_argument("--iterations", type=int, default=200)
+    p.add_argument("--size", type=int, default=512, help="grid points per side (at least 3; default 512)")
+    p.add_argument("--iterations", type=int, default=200, help="Jacobi steps (at least 1; default 200)")
     p.add_argument("--devices", default=None,
                    help="comma-separated device ids (default: every real device found)")
-    a = p.parse_args()
-    device = a.devices.split(",") if a.devices else [d.id for d in hetflow.devices() if not d.simulated]
+    a = p.parse_args(argv)
+    if a.size < 3:
+        p.error(f"--size must be at least 3 (a grid with an interior point), got {a.size}")
+    if a.iterations < 1:
+        p.error(f"--iterations must be at least 1, got {a.iterations}")
+    try:
+        device = device_ids(a.devices) or [d.id for d in hetflow.devices() if not d.simulated]
+    except hetflow.HetflowError as exc:
+        p.error(str(exc))
     began = time.perf_counter()
     solve(a.size, 1, device)  # start-up: compiling (or loading the code repository's), first copies
     warm = time.perf_counter()
@@ -69,3 +78,8 @@ if __name__ == "__main__":
           f"{warm - began:.3f} s, then {seconds:.3f} s ({cells / seconds / 1e6:.1f} Mcell/s); heat "
           f"that entered through the top edge {u[1:-1, 1:-1].sum():.4f}; max |difference| from "
           f"NumPy {err:.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

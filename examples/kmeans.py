@@ -1,13 +1,14 @@
 """k-means clustering with the centroid sums combined across processes by allreduce.
 
-    python examples/kmeans.py                 # one process
+    python examples/kmeans.py [--points 100000] [--k 5] [--iterations 10]   # one process
     mpiexec -n 4 python examples/kmeans.py    # each rank clusters its share of the points
 
 Each rank assigns its own points to the nearest centroid with a hetflow kernel, sums
-them per cluster, and ``allreduce`` adds the sums of all ranks (SPEC §5): every rank
-then holds the same new centroids.
+them per cluster, and ``allreduce`` adds the sums of all ranks (docs/guide/distributed.md):
+every rank then holds the same new centroids.
 """
 import argparse
+import sys
 
 import numpy as np
 
@@ -63,15 +64,23 @@ def numpy_kmeans(points, k, iterations, seed=1):
     return centroids
 
 
-if __name__ == "__main__":
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--points", type=int, default=100_000)
-    p.add_argument("--k", type=int, default=5)
-    p.add_argument("--iterations", type=int, default=10)
-    a = p.parse_args()
+    p.add_argument("--points", type=int, default=100_000, help="points over all ranks (default 100000)")
+    p.add_argument("--k", type=int, default=5, help="clusters (default 5)")
+    p.add_argument("--iterations", type=int, default=10, help="Lloyd iterations (default 10)")
+    a = p.parse_args(argv)
+    for option, value in (("--points", a.points), ("--k", a.k), ("--iterations", a.iterations)):
+        if value < 1:
+            p.error(f"{option} must be at least 1, got {value}")
     comm = hetflow.world()
     mine, everything = local_points(comm.rank, comm.size, a.points, a.k, 3)
     centroids = kmeans(mine, a.k, a.iterations, comm)
     if comm.rank == 0:
         err = np.max(np.abs(centroids - numpy_kmeans(everything, a.k, a.iterations)))
         print(f"{comm.size} rank(s); centroids:\n{np.round(centroids, 3)}\nmax |difference| from NumPy {err:.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 import hetflow
-from hetflow.cli.demo import output_problem, print_files
+from hetflow.cli.demo import device_ids, output_problem, print_files
 
 
 @hetflow.kernel
@@ -42,10 +42,19 @@ if __name__ == "__main__":
     p.add_argument("--trace", nargs="?", const="mandelbrot.json", default=None, metavar="PATH",
                    help="write a Chrome trace (default mandelbrot.json) and a timeline PNG beside it")
     a = p.parse_args()
-    problem = a.trace and output_problem(a.trace)  # before the run, not after it
-    if problem:
-        p.error(f"--trace {a.trace}: cannot write it: {problem}")
-    device = a.devices.split(",")
+    for option, value in (("--size", a.size), ("--max-iter", a.max_iter)):
+        if value < 1:
+            p.error(f"{option} must be at least 1, got {value}")
+    try:
+        device = device_ids(a.devices)
+    except hetflow.HetflowError as exc:
+        p.error(str(exc))
+    if a.trace:  # before the run, not after it
+        problem = output_problem(a.trace)
+        if Path(a.trace).suffix == ".png":
+            problem = "the timeline goes beside it, with the suffix .png: name the trace .json"
+        if problem:
+            p.error(f"--trace {a.trace}: cannot write it: {problem}")
     image(64, 8, device)  # compile first
     with hetflow.trace.record() as rec:
         for schedule in ("static", "steal"):

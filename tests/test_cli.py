@@ -90,8 +90,8 @@ def test_demo_with_a_rules_file(tmp_path):
 def test_errors_are_one_line_without_traceback(tmp_path):
     out = _hetflow("demo", "--devices", "tpu9", "--size", "16", "--iterations", "2", cwd=tmp_path)
     assert out.returncode == 1
-    assert out.stderr.startswith("hetflow: error: DeviceError: no device with id 'tpu9'")
-    assert "Traceback" not in out.stderr
+    assert out.stderr.startswith("hetflow: error: DeviceError: --devices tpu9: no device with id 'tpu9'")
+    assert "Traceback" not in out.stderr and out.stdout == ""  # refused before the run's first line
     debug = _hetflow("demo", "--devices", "tpu9", "--size", "16", "--iterations", "2", cwd=tmp_path,
                      env={"HETFLOW_LOG": "debug"})
     assert "Traceback" in debug.stderr
@@ -297,3 +297,91 @@ def test_mandelbrot_example_refuses_a_trace_in_a_missing_directory_before_it_run
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.endswith("mandelbrot.py: error: --trace missing/m.json: cannot write it: the directory "
                                "missing does not exist\n")
+
+
+# -- Ctrl-C, a closed output, warnings: one line or none, as errors ---------------------------
+def test_ctrl_c_during_a_command_is_one_line_and_status_130(monkeypatch, capsys):
+    from hetflow.cli import main as cli
+
+    def interrupted(args):  # as when Ctrl-C reaches a loop the command is running
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_cmd_devices", interrupted)
+    try:
+        status = cli.main(["devices"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C left hetflow as a KeyboardInterrupt: a traceback")
+    assert status == 130
+    assert capsys.readouterr().err == "hetflow: interrupted\n"
+    monkeypatch.setenv("HETFLOW_LOG", "debug")  # debugging: the traceback
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["devices"])
+
+
+def test_ctrl_c_during_the_demo_prints_no_traceback(tmp_path):
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "hetflow", "demo", "--size", "256", "--iterations", "100000",
+                             "--devices", "cpu0"], cwd=tmp_path, env=_environment({"PYTHONUNBUFFERED": "1"}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        while not proc.stdout.readline().startswith("devices: "):  # about to run
+            assert proc.poll() is None, proc.stderr.read()
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err.splitlines()[-1] == "hetflow: interrupted"
+    assert "Traceback" not in err
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """``hetflow bench --json | head -1``: the pipe closes before hetflow writes to it."""
+    proc = subprocess.Popen([sys.executable, "-m", "hetflow", "bench", "--json"], env=_environment(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1 and err == ""
+
+
+def test_a_warning_is_one_line_naming_no_source(tmp_path):
+    """An unusable code repository: the warning is the command's, not a line of its script."""
+    (tmp_path / "a-file").write_text("")
+    out = _hetflow("forget-performance-history", env={"HETFLOW_CACHE_DIR": str(tmp_path / "a-file")})
+    assert out.returncode == 0, out.stderr
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"hetflow: warning: the code repository {tmp_path / 'a-file'} cannot be used (")
+    assert "HETFLOW_CACHE_DIR" in line
+
+
+@pytest.mark.parametrize(("command", "says"), [
+    ("devices", "List the devices hetflow found."),
+    ("demo", "Run heat diffusion with views on every local device"),
+    ("precompile", "Build the API library's executables into the code repository."),
+    ("forget-performance-history", "$HETFLOW_CACHE_DIR, else ~/.cache/hetflow"),
+])
+def test_a_command_help_says_what_it_does(capsys, command, says):
+    from hetflow.cli import main as cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main([command, "--help"])
+    assert exc.value.code == 0 and says in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--devices", "cpu0,cpu0"], "hetflow: error: ArgumentError: --devices ['cpu0', 'cpu0'] names cpu0 more than once"),
+    (["--trace", "same.png", "--timeline", "same.png"],
+     "hetflow: error: --trace and --timeline name one file, same.png: the timeline would overwrite the trace"),
+    (["--rules", "bad.toml"], "hetflow: error: RuleSyntaxError: bad.toml:1:7: Expected ']"),
+])
+def test_the_demo_refuses_bad_devices_rules_and_outputs_before_running(tmp_path, argv, message):
+    """Before, a device named twice printed the run's first line, a bad rule file was read
+    only once the ranks ran, and a trace named as the timeline was overwritten by it."""
+    (tmp_path / "bad.toml").write_text("[[rule\n")
+    out = _hetflow("demo", "--size", "16", "--iterations", "2", *argv, cwd=tmp_path)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith(message) and len(out.stderr.splitlines()) == 1
+    assert not list(tmp_path.glob("*.png")) and not list(tmp_path.glob("*.json"))

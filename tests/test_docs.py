@@ -4,8 +4,9 @@ Each block is a script of its own, run in a fresh process with no GPU (no simula
 CUDA devices hidden), as on a machine without one. A block that needs more says so in
 its first line, ``# needs: gpu``, ``# needs: mpi`` or ``# needs: gpu, mpi`` (a reason in
 parentheses may follow); it runs only in the tests marked gpu / mpi (on a real GPU;
-under ``mpiexec -n 2``). With a real GPU every block but the MPI ones also runs with
-the GPU visible.
+under ``mpiexec -n 2``). A block that needs nothing but calls ``hetflow.world()`` is
+written to run alone and under ``mpiexec`` alike, so it runs both ways. With a real GPU
+every block but the MPI ones also runs with the GPU visible.
 """
 import dataclasses
 import os
@@ -45,7 +46,13 @@ def _blocks(path: Path):
 BLOCKS = [b for path in DOCS for b in _blocks(path)]
 
 def _params(select):
-    return [pytest.param(b, id=b.where) for b in BLOCKS if select(b.needs)]
+    return [pytest.param(b, id=b.where) for b in BLOCKS if select(b)]
+
+
+def _under_mpiexec(block: Block) -> bool:
+    """Blocks to run under mpiexec without a GPU: those that need MPI, and those that use
+    ``hetflow.world()`` and need nothing (the README's quickstart says to run it so)."""
+    return block.needs == {"mpi"} or (not block.needs and "hetflow.world()" in block.code)
 
 
 def _run(block: Block, tmp_path: Path, *, gpu: bool, launcher=(), fresh: bool = False):
@@ -75,13 +82,21 @@ def test_blocks_are_found_and_their_needs_known():
         assert b.needs <= KNOWN_NEEDS, f"{b.where}: unknown needs {set(b.needs - KNOWN_NEEDS)}"
 
 
-@pytest.mark.parametrize("block", _params(lambda needs: not needs))
+def test_the_blocks_that_use_world_are_run_under_mpiexec():
+    """The quickstart and the first block of distributed.md call ``hetflow.world()`` and
+    need nothing: they run under mpiexec too (no block needs MPI alone, so selecting on
+    that only left the mpiexec test an empty, silently skipped, parameter set)."""
+    under = {p.id.split(":")[0] for p in _params(_under_mpiexec)}
+    assert {"README.md", "docs/guide/distributed.md"} <= under
+
+
+@pytest.mark.parametrize("block", _params(lambda b: not b.needs))
 def test_block_runs_on_a_machine_without_a_gpu(block, tmp_path):
     _run(block, tmp_path, gpu=False)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("block", _params(lambda needs: "mpi" not in needs))
+@pytest.mark.parametrize("block", _params(lambda b: "mpi" not in b.needs))
 def test_block_runs_on_a_machine_with_a_gpu(block, tmp_path):
     _run(block, tmp_path, gpu=True)
 
@@ -95,7 +110,7 @@ def test_the_quickstart_uses_the_gpu_where_there_is_one(tmp_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("block", _params(lambda needs: needs == {"mpi"}))
+@pytest.mark.parametrize("block", _params(_under_mpiexec))
 def test_block_runs_under_mpiexec(block, tmp_path):
     from launcher import mpiexec as _mpiexec
 
@@ -104,7 +119,7 @@ def test_block_runs_under_mpiexec(block, tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.mpi
-@pytest.mark.parametrize("block", _params(lambda needs: needs == {"gpu", "mpi"}))
+@pytest.mark.parametrize("block", _params(lambda b: b.needs == {"gpu", "mpi"}))
 def test_block_runs_under_mpiexec_with_a_gpu(block, tmp_path):
     from launcher import mpiexec as _mpiexec
 

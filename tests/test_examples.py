@@ -111,3 +111,84 @@ def test_heat_distributed_script_refuses_fewer_than_one_iteration(capsys):
     with pytest.raises(SystemExit) as exc:
         _load("heat_distributed").main(["--iterations", "0"])
     assert exc.value.code == 2 and "--iterations must be at least 1, got 0" in capsys.readouterr().err
+
+
+def _script(name, *args):
+    return subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py"), *args], capture_output=True,
+                          text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(Path(hetflow.__file__).resolve().parents[1])))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--size", "0"], "--size must be at least 3 (a grid with an interior point), got 0"),
+    (["--size", "-3"], "--size must be at least 3 (a grid with an interior point), got -3"),
+    (["--size", "2"], "--size must be at least 3 (a grid with an interior point), got 2"),
+    (["--iterations", "0"], "--iterations must be at least 1, got 0"),
+    (["--iterations", "-1"], "--iterations must be at least 1, got -1"),
+    (["--devices", "gpu7"], "--devices gpu7: no device with id 'gpu7'; devices are: "),
+    (["--devices", "nonsense"], "--devices nonsense: no device with id 'nonsense'; devices are: "),
+    (["--devices", "cpu0,"], "--devices cpu0,: no device with id ''; devices are: "),
+    (["--devices", "cpu0,cpu0"], "--devices ['cpu0', 'cpu0'] names cpu0 more than once"),
+])
+def test_jacobi_script_refuses_bad_options_in_one_line(capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        _load("jacobi").main(["--size", "16", "--iterations", "2", *argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1].split(": error: ", 1)[1].startswith(message)  # after the usage lines
+
+
+def test_jacobi_script_with_an_unknown_device_prints_no_traceback():
+    out = _script("jacobi", "--size", "16", "--devices", "gpu7")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines()[-1].startswith("jacobi.py: error: --devices gpu7: no device with id 'gpu7'")
+    assert "Traceback" not in out.stderr
+
+
+def test_jacobi_script_on_the_devices_named_agrees_with_numpy(capsys):
+    assert _load("jacobi").main(["--size", "20", "--iterations", "7", "--devices", " cpu0"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("20x20, 7 iterations on cpu0: start-up ")
+    assert float(out.split("max |difference| from NumPy")[1]) == 0.0
+
+
+@pytest.mark.parametrize("option", ["--points", "--k", "--iterations"])
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_kmeans_script_refuses_fewer_than_one_in_one_line(capsys, option, value):
+    with pytest.raises(SystemExit) as exc:
+        _load("kmeans").main([option, value])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"error: {option} must be at least 1, got {value}\n" in err
+
+
+def test_kmeans_script_with_negative_points_prints_no_traceback():
+    out = _script("kmeans", "--points", "-5")
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    assert out.stderr.splitlines()[-1] == "kmeans.py: error: --points must be at least 1, got -5"
+
+
+def test_kmeans_script_matches_numpy(capsys):
+    assert _load("kmeans").main(["--points", "900", "--k", "3", "--iterations", "4"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("1 rank(s); centroids:") and float(out.split("from NumPy")[1]) < 1e-10
+
+
+@pytest.mark.parametrize("script, argv, message", [
+    ("mandelbrot", ["--size", "0"], "--size must be at least 1, got 0"),
+    ("mandelbrot", ["--max-iter", "-1"], "--max-iter must be at least 1, got -1"),
+    ("mandelbrot", ["--devices", "gpu7"], "--devices gpu7: no device with id 'gpu7'; devices are: "),
+    ("mandelbrot", ["--devices", "cpu0,cpu0"], "--devices ['cpu0', 'cpu0'] names cpu0 more than once"),
+    ("mandelbrot", ["--trace", "m.png"], "--trace m.png: cannot write it: the timeline goes beside it, "
+                                         "with the suffix .png: name the trace .json"),
+    ("heat_distributed", ["--size", "2"], "--size must be at least 3 (a grid with an interior point), got 2"),
+    ("heat_distributed", ["--size", "-3"], "--size must be at least 3 (a grid with an interior point), got -3"),
+])
+def test_examples_refuse_bad_options_in_one_line(tmp_path, script, argv, message):
+    """Before: tracebacks (ZeroDivisionError, negative dimensions, DeviceError), a run of
+    nothing, or a trace that its timeline overwrote."""
+    out = subprocess.run([sys.executable, str(EXAMPLES / f"{script}.py"), *argv], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(Path(hetflow.__file__).resolve().parents[1])))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.splitlines()[-1].startswith(f"{script}.py: error: {message}")
+    assert not list(tmp_path.iterdir())  # nothing ran, nothing written

@@ -31,9 +31,10 @@ import numpy as np
 
 from .. import cluster, collectives, trace
 from ..index import cshift, interior
+from ..errors import DeviceError
 from ..ir import RuleSet, graph
 from ..kernels import kernel
-from ..platform.devices import devices, get_device
+from ..platform.devices import device_list, devices, get_device
 from ..runtime.buffers import array
 
 ALPHA = 0.1
@@ -217,8 +218,20 @@ def _finish(targets) -> None:
         d.synchronize()
 
 
+def device_ids(text: str | None) -> list | None:
+    """The device ids of a ``--devices`` option (comma-separated), each one this machine
+    has, named once; None without one. A bad list raises hetflow's error naming it."""
+    if not text:
+        return None
+    try:
+        found = device_list([d.strip() for d in text.split(",")], "--devices", "a comma-separated list of device ids")
+    except DeviceError as exc:  # an id this machine lacks: the message names the option too
+        raise DeviceError(f"--devices {text}: {exc}") from None
+    return [d.id for d in found]
+
+
 def _targets(args) -> list | None:
-    return [get_device(d.strip()).id for d in args.devices.split(",")] if args.devices else None
+    return device_ids(args.devices)
 
 
 def rank_devices(args, own) -> tuple:
@@ -243,6 +256,9 @@ def _check_arguments(args) -> None:
 
 def _check_outputs(args) -> None:
     """Refuse, in one line and before the run, a trace or timeline it could not write after it."""
+    if Path(args.trace).resolve() == Path(args.timeline).resolve():
+        raise SystemExit(f"hetflow: error: --trace and --timeline name one file, {args.trace}: the "
+                         f"timeline would overwrite the trace")
     for option, path, image in (("--trace", args.trace, False), ("--timeline", args.timeline, True)):
         problem = output_problem(path, image)
         if problem:
@@ -252,6 +268,9 @@ def _check_outputs(args) -> None:
 def run_demo(args) -> int:
     _check_arguments(args)
     _check_outputs(args)
+    _targets(args)  # a bad --devices or --rules fails here, before anything runs, on every rank
+    if args.rules:
+        RuleSet.load(args.rules)
     if collectives.launched_by_mpi() and cluster.session().size > 1:
         return cluster.run_distributed(_run_ranks, args)
     return _run_one(args)

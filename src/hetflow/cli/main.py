@@ -1,6 +1,6 @@
 """``hetflow`` command: devices, demo, bench, trace, precompile, forget-performance-history.
 
-Errors print one line without a traceback unless ``HETFLOW_LOG=debug``.
+Errors, warnings and Ctrl-C print one line without a traceback unless ``HETFLOW_LOG=debug``.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from .. import cuda_compat, library
@@ -113,43 +114,54 @@ def _cmd_forget_performance_history(args) -> int:
     return 0
 
 
+def _command(sub, name: str, what: str) -> argparse.ArgumentParser:
+    """A subcommand whose one-line summary is also the top of its own --help."""
+    return sub.add_parser(name, help=what, description=what[0].upper() + what[1:] + ".")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hetflow", description="Data-parallel computing on CPUs, GPUs and clusters.")
     p.add_argument("--version", action="version", version=f"hetflow {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    d = sub.add_parser("devices", help="list the devices hetflow found")
+    d = _command(sub, "devices", "list the devices hetflow found")
     d.add_argument("--json", action="store_true", help="print the device records as JSON")
     d.set_defaults(func=_cmd_devices)
 
-    demo = sub.add_parser("demo", help="run the main job on every local device and verify it")
+    demo = _command(sub, "demo", "run heat diffusion with views on every local device (under mpiexec, "
+                                 "across the ranks), verify it against NumPy and write a trace and a timeline")
     add_arguments(demo)
     demo.set_defaults(func=_cmd_demo)
 
-    b = sub.add_parser("bench", help="run a benchmark from bench/ side by side with its baseline")
+    b = _command(sub, "bench", "run a benchmark from bench/ side by side with its baseline")
     b.add_argument("name", nargs="?", help="benchmark name; without one, the benchmarks are listed")
     b.add_argument("--json", action="store_true", help="print results as JSON")
-    b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments passed to the benchmark")
+    b.add_argument("rest", nargs=argparse.REMAINDER,
+                   help="arguments passed to the benchmark, after its name (--quick: tiny sizes)")
     b.set_defaults(func=_cmd_bench)
 
     add_trace_command(sub)
 
-    pc = sub.add_parser("precompile", help="build the API library's executables into the code repository")
+    pc = _command(sub, "precompile", "build the API library's executables into the code repository")
     pc.add_argument("--device", default=None, help="device id (default cpu0)")
     pc.set_defaults(func=_cmd_precompile)
 
-    fp = sub.add_parser("forget-performance-history",
-                        help="forget the performance model's measured rates (in $HETFLOW_CACHE_DIR), "
-                             "to learn them afresh")
+    fp = _command(sub, "forget-performance-history",
+                  "forget the performance model's measured rates (perfmodel.json in the code repository: "
+                  "$HETFLOW_CACHE_DIR, else ~/.cache/hetflow), to learn them afresh")
     fp.set_defaults(func=_cmd_forget_performance_history)
     return p
 
 
-def main(argv=None) -> int:
-    debug = os.environ.get("HETFLOW_LOG", "").lower() == "debug"
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    args = _parser().parse_args(argv)
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning in one line, as the command's errors are: the line of source Python would
+    show is the ``hetflow`` script's own, which tells the user nothing."""
+    text = str(message).removeprefix("hetflow: ")
+    print(f"hetflow: warning: {text}", file=file or sys.stderr)
+
+
+def _run(args, debug: bool) -> int:
+    """The command, its errors, Ctrl-C and a closed output each ending it in one line or none."""
     try:
         return args.func(args)
     except HetflowError as exc:
@@ -157,6 +169,27 @@ def main(argv=None) -> int:
             raise
         print(f"hetflow: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("hetflow: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports a command that Ctrl-C ended
+    except BrokenPipeError:
+        # The reader left (`hetflow devices --json | head -1`): nothing is lost. Python's
+        # flush of stdout at exit would fail again, so stdout goes to /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def main(argv=None) -> int:
+    debug = os.environ.get("HETFLOW_LOG", "").lower() == "debug"
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    args = _parser().parse_args(argv)
+    with warnings.catch_warnings():
+        if not debug:
+            warnings.showwarning = _warning_line
+        return _run(args, debug)
 
 
 if __name__ == "__main__":

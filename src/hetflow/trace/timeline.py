@@ -21,8 +21,6 @@ import argparse
 import dataclasses
 import math
 import os
-import sys
-import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -477,12 +475,8 @@ def add_trace_command(subparsers) -> None:
 
 def _cmd_trace(args) -> int:
     output = Path(args.output) if args.output else Path(args.trace).with_suffix(".png")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        drawn = plot_timeline(args.trace, output, title=args.title, window=args.window, zoom=args.zoom,
-                              width=args.width, dpi=args.dpi)
-    for w in caught:  # one line each, as the command's errors are, not a line of hetflow's source
-        print(f"hetflow: warning: {w.message}", file=sys.stderr)
+    drawn = plot_timeline(args.trace, output, title=args.title, window=args.window, zoom=args.zoom,
+                          width=args.width, dpi=args.dpi)
     print(f"wrote {drawn.path}: {drawn.bars} chunks on {drawn.lanes} workers, {drawn.steals} steal(s), "
           f"{drawn.failures} failure(s), {drawn.loops} loop(s) in {drawn.span_ms:.4g} ms")
     return 0

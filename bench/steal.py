@@ -1,4 +1,4 @@
-"""Work stealing (SPEC §3): hetflow's forall on CPU cores and GPUs against static splits
+"""Work stealing: hetflow's forall on CPU cores and GPUs against static splits
 and Numba's ``prange``.
 
 CPU section: one ``@hetflow.kernel`` computing a Mandelbrot escape count per pixel,

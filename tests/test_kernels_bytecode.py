@@ -115,13 +115,17 @@ def test_a_closure_kernel_reads_its_captured_values():
 def test_exec_kernel_over_views():
     ns = {"hetflow": hetflow, "h": 0.5}
     exec(textwrap.dedent("""
-        @hetflow.kernel
         def diff(i, east, west, out):
             out[i] = (east[i] - west[i]) * h
     """), ns)
     x = np.arange(12.0) ** 2
     out = np.zeros(10)
-    hetflow.forall(10, ns["diff"], interior(cshift(x, 0, 1), 1), interior(cshift(x, 0, -1), 1), out)
+    views = interior(cshift(x, 0, 1), 1), interior(cshift(x, 0, -1), 1)
+    # Without source every argument may be written: two views of x might race.
+    with pytest.raises(hetflow.errors.ShapeError, match=r"no source Python can read .* declare the ones it "
+                                                        r"writes \(@hetflow.kernel\(writes=\[...\]\)\)"):
+        hetflow.forall(10, hetflow.kernel(ns["diff"]), *views, out)
+    hetflow.forall(10, hetflow.kernel(ns["diff"], writes=["out"]), *views, out)
     np.testing.assert_array_equal(out, (x[2:] - x[:-2]) * 0.5)
 
 
@@ -129,7 +133,7 @@ PROGRAM = """
 import numpy as np, hetflow
 from hetflow import interior, cshift
 
-@hetflow.kernel
+@hetflow.kernel(writes=["new"])  # no source to read: what it writes, declared
 def lap(i, new, c, w, e):
     new[i] = w[i] - 2.0 * c[i] + e[i]
 

@@ -76,7 +76,7 @@ def check(kernel, extent: tuple, args: tuple, plan) -> None:
         if n > 1:
             pairs = conflicts(kernel, extent, args, plan)
             if pairs:
-                raise ShapeError(_message(kernel, plan, args, *pairs[0]) + _ADVICE)
+                raise ShapeError(_message(kernel, plan, args, *pairs[0]) + _advice(kernel))
             return
 
 
@@ -249,6 +249,16 @@ def _copy(x):
 
 _ADVICE = ("; write into another array, or pass snapshot=True to forall to read a copy of the read "
            "argument first (NumPy's meaning)")
+
+
+def _advice(kernel) -> str:
+    """What to do about a conflict: for a kernel without source that declares nothing,
+    first say where its writes come from."""
+    if kernel.has_source or kernel.writes is not None:
+        return _ADVICE
+    return ("; the kernel has no source Python can read (exec, python -c, stdin, the >>> prompt), so "
+            "every argument counts as written: declare the ones it writes "
+            "(@hetflow.kernel(writes=[...])), or define it in a file" + _ADVICE)
 
 
 def _message(kernel, plan, args, w, k) -> str:

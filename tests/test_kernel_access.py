@@ -343,3 +343,22 @@ def test_a_write_through_a_row_held_by_a_local_reaches_the_host(gpu_device, wher
     recs["y"] = np.arange(4)
     hetflow.forall(4, bump_record, recs, device=device)
     np.testing.assert_array_equal(recs, _bumped_records())
+
+
+@hetflow.kernel
+def scratch_under_a_parameters_name(i, out, x):
+    out = np.zeros(x.shape[0])  # out names a scratch array from here on
+    out[i] = x[i]
+
+
+@pytest.mark.simgpu
+@pytest.mark.parametrize("where", ["on-cpu", "on-a-gpu", "co-executed"])
+def test_a_parameter_bound_anew_is_not_overwritten_at_the_launch_index(gpu_device, where):
+    # Before, out counted as overwritten at i: a GPU copied none of it in and all of it
+    # back, over the caller's values.
+    access = scratch_under_a_parameters_name.access(1)
+    assert access.covered == frozenset() and "out" not in access.identity and "out" not in access.rows
+    device = {"on-cpu": "cpu0", "on-a-gpu": gpu_device.id, "co-executed": ["cpu0", gpu_device.id]}[where]
+    out, x = np.full(8, 5.0), np.arange(8.0)
+    hetflow.forall(8, scratch_under_a_parameters_name, out, x, device=device)
+    np.testing.assert_array_equal(out, np.full(8, 5.0))

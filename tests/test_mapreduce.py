@@ -208,3 +208,34 @@ def test_a_checked_kernel_stays_checked_in_a_map_reduce():
     assert hetflow.reduce(9, next_one, x) == 9.0
     with pytest.raises(hetflow.errors.IndexOutOfBoundsError, match=r"indexed 'x' out of bounds: index 10"):
         hetflow.reduce(10, next_one, x)
+
+
+# -- found by tests/test_reductions_oracle.py ----------------------------------------------------------
+def test_empty_extent_identity_is_a_value_of_the_kernel():
+    """identity= comes back as the kernel's value type, as a fold would: not as given."""
+    got = reduce(0, digit, np.zeros(3, np.int32), op=first_nonzero, identity=0)
+    assert got == 0 and type(got) is np.int32
+    low, where = reduce(0, value_at, np.zeros(3), op=minloc, identity=(np.inf, -1))
+    assert (low, where) == (np.inf, -1) and (type(low), type(where)) == (np.float64, np.int64)
+
+
+@pytest.mark.parametrize("identity, message", [
+    (2.5, r"reduce: identity=2.5 is not an element of dtype int32"),
+    ((0, 1), r"reduce: identity=\(0, 1\) is not an element of dtype int32"),
+])
+def test_empty_extent_identity_that_is_no_value_is_refused(identity, message):
+    with pytest.raises(ArgumentTypeError, match=message):
+        reduce(0, digit, np.zeros(3, np.int32), op=first_nonzero, identity=identity)
+
+
+def test_empty_extent_identity_of_a_tuple_value_needs_every_field():
+    with pytest.raises(ArgumentTypeError, match=r"identity=\(1.0,\) is not a value of the kernel, a tuple of 2 "
+                                                r"\(float64, int64\)"):
+        reduce(0, value_at, np.zeros(3), op=minloc, identity=(1.0,))
+
+
+def test_empty_extent_error_quotes_the_op_as_written():
+    with pytest.raises(ShapeError, match=r"reduce: op 'MAX' has no identity, so it cannot reduce the empty extent"):
+        reduce(0, digit, np.zeros(3), op="MAX")
+    with pytest.raises(ArgumentTypeError, match="identity= is for user-defined ops; 'Prod' has its own"):
+        reduce(3, digit, np.zeros(3), op="Prod", identity=1)

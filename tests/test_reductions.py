@@ -692,3 +692,63 @@ def test_regrouped_products_can_overflow_where_the_sequential_fold_does_not():
     with np.errstate(over="ignore", invalid="ignore"):
         assert np.prod(x[1:-1]) == 0.0
         assert np.isnan(reduce(interior(x, 1), "prod", device="cpu0"))
+
+
+# -- found by tests/test_reductions_oracle.py ----------------------------------------------------------
+@pytest.mark.parametrize("axis", [None, 0, -1])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_of_a_buffer_is_numpy_sort_of_its_contents(axis, descending):
+    """A hetflow.array Buffer is sorted as the array it holds (it has no reshape, no ==)."""
+    a = np.array([[3.0, -0.0, np.nan, 1.0], [0.0, 2.0, -1.0, np.nan], [1.0, 1.0, -0.0, 0.0]])
+    got = sort(hetflow.array(a), axis=axis, descending=descending)
+    flat, ax = (a.reshape(-1), 0) if axis is None else (a, axis)
+    want = np.sort(flat, axis=ax, kind="stable")
+    if descending:  # equal elements (0.0, -0.0) in their order, NaNs first
+        want = np.flip(np.sort(np.flip(flat, ax), axis=ax, kind="stable"), ax)
+    assert got.tobytes() == want.tobytes()
+    np.testing.assert_array_equal(sort(hetflow.array(a), axis=axis, key=mod3),
+                                  sort(a, axis=axis, key=mod3))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: reduce(np.zeros(0), "MAX"), "reduce: op 'MAX' has no identity"),
+    (lambda: reduce(np.zeros((2, 0)), "Min", axis=1), "reduce: op 'Min' has no identity"),
+    (lambda: reduce(np.ones(3), "SUM", identity=0), "reduce: identity= is for user-defined ops; 'SUM' has"),
+    (lambda: scan(np.ones(3, int), "Band", identity=0), "scan: identity= is for user-defined ops; 'Band' has"),
+])
+def test_errors_quote_the_op_as_it_was_written(call, message):
+    with pytest.raises(ArgumentError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("call", [lambda x: reduce(x, "sum", axis=True), lambda x: scan(x, "max", axis=True),
+                                  lambda x: sort(x, axis=False)])
+def test_a_bool_is_no_axis(call):
+    """NumPy refuses axis=True; it must not be taken as axis 1."""
+    with pytest.raises(ShapeError, match=r"(reduce|scan|sort): axis must be None or an integer, got (True|False)"):
+        call(np.arange(6).reshape(2, 3))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: reduce(np.zeros(0, np.int32), maxabs, identity=1.5), "reduce: identity=1.5 is not an element of "
+                                                                   "dtype int32"),
+    (lambda: reduce(np.zeros(0, np.uint8), maxabs, identity=-1), "reduce: identity=-1 is not an element of dtype "
+                                                                 "uint8"),
+    (lambda: reduce(np.zeros(0), maxabs, identity="x"), "reduce: identity='x' is not an element of dtype float64"),
+    (lambda: reduce(np.zeros(0), maxabs, identity=[0.0]), r"reduce: identity=\[0.0\] is not an element"),
+    (lambda: scan(np.ones(3, np.int8), leftmost_nonzero, inclusive=False, identity=300),
+     "scan: identity=300 is not an element of dtype int8"),
+    (lambda: scan(np.ones(3, np.int64), leftmost_nonzero, inclusive=False, identity=0.5),
+     "scan: identity=0.5 is not an element of dtype int64"),
+])
+def test_an_identity_that_is_no_element_is_refused(call, message):
+    """It was truncated (1.5 -> 1, silently) or raised NumPy's own OverflowError / ValueError."""
+    with pytest.raises(ArgumentTypeError, match=message):
+        call()
+
+
+def test_an_identity_is_converted_to_the_element_type():
+    got = reduce(np.zeros(0, np.int32), maxabs, identity=True)
+    assert got == 1 and got.dtype == np.int32
+    out = scan(np.array([0, 0, 3, 0], np.int8), leftmost_nonzero, inclusive=False, identity=0)
+    assert out.dtype == np.int8 and out.tolist() == [0, 0, 0, 3]

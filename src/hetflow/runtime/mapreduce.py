@@ -38,7 +38,7 @@ from ..platform.repository import repository
 from . import binops, blockgen
 from .forall import forall, resolve_devices
 from .launch import _arg_key as arg_key, check_extent, is_device_array, normalize_extent
-from .reductions import block_plan, current_gpu, folder, planner
+from .reductions import block_plan, current_gpu, folder, identity_element, planner
 
 
 # CPU blocks of a map-reduce: at most this many per core.
@@ -66,7 +66,7 @@ def map_reduce(extent, kernel, args, op, device, commutative, identity):
     value = dtypes if fields == 0 else np.dtype([(f"f{k}", d) for k, d in enumerate(dtypes)])
     op.check(value)
     if identity is not None and op.builtin:
-        raise ArgumentTypeError(f"reduce: identity= is for user-defined ops; {op.name!r} has its own")
+        raise ArgumentTypeError(f"reduce: identity= is for user-defined ops; {op.label!r} has its own")
     size = math.prod(ext)
     if size == 0:
         return _empty(op, value, identity, ext)
@@ -113,11 +113,21 @@ def _first(p):
 
 def _empty(op, value, identity, ext):
     if identity is not None:
-        return identity
+        return _identity_value(identity, value)
     if not op.builtin or op.name in ("min", "max"):
-        what = f"op {op.name!r}" + ("" if op.builtin else " (pass identity= for empty extents)")
+        what = f"op {op.label!r}" + ("" if op.builtin else " (pass identity= for empty extents)")
         raise ShapeError(f"reduce: {what} has no identity, so it cannot reduce the empty extent {ext}")
     return op.identity(value)
+
+
+def _identity_value(identity, value: np.dtype):
+    """``identity=`` as a value of the kernel: a NumPy scalar, or a tuple of them."""
+    if value.names is None:
+        return identity_element(identity, value, "reduce")
+    if not isinstance(identity, tuple) or len(identity) != len(value.names):
+        raise ArgumentTypeError(f"reduce: identity={identity!r} is not a value of the kernel, a tuple of "
+                                f"{len(value.names)} ({', '.join(str(value[n]) for n in value.names)})")
+    return tuple(identity_element(v, value[n], "reduce") for v, n in zip(identity, value.names))
 
 
 def _check_kernel(kernel, rank: int, args) -> None:

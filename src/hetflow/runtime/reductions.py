@@ -50,6 +50,8 @@ def normalize_axis(axis, rank: int, site: str):
     if axis is None:
         return None
     try:
+        if isinstance(axis, bool):  # an int to Python, but NumPy refuses it: True is no axis 1
+            raise TypeError
         axis = operator.index(axis)
     except TypeError:
         raise ShapeError(f"{site}: axis must be None or an integer, got {axis!r}") from None
@@ -180,8 +182,8 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
     devs = targets(device, x, "reduce")
     if identity is not None:
         if op.builtin:
-            raise ArgumentTypeError(f"reduce: identity= is for user-defined ops; {op.name!r} has its own")
-        identity = np.asarray(identity, dtype=dtype)[()]
+            raise ArgumentTypeError(f"reduce: identity= is for user-defined ops; {op.label!r} has its own")
+        identity = identity_element(identity, dtype, "reduce")
     if rank == 0:
         value = element(x) if dtype.names is not None else op.result_dtype(dtype).type(element(x))
         return _scalar(value, x)
@@ -216,6 +218,19 @@ def array_arguments(what, args, op, axis, device):
     return op, given["axis"], given["device"]
 
 
+def identity_element(identity, dtype: np.dtype, site: str):
+    """A user op's ``identity=`` as an element of ``dtype``: ArgumentTypeError where it is
+    none (a string, a sequence), or where converting it would change it (1.5 or 300 for
+    int8 elements)."""
+    try:
+        value = np.asarray(identity, dtype=dtype)
+    except (TypeError, ValueError, OverflowError):
+        value = None
+    if value is None or value.ndim or dtype.kind in "biu" and value != identity:
+        raise ArgumentTypeError(f"{site}: identity={identity!r} is not an element of dtype {dtype}")
+    return value[()]
+
+
 def _scalar(value, x):
     """A reduction's scalar result: a NumPy scalar, or a 0-d array on the GPU for GPU data."""
     root = _views.root_of(x)
@@ -242,7 +257,7 @@ def _compiled_reduce(x, op, dtype, axis, devs):
 def _empty_reduction(x, op, dtype, axis, identity):
     if identity is None:
         if not op.builtin or op.name in ("min", "max"):
-            what = f"op {op.name!r}" + ("" if op.builtin else " (pass identity= for empty inputs)")
+            what = f"op {op.label!r}" + ("" if op.builtin else " (pass identity= for empty inputs)")
             raise ShapeError(f"reduce: {what} has no identity, so it cannot reduce an empty "
                              f"{'operand' if axis is None else f'axis {axis}'} of shape {tuple(x.shape)}")
         identity = op.identity(dtype)

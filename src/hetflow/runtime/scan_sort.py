@@ -34,9 +34,9 @@ from ..platform.repository import repository
 from . import binops, blockgen
 from .coexec import fastest_device
 from .forall import forall
-from .launch import is_device_array
-from .reductions import (block_plan, current_gpu, element, fold_blocks, folder, normalize_axis, operand,
-                         planner, targets)
+from .launch import coherent, is_device_array
+from .reductions import (block_plan, current_gpu, element, fold_blocks, folder, identity_element, normalize_axis,
+                         operand, planner, targets)
 
 
 # -- scan ---------------------------------------------------------------------------------
@@ -80,14 +80,14 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
 def _scan_init(op, dtype, inclusive, identity):
     if op.builtin:
         if identity is not None:
-            raise ArgumentTypeError(f"scan: identity= is for user-defined ops; {op.name!r} has its own")
+            raise ArgumentTypeError(f"scan: identity= is for user-defined ops; {op.label!r} has its own")
         return None if inclusive else op.identity(dtype)
     if identity is None:
         if inclusive:
             return None
         raise ArgumentTypeError(f"scan: an exclusive scan with the user op {op.name!r} needs its "
                                 f"identity element: pass identity=")
-    return np.asarray(identity, dtype=dtype)[()]
+    return identity_element(identity, dtype, "scan")
 
 
 def _scan_flat(x, op, acc, res, inclusive, init, devs, xp):
@@ -176,7 +176,10 @@ def sort(x, axis=-1, descending=False, key=None, device=None):
 
 
 def _materialized(x, devs, xp):
-    """``x`` as an array: arrays as they are, views copied on the devices."""
+    """``x`` as an array: arrays as they are, a Buffer's current host copy (the ordering
+    runs in NumPy, which takes arrays only), views copied on the devices."""
+    if coherent(x):
+        return np.asarray(x)
     if not _views.is_view(x):
         return x
     out = xp.empty(tuple(x.shape), x.dtype)

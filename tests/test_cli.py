@@ -238,7 +238,7 @@ def test_demo_refuses_outputs_it_could_not_write_before_it_runs(tmp_path, monkey
     from hetflow.cli import demo
     from hetflow.cli import main as cli
 
-    def run(args):
+    def run(*args):
         raise AssertionError("the demo ran before checking where it writes")
 
     monkeypatch.setattr(demo, "_run_one", run)

@@ -10,22 +10,12 @@ import weakref
 
 import numpy as np
 
-import hetflow
 from hetflow.runtime import deps
 from hetflow.runtime.events import COMPLETE, LOCK, QUEUED, UserEvent, dependents
 from hetflow.runtime.queue import Queue
+from test_queue_records import fill, scaled  # the same tiny kernels
 
 T = 120  # seconds: generous, the first launch of a kernel compiles it
-
-
-@hetflow.kernel
-def fill(i, x, v):
-    x[i] = v
-
-
-@hetflow.kernel
-def scaled(i, x, out, a):
-    out[i] = a * x[i]
 
 
 def test_records_do_not_grow_over_launches_reading_fresh_live_arrays():

@@ -268,17 +268,14 @@ def _check_outputs(args) -> None:
 def run_demo(args) -> int:
     _check_arguments(args)
     _check_outputs(args)
-    _targets(args)  # a bad --devices or --rules fails here, before anything runs, on every rank
-    if args.rules:
-        RuleSet.load(args.rules)
-    if collectives.launched_by_mpi() and cluster.session().size > 1:
-        return cluster.run_distributed(_run_ranks, args)
-    return _run_one(args)
-
-
-def _run_one(args) -> int:
-    targets = _targets(args) or [d.id for d in devices() if not d.simulated]
+    targets = _targets(args)  # a bad --devices or --rules fails here, before anything runs, on every rank
     rules = RuleSet.load(args.rules) if args.rules else RuleSet.default()
+    if collectives.launched_by_mpi() and cluster.session().size > 1:
+        return cluster.run_distributed(_run_ranks, args)  # (rank 0's program reads the rule file)
+    return _run_one(args, targets or [d.id for d in devices() if not d.simulated], rules)
+
+
+def _run_one(args, targets, rules) -> int:
     n = args.size
     print(f"devices: {', '.join(targets)}; rules: {args.rules or 'default'}")
 

@@ -80,7 +80,8 @@ def test_gpu_runs_on_the_cpu_where_there_is_none(cpu_only):
     x, y, out = _axpy_case(50)
     report = hetflow.forall(50, axpy, 2.0, x, y, out, device="gpu")
     np.testing.assert_array_equal(out, 2.0 * x + y)
-    assert [w.device_id for w in report.workers] == ["cpu0"]
+    # cpu0 alone; on a loaded machine its first launch may time the rows dear and use two threads
+    assert {w.device_id for w in report.workers} == {"cpu0"}
 
 
 def test_all_is_the_cpu_alone_on_a_cpu_only_machine(cpu_only):

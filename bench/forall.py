@@ -56,7 +56,7 @@ def overhead_row(calls):
     t_numba = per_call(lambda: one(2.0, x, y, out), calls)
     t_het = per_call(lambda: hetflow.forall(1, axpy, 2.0, x, y, out), calls)
     return dict(name="launch overhead n=1 (vs numba call)", baseline=fmt_s(t_numba), hetflow=fmt_s(t_het),
-                ratio=t_numba / t_het, **verdict(clause(t_het, "<=", 5e-6, "s", note="per call (issue 19)")))
+                ratio=t_numba / t_het, **verdict(clause(t_het, "<=", 5e-6, "s", note="per call")))
 
 
 COLD = textwrap.dedent("""

@@ -76,7 +76,7 @@ def test_a_clause_compares_its_figure_with_its_limit_and_says_so():
     assert common.clause(0.9, ">=", 0.9) == (">= 0.9x", True)
     assert common.clause(0.8999, ">=", 0.9) == (">= 0.9x", False)
     assert common.clause(1.1, ">", 1.1) == ("> 1.1x", False)
-    assert common.clause(4.99e-6, "<=", 5e-6, "s", note="per call (issue 19)") == ("<= 5 us per call (issue 19)", True)
+    assert common.clause(4.99e-6, "<=", 5e-6, "s", note="per call") == ("<= 5 us per call", True)
     assert common.clause(21e-6, "<=", 20e-6, "s", label="overhead") == ("overhead <= 20 us", False)
     assert common.clause(1.5, "<", 2.0, "s", label="10000 rules") == ("10000 rules < 2 s", True)
     assert common.clause(0.49, ">=", 0.5, "%", note="of bound") == (">= 50% of bound", False)

@@ -176,3 +176,26 @@ def test_overlapping_arguments_of_a_kernel_without_source_are_refused():
         hetflow.forall(4, ns["avg3"], interior(u, 1), u[:4], u[2:], snapshot=True)
     hetflow.forall(4, ns["avg3"], interior(u, 1), u[:4].copy(), u[2:].copy())  # apart: runs
     np.testing.assert_array_equal(u, expected)
+
+
+def test_graph_of_sourceless_kernels_says_why_it_was_not_fused():
+    ns = _exec_kernel("""
+        @hetflow.kernel
+        def scale(i, x, out):
+            out[i] = 2.0 * x[i]
+
+        @hetflow.kernel
+        def shift(i, x, out):
+            out[i] = x[i] + 1.0
+    """)
+    x, y = np.arange(8.0), np.empty(8)
+    with hetflow.graph() as g:
+        t = hetflow.empty(8)
+        hetflow.forall(8, ns["scale"], x, t)
+        hetflow.forall(8, ns["shift"], t, y)
+    g.run()
+    np.testing.assert_array_equal(y, 2.0 * np.arange(8.0) + 1.0)
+    with pytest.raises(hetflow.errors.ArgumentError,
+                       match=r"no version 1 \(versions 0\.\.0\); no rule has rewritten it, and "
+                             r"kernel\(s\) scale, shift cannot be fused because their source"):
+        g.diff(0, 1)

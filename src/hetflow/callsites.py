@@ -68,7 +68,8 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
     Array form: ``reduce(x, op, axis=None, device=None)``, ``op`` also by keyword.
 
     ``x``: a NumPy or CuPy array, or a view of one. ``op``: 'sum', 'prod', 'min', 'max',
-    'and', 'or', 'xor' (logical on bools, bitwise on integers; floats are refused), or a
+    'and', 'or', 'xor' (logical on bools, bitwise on integers; floats are refused),
+    'land', 'lor', 'lxor' (logical: any nonzero integer counts as true), or a
     hetflow kernel ``op(a, b)`` returning the combination of two elements. A user op
     must be associative. ``commutative=False`` says it is not commutative: elements and
     partial results are then combined strictly in index order (grouped differently

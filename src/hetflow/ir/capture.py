@@ -340,8 +340,21 @@ class Graph:
             return which
         if isinstance(which, bool) or not isinstance(which, int) or not 0 <= which < len(self.versions):
             raise ArgumentError(f"graph {self.name!r} has no version {which!r} "
-                                f"(versions 0..{len(self.versions) - 1})")
+                                f"(versions 0..{len(self.versions) - 1}){self._why_unchanged()}")
         return self.versions[which]
+
+    def _why_unchanged(self) -> str:
+        """Why no rule has rewritten the graph yet, where one reason is certain: kernels
+        without source (a REPL, ``exec``, ``python -``) cannot be fused."""
+        if len(self.versions) > 1:
+            return ""
+        sourceless = sorted({n.kernel.name for n in self.versions[0].nodes
+                             if isinstance(n.kernel, Kernel) and not n.kernel.has_source})
+        if not sourceless:
+            return ""
+        return (f"; no rule has rewritten it, and kernel(s) {', '.join(sourceless)} cannot be fused "
+                f"because their source is unavailable (defined in a REPL, exec or 'python -': "
+                f"define them in a file)")
 
     def diff(self, a=None, b=None) -> str:
         """Nodes added, removed and changed from version ``a`` to ``b`` (default: the last change)."""

@@ -103,8 +103,8 @@ class Event:
     def wait(self, timeout: float | None = None) -> None:
         """Block until the instance is done; raise its error if it failed or was cancelled."""
         error = self.exception(timeout)
-        if error is not None:
-            raise error
+        if error is not None:  # (a raise keeps the frames before: each wait's would pile up)
+            raise error.with_traceback(None)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """Block until done; return the EventFailedError (raised or cancelled), or None."""

@@ -13,7 +13,8 @@ Failures: a kernel that raises marks its event ``'failed'`` with an
 :class:`~hetflow.errors.EventFailedError` naming kernel and event; what depends on it
 is ``'cancelled'`` (:class:`~hetflow.errors.EventFailedError`); unrelated work
 goes on. ``finish()`` waits for everything, then raises the first failure nobody
-retrieved through ``wait``/``exception``. A fault of hetflow's own while settling an
+retrieved through ``wait``/``exception`` (or a cancellation that a failure nobody
+retrieved caused in another queue). A fault of hetflow's own while settling an
 instance fails that instance the same way (``_Core.salvage_locked``) instead of stopping
 the thread that ran it and leaving everything after it waiting.
 
@@ -65,8 +66,8 @@ from . import coexec, cpu, gpu, staging, status
 from .buffers import Buffer, acquired, wrote
 from .deps import (READ, WRITE, check_cycle_locked, clear_locked, depend_locked, drop_locked, track_locked,
                    untrack_locked)
-from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, failed_error, locked, release_locked,
-                     settle_locked, start_locked, timeout_seconds)
+from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, UserEvent, failed_error, locked,
+                     release_locked, settle_locked, start_locked, timeout_seconds)
 from .forall import holding_gpu
 from .launch import bind, is_device_array, normalize_extent
 from .scheduler import Lane, Scheduler
@@ -589,9 +590,9 @@ class Queue:
                 depend_locked(inst, w, True)
             track_locked(inst, args, modes)
             core.outstanding += 1
-            if defer and inst.doomed is None:
+            if defer:  # (doomed too: held back as one whose dependency fails later would be)
                 core.deferred.add(inst)
-            else:  # a doomed instance is never held back: it only waits for its turn
+            else:
                 inst.submitted = inst.queued
                 if inst.pending == 0:
                     if inst.doomed is not None:
@@ -610,10 +611,14 @@ class Queue:
         """Start a deferred instance, after ``wait_for`` events too.
 
         Raises ArgumentError when those events (transitively) wait for
-        ``event`` itself; the instance then stays deferred.
+        ``event`` itself (the instance then stays deferred), or when the queue is closed
+        (closing cancelled what it held back). An instance whose dependency failed is
+        held back all the same, and cancelled once submitted.
         """
         wait_for = _events(wait_for) if wait_for else ()
         with LOCK:
+            if self._core.closed:
+                raise ArgumentError(f"cannot submit {event}: this queue is closed")
             if isinstance(event, Instance) and event.submitted is not None:  # (done ones are no queue's)
                 raise ArgumentError(f"{event} was already submitted (only defer=True instances are submitted)")
             if not isinstance(event, Instance) or event.core is not self._core:
@@ -626,7 +631,9 @@ class Queue:
     # -- waiting and closing ------------------------------------------------------------
     def finish(self, timeout: float | None = None) -> None:
         """Wait until every instance enqueued so far is done; then raise the first
-        failure (EventFailedError) not yet retrieved from its event. The failures and
+        failure (EventFailedError) not yet retrieved from its event, or else the first
+        cancellation whose cause was not either (a failure in another queue: this one's
+        outputs were never computed; :func:`_unreported`). The failures and
         cancellations up to here then count as reported (see :mod:`~hetflow.runtime.deps`
         on poisoned data). ``timeout`` is checked as an event wait's is
         (:func:`~hetflow.runtime.events.timeout_seconds`)."""
@@ -647,12 +654,12 @@ class Queue:
                                                   f"pending after {timeout} s")
             finally:
                 core.finishing -= 1
-            unseen = [e for e in core.failures if e.status is FAILED and not e._retrieved]
+            unseen = [e for e in core.failures if _unreported(e)]
             for e in core.failures:  # reported now, with the cancellations they caused
                 e._retrieved = True
             core.failures = []
-        if unseen:
-            raise unseen[0]._error
+        if unseen:  # a failure first: the cancellations it caused name it
+            raise min(unseen, key=lambda e: e.status is not FAILED)._error.with_traceback(None)
 
     def close(self) -> None:
         """Stop accepting work; pending instances still run. Idempotent."""
@@ -739,6 +746,18 @@ def _run_on_cpu(launch, cores: int) -> tuple:
         last = plan.last_below
         plan.tiny_below, plan.last_below = below if below > last else last, below
     return error, shape, ended
+
+
+def _unreported(event: Event) -> bool:
+    """Is ``event`` (a failure or cancellation of a queue) one that ``finish`` raises: its
+    error not retrieved, and for a cancellation, neither the failure behind it (one of
+    another queue, say), unless that is a user event's, which the application set?"""
+    if event._retrieved:
+        return False
+    if event.status is FAILED:
+        return True
+    root = getattr(event._error, "failed_event", None)
+    return root is not None and not root._retrieved and not isinstance(root, UserEvent)
 
 
 def _priority(priority) -> int:

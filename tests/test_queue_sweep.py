@@ -106,3 +106,13 @@ def test_an_error_raised_again_carries_only_the_frames_of_this_raise():
             frames.append([f.name for f in traceback.extract_tb(again.value.__traceback__)])
     # was: each raise kept the frames of the ones before (finish's, then each wait's)
     assert frames[0] == frames[1] == frames[2] and "finish" not in frames[0], frames
+
+
+def test_a_directly_made_event_is_refused_as_a_dependency():
+    q = hetflow.Queue()
+    bare = hetflow.Event("mine")
+    for wait_for in (bare, [bare]):
+        with pytest.raises(ArgumentError, match=r"wait_for holds event \d+ \(mine\), made by calling "
+                                                r"hetflow\.Event directly, which nothing completes"):
+            q.enqueue(doubled, 4, np.zeros(4), np.zeros(4), wait_for=wait_for)
+    q.finish()

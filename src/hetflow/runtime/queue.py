@@ -768,14 +768,18 @@ def _priority(priority) -> int:
 
 def _events(wait_for) -> tuple:
     if isinstance(wait_for, Event):
-        return (wait_for,)
-    try:
-        events = tuple(wait_for)
-    except TypeError:
-        raise ArgumentError(f"wait_for must be an event or events, got {type(wait_for).__name__}") from None
+        events = (wait_for,)
+    else:
+        try:
+            events = tuple(wait_for)
+        except TypeError:
+            raise ArgumentError(f"wait_for must be an event or events, got {type(wait_for).__name__}") from None
     for e in events:
         if not isinstance(e, Event):
             raise ArgumentError(f"wait_for must hold hetflow events, got {type(e).__name__}")
+        if type(e) is Event:  # nothing ever completes one: waiting for it would hang
+            raise ArgumentError(f"wait_for holds {e}, made by calling hetflow.Event directly, which "
+                                f"nothing completes; use the event enqueue returns, or a UserEvent")
     return events
 
 

@@ -17,7 +17,7 @@ from hetflow.cuda_compat import cupy_module
 from hetflow.index.managed import managed
 from hetflow.index.space import extent
 
-_DLPACK_CPU, _DLPACK_CUDA = 1, 2
+DLPACK_CPU, DLPACK_CUDA = 1, 2  # DLPack device types (DLDeviceType)
 
 
 # GPU array types of the libraries whose every instance lives on a GPU (CuPy's, Numba's
@@ -123,12 +123,12 @@ def _on_gpu(ordinal):
 
 def _from_dlpack(x):
     device_type = x.__dlpack_device__()[0]
-    if device_type == _DLPACK_CUDA:
+    if device_type == DLPACK_CUDA:
         return required_cupy("a CUDA DLPack tensor").from_dlpack(x)
-    if device_type == _DLPACK_CPU:
+    if device_type == DLPACK_CPU:
         return np.from_dlpack(x)
     raise ArgumentTypeError(f"DLPack device type {device_type} of {type(x).__name__} is "
-                            f"neither CPU ({_DLPACK_CPU}) nor CUDA ({_DLPACK_CUDA})")
+                            f"neither CPU ({DLPACK_CPU}) nor CUDA ({DLPACK_CUDA})")
 
 
 def asarray(x, device=None, dtype=None):

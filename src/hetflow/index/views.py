@@ -19,7 +19,7 @@ from functools import cached_property
 
 import numpy as np
 
-from hetflow.errors import ArgumentTypeError, IndexOutOfBoundsError, ShapeError
+from hetflow.errors import ArgumentTypeError, HetflowError, IndexOutOfBoundsError, ShapeError
 from hetflow.index.arrays import _VIEW_TYPES, array_module, is_array, is_device_array, is_view, required_cupy
 from hetflow.index.expr import LowerContext
 from hetflow.index.space import extent, index
@@ -392,7 +392,13 @@ class View(abc.ABC):
         return self._read(self._checked(idx))
 
     def __setitem__(self, idx, value):
-        self._write(self._checked(idx), value)
+        idx = self._checked(idx)
+        try:
+            self._write(idx, value)
+        except HetflowError:  # a co_map reaching outside, a coherent root's own
+            raise
+        except (TypeError, ValueError) as exc:  # NumPy's, converting the value
+            raise ArgumentTypeError(f"{self.op} view: cannot write {value!r} at {idx}: {exc}") from None
 
     def _read(self, idx):
         return read_element(self.parent, self.transform(idx))
@@ -465,10 +471,9 @@ class View(abc.ABC):
     def assign(self, values):
         """Write ``values`` (broadcast to ``numpy()``'s shape) through to the root."""
         xp = array_module(self.root)
+        values = self._assigned(xp, values)
         # a coherent Buffer's host copy, made current and the only valid one
         root = self.root.map() if hasattr(self.root, "map") else xp.asarray(self.root)
-        shape = tuple(self.extent) + tuple(self.element_extent)
-        values = xp.broadcast_to(xp.asarray(values, dtype=root.dtype), shape)
         box = None if root.ndim == 0 else self.root_box()
         if root.ndim == 0:
             root[()] = values
@@ -476,6 +481,21 @@ class View(abc.ABC):
             root[box] = values
         else:
             root[self._root_index(xp)] = values
+
+    def _assigned(self, xp, values):
+        """``values`` as the root's dtype, broadcast to ``numpy()``'s shape; hetflow's
+        errors naming the view where NumPy's would not."""
+        shape = tuple(self.extent) + tuple(self.element_extent)
+        try:
+            values = xp.asarray(values, dtype=self.root.dtype)
+        except (TypeError, ValueError) as exc:
+            raise ArgumentTypeError(f"{self.op} view assign: values cannot become "
+                                    f"{self.root.dtype}: {exc}") from None
+        try:
+            return xp.broadcast_to(values, shape)
+        except ValueError:
+            raise ShapeError(f"{self.op} view assign: values of shape {tuple(values.shape)} do not "
+                             f"broadcast to the view's shape {shape}") from None
 
     def __repr__(self):
         params = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)[1:])

@@ -26,13 +26,15 @@ went with it) raise DeviceError naming them, never stale contents.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
 import numpy as np
 
-from ..errors import ArgumentError, ArgumentTypeError, DeviceError
+from ..errors import ArgumentError, ArgumentTypeError, DeviceError, HetflowError, IndexOutOfBoundsError
 from ..cuda_compat import cuda_module, cupy_module
+from ..index.arrays import DLPACK_CPU
 from ..platform.devices import get_device
 from . import deps
 from .events import LOCK, timeout_seconds
@@ -46,6 +48,8 @@ class Buffer:
     ``Buffer(shape, dtype=float64)`` allocates a zero-filled buffer (``shape``: an int or a
     tuple of ints); ``Buffer(array)`` one holding a copy of ``array`` (``dtype`` converts).
     :meth:`holding` (``hetflow.array``) takes ints and tuples as data, as ``np.array`` does.
+    ``len``, iteration, truth value, ``copy``/``deepcopy``/pickling (a new Buffer holding
+    the contents) and :meth:`astype` behave as an ndarray's.
     """
 
     hetflow_coherent = True  # an array root for views (hetflow.index.arrays.is_array)
@@ -58,7 +62,11 @@ class Buffer:
         elif any(d < 0 for d in shape):
             raise ArgumentError(f"Buffer shape {shape} has a negative dimension")
         else:
-            self._start(np.zeros(shape, dtype=np.float64 if dtype is None else dtype))
+            dtype = _numeric(np.float64 if dtype is None else dtype, f"Buffer of shape {shape}")
+            try:
+                self._start(np.zeros(shape, dtype=dtype))
+            except ValueError as exc:  # NumPy: more bytes than an array may hold
+                raise ArgumentError(f"Buffer shape {shape} of {dtype}: {exc}") from None
 
     @classmethod
     def holding(cls, data, dtype=None) -> "Buffer":
@@ -97,6 +105,10 @@ class Buffer:
         return self._host.ndim
 
     @property
+    def size(self) -> int:
+        return self._host.size
+
+    @property
     def nbytes(self) -> int:
         return self._host.nbytes
 
@@ -112,11 +124,34 @@ class Buffer:
         return str(self.__array__())
 
     def __len__(self):
+        if not self.ndim:
+            raise ArgumentTypeError(f"len() of a 0-d Buffer {self!r}")
         return len(self._host)
+
+    def __iter__(self):
+        """The elements (rows of a higher rank) of the current host copy, as NumPy yields them."""
+        if not self.ndim:
+            raise ArgumentTypeError(f"iteration over a 0-d Buffer {self!r}")
+        return iter(self.__array__())
+
+    def __bool__(self):
+        """NumPy's truth value: that of the one element; ArgumentError for any other size."""
+        if self.size != 1:
+            raise ArgumentError(f"the truth value of a Buffer of {self.size} elements {self!r} is "
+                                f"ambiguous: use a.numpy().any() or .all()")
+        return bool(self.__array__().reshape(-1)[0])
+
+    def __reduce__(self):
+        # copy, deepcopy and pickle make a new Buffer holding the contents, as they copy an
+        # ndarray: sharing the host and device copies with separate validity would go stale.
+        return array, (self.read(),)
 
     # -- interoperation --------------------------------------------------------------------
     def __array__(self, dtype=None, copy=None):
-        """The current host copy, read-only (write through :meth:`write` or :meth:`map`)."""
+        """The current host copy, read-only (write through :meth:`write` or :meth:`map`).
+        ``copy=False`` (NumPy 2) raises ArgumentError where ``dtype`` needs a converted copy."""
+        if copy is False and dtype is not None and np.dtype(dtype) != self.dtype:
+            raise ArgumentError(f"{self!r} as {np.dtype(dtype)} needs a copy, but copy=False was asked")
         self._wait(write=False, timeout=None)
         with self._lock:
             self._to_host()
@@ -126,13 +161,19 @@ class Buffer:
             out = out.copy()
         return out if dtype is None else out.astype(dtype, copy=False)
 
+    def astype(self, dtype) -> "Buffer":
+        """A new Buffer holding the contents converted to ``dtype``, as ``ndarray.astype``."""
+        return Buffer.holding(self.read(), dtype)
+
     def __getitem__(self, key):
-        return self.__array__()[key]
+        with _numpy_errors(self, key):
+            return self.__array__()[key]
 
     def __setitem__(self, key, value):
         """Write on the host, as NumPy does (:meth:`map`): a device copies the contents
         again when it next uses them."""
-        self.map()[key] = value
+        with _numpy_errors(self, key):
+            self.map()[key] = value
 
     def numpy(self) -> np.ndarray:
         """A NumPy copy of the contents."""
@@ -142,6 +183,9 @@ class Buffer:
         """The GPU copy on ``device`` itself, made current, as a CuPy array (no transfer
         when it is valid there). The caller may write it: the other copies become stale."""
         dev = get_device(device)
+        if dev.kind != "gpu":
+            raise ArgumentError(f"{self!r}.cupy({device!r}): {dev.id} is no GPU (the host copy: "
+                                f"np.asarray, map())")
         self._wait(write=True, timeout=None)
         with self._lock:
             self._take(dev.id, self._all)
@@ -154,8 +198,10 @@ class Buffer:
 
     def __dlpack__(self, **kwargs):
         """A GPU copy where one is current, else the host copy (the consumer may write:
-        that copy becomes the only valid one)."""
-        gpu = next((d for d in self.valid if d != HOST), None)
+        that copy becomes the only valid one); the host copy when the consumer asks for
+        the CPU (``dl_device``, as ``np.from_dlpack(a, device="cpu")`` does)."""
+        on_cpu = (kwargs.get("dl_device") or (None,))[0] == DLPACK_CPU
+        gpu = None if on_cpu else next((d for d in self.valid if d != HOST), None)
         return (self.cupy(gpu) if gpu else self.map()).__dlpack__(**kwargs)
 
     # -- host access -------------------------------------------------------------------------
@@ -169,7 +215,10 @@ class Buffer:
     def write(self, data, timeout: float | None = None) -> None:
         """Replace the contents with ``data`` (broadcast to the buffer's shape), once the
         instances enqueued before that touch the buffer are done."""
-        data = np.asarray(data)
+        try:  # converted as NumPy's assignment converts it
+            data = np.asarray(data, dtype=self.dtype)
+        except (TypeError, ValueError) as exc:  # ragged sequences, text that is no number
+            raise ArgumentTypeError(f"cannot write {type(data).__name__} data into {self!r}: {exc}") from None
         try:
             fits = np.broadcast_shapes(data.shape, self.shape) == self.shape
         except ValueError:
@@ -364,12 +413,36 @@ def _copy_of(data, dtype) -> tuple:
         with cupy.cuda.Device(ordinal):
             copy = cupy.array(data, dtype=dtype, order="C", copy=True)
         return np.empty(copy.shape, copy.dtype), (f"gpu{ordinal}", ordinal, copy)
-    host = np.array(data, dtype=dtype, order="C", copy=True)
-    if host.dtype.kind not in "biufc":  # what kernels compute with, on every device
-        what = "objects" if host.dtype == object else f"dtype {host.dtype}"
-        raise ArgumentError(f"Buffer needs numeric data (bool, integer, float or complex), "
-                            f"got {type(data).__name__} of {what}")
+    try:
+        host = np.array(data, dtype=dtype, order="C", copy=True)
+    except (TypeError, ValueError) as exc:  # ragged sequences, text that is no number
+        raise ArgumentError(f"Buffer cannot hold {type(data).__name__} data: {exc}") from None
+    _numeric(host.dtype, "Buffer", f"{type(data).__name__} of ")
     return host, None
+
+
+def _numeric(dtype, where: str, given: str = ""):
+    """``dtype``, or ArgumentError naming ``where`` unless kernels compute with it on every
+    device (bool, integer, float or complex)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biufc":
+        what = "objects" if dtype.kind == "O" else f"dtype {dtype}"
+        raise ArgumentError(f"{where} needs numeric data (bool, integer, float or complex), got {given}{what}")
+    return dtype
+
+
+@contextlib.contextmanager
+def _numpy_errors(buffer, key):
+    """NumPy's errors of ``buffer[key]`` (reading or writing the host copy) as hetflow's,
+    naming the buffer and the key."""
+    try:
+        yield
+    except HetflowError:  # the wait's and the mapping's own
+        raise
+    except IndexError as exc:
+        raise IndexOutOfBoundsError(f"{buffer!r}[{key!r}]: {exc}") from None
+    except (TypeError, ValueError) as exc:  # ArgumentTypeError is both, as NumPy's may be either
+        raise ArgumentTypeError(f"{buffer!r}[{key!r}]: {exc}") from None
 
 
 # -- row ranges: sorted lists of disjoint (lo, hi) ----------------------------------------

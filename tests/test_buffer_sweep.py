@@ -4,6 +4,7 @@ writes between launches on cpu0, the (simulated) GPU and both, and hetflow's err
 NumPy would raise its own. Oracles: NumPy, and NumPy programs run sequentially."""
 import copy
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -342,3 +343,15 @@ def test_write_converts_as_numpy_assignment_does(dtype, data):
     want[...] = data
     assert a.dtype == dtype
     np.testing.assert_array_equal(a.numpy(), want)
+
+
+@pytest.mark.parametrize("convert", [float, int, complex])
+def test_a_0d_buffer_converts_to_a_scalar_as_numpy_does(convert):
+    data = np.array(2.5)
+    assert convert(hetflow.array(data)) == convert(data)
+    for shape in ((1, 1), (2,)):
+        with pytest.raises(TypeError):  # NumPy's verdict
+            convert(np.ones(shape))
+        with pytest.raises(ArgumentTypeError, match=rf"{convert.__name__}\(\) of a Buffer of shape "
+                                                    + re.escape(str(shape)) + r".*only a 0-d Buffer converts"):
+            convert(hetflow.array(np.ones(shape)))

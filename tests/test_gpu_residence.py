@@ -246,3 +246,19 @@ def test_reduce_scan_sort_and_map_reduce_of_the_second_gpus_arrays_run_there_wha
         np.testing.assert_array_equal(hetflow.sort(x, key=_negated).get(), np.sort(host)[::-1])
         assert np.isclose(float(hetflow.reduce(x.size, _product, x, y)), host @ other, rtol=1e-10)
         assert cp.cuda.runtime.getDevice() == 0  # and the application's choice stands after them
+
+
+def test_a_negative_gpu_ordinal_is_refused():
+    with pytest.raises(hetflow.errors.ArgumentTypeError, match=r"unknown device -1: use None"):
+        hetflow.zeros(3, device=-1)
+
+
+@pytest.mark.gpu
+def test_an_array_on_a_gpu_the_machine_lacks_is_a_device_error():
+    import cupy
+
+    count = cupy.cuda.runtime.getDeviceCount()
+    for device in (count, f"gpu{count}", f"cuda:{count}"):
+        with pytest.raises(hetflow.errors.DeviceError,
+                           match=rf"no GPU {count} to place an array on: this machine has {count}"):
+            hetflow.zeros(3, device=device)

@@ -100,7 +100,7 @@ def _placement(device):
     """(``"cpu"`` | ``"gpu"`` | None, GPU ordinal or None) for a ``device`` argument."""
     if device is None:
         return None, None
-    if isinstance(device, int) and not isinstance(device, bool):
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
         return "gpu", device
     if isinstance(device, str):
         # 'cuda:1' and 'gpu1' (the ids hetflow.devices() prints) name the same GPU.
@@ -117,8 +117,13 @@ def _placement(device):
 def _on_gpu(ordinal):
     """Context that makes ``ordinal`` (None: the current GPU) current for CuPy."""
     cupy = required_cupy("placing an array on a GPU")
-    return cupy, (cupy.cuda.Device(ordinal) if ordinal is not None
-                  else contextlib.nullcontext())
+    if ordinal is None:
+        return cupy, contextlib.nullcontext()
+    count = cupy.cuda.runtime.getDeviceCount()
+    if ordinal >= count:
+        raise DeviceError(f"no GPU {ordinal} to place an array on: this machine has {count} "
+                          f"(ordinals 0..{count - 1})")
+    return cupy, cupy.cuda.Device(ordinal)
 
 
 def _from_dlpack(x):

@@ -141,6 +141,23 @@ class Buffer:
                                 f"ambiguous: use a.numpy().any() or .all()")
         return bool(self.__array__().reshape(-1)[0])
 
+    def __float__(self):
+        return float(self._element("float()"))
+
+    def __int__(self):
+        return int(self._element("int()"))
+
+    def __complex__(self):
+        return complex(self._element("complex()"))
+
+    def _element(self, what: str):
+        """The element of a 0-d Buffer, as NumPy converts a 0-d array; ArgumentTypeError
+        for any other rank."""
+        if self.ndim:
+            raise ArgumentTypeError(f"{what} of a Buffer of shape {self.shape} {self!r}: only a "
+                                    f"0-d Buffer converts to a scalar")
+        return self.__array__()[()]
+
     def __reduce__(self):
         # copy, deepcopy and pickle make a new Buffer holding the contents, as they copy an
         # ndarray: sharing the host and device copies with separate validity would go stale.

@@ -52,6 +52,10 @@ class Access:
     # ``return``) assigns at exactly the launch index (``out[i, j] = ...``): the launch
     # overwrites each of their elements it covers, so a device need not copy them in.
     covered: frozenset = frozenset()
+    # Arrays no argument hands the kernel that it writes (a global or captured one, a called
+    # function's default), by name -> the line of its definition of the first write:
+    # compiled code holds them as constants (kernels.support refuses them).
+    frozen_writes: dict = dataclasses.field(default_factory=dict)
 
     def reads(self, name) -> bool:
         return "r" in self.modes.get(name, "")
@@ -139,13 +143,17 @@ class _Analysis:
         # a name the kernel binds (a local def helper(r), a parameter) is not the global one
         local = stored | set(params) | {d.name for d in ast.walk(fdef) if isinstance(d, _DEFS)}
         self.fdef, self.resolve = fdef, lambda node: None if _root_name(node) in local else resolve(node)
-        self.data = set(params[ndim:])
+        # Global and captured arrays are followed as data is, to find writes into them.
+        self.frozen = {n.id for n in ast.walk(fdef) if isinstance(n, ast.Name)
+                       and isinstance(self.resolve(n), np.ndarray)}
+        self.frozen_writes = {}
+        self.data = set(params[ndim:]) | self.frozen
         self.index = [p if p not in stored else None for p in params[:ndim]]  # reassigned: no index
         self.rebound = self.data & stored  # out = x: out[i] may be another array's element
         # names that a nested function's parameters bind there (lambda i: x[i]): not ours
         self.shadowed = _shadowed(fdef)
         self.derived, self.invariant = _index_functions(fdef, self.index, stored)
-        self.modes = {p: set() for p in params[ndim:]}
+        self.modes = {p: set() for p in self.data}
         self.identity, self.guarded_axes = {}, {}
         self.other, self.scattered, self.atomic = set(), set(), set()
         self.unaligned = set()  # parameters subscripted other than x[i, j, ..., more]
@@ -170,17 +178,26 @@ class _Analysis:
                 self._use(node)
             elif isinstance(node, ast.Call):
                 self._call(node)
-        ordered = {p: "".join(m for m in "rw" if m in self.modes[p]) for p in self.modes}
-        touched = {p for p, m in self.modes.items() if m}
-        guarded = {p: frozenset(a) for p, a in self.guarded_axes.items() if a and p in self.identity}
+            self._frozen_written(node)
+        ordered = {p: "".join(m for m in "rw" if m in self.modes[p]) for p in self.modes if p not in self.frozen}
+        touched = {p for p, m in ordered.items() if m}
+        identity = {p: k for p, k in self.identity.items() if p not in self.frozen}
+        guarded = {p: frozenset(a) for p, a in self.guarded_axes.items() if a and p in identity}
         # a reassigned index variable (None here) says nothing about which elements are touched
         aligned = frozenset() if None in self.index or not self.index else \
             frozenset(touched - self.other - self.unaligned)
         returns = any(isinstance(n, ast.Return) and id(n) not in self.nested for n in ast.walk(self.fdef))
         covered = frozenset() if returns or None in self.index or not self.index else \
-            frozenset(_assigned_at_index(self.fdef, self.index) & self.data - self.rebound)
-        return Access(ordered, self.identity, frozenset(touched - self.other), guarded,
-                      frozenset(self.scattered), frozenset(self.atomic), aligned, covered)
+            frozenset(_assigned_at_index(self.fdef, self.index) & touched - self.rebound)
+        return Access(ordered, identity, frozenset(touched - self.other), guarded,
+                      frozenset(self.scattered - self.frozen), frozenset(self.atomic - self.frozen), aligned,
+                      covered, self.frozen_writes)
+
+    def _frozen_written(self, node):
+        """Note the line of ``node`` for each global or captured array it wrote first."""
+        for name in self.frozen:
+            if "w" in self.modes[name] and name not in self.frozen_writes:
+                self.frozen_writes[name] = node.lineno
 
     def _claimed_names(self, fdef) -> set:
         """Locals bound once, to what an atomic returned (``t = atomic.add(n, 0, 1)``):
@@ -362,7 +379,18 @@ class _Analysis:
         passed = _passed(node, fdef)
         if found is None or passed is None:  # recursion, too deep, or *args
             return [*node.args, *(k.value for k in node.keywords)]
+        self._frozen_through(node, found, getattr(obj, "py_func", obj), {p for p, _ in passed})
         return [arg for p, arg in passed if p not in found.modes or found.writes(p)]
+
+    def _frozen_through(self, call, found: Access, fn, given: set):
+        """Arrays a called function (or kernel) ``fn`` writes that no argument of ``call``
+        hands it: its global and captured ones, and those its defaults hold, for the
+        parameters ``given`` leaves out."""
+        for name in found.frozen_writes:
+            self.frozen_writes.setdefault(name, call.lineno)
+        for p in _array_defaults(fn).keys() - given:
+            if found.writes(p):
+                self.frozen_writes.setdefault(f"{fn.__name__}({p}=...)", call.lineno)
 
     def _atomic(self, node):
         target = node.args[0] if node.args else None
@@ -407,6 +435,7 @@ class _Analysis:
         while exact < min(m, len(self.index)) and self._is_index(passed[sub.params[exact]], exact):
             exact += 1
         acc = sub.access(m)
+        self._frozen_through(node, acc, sub.pyfunc, set(passed))
         for p in sub.params[m:]:
             arg = passed.get(p)
             if arg is not None:
@@ -760,6 +789,17 @@ def _function_access(fdef, resolve) -> Access | None:
         return _Analysis(fdef, 0, resolve).run()
     finally:
         busy.discard(id(fdef))
+
+
+def _array_defaults(fn) -> dict:
+    """{parameter: default} of a function's parameters whose defaults are NumPy arrays."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return {}
+    positional = code.co_varnames[:code.co_argcount]
+    defaults = dict(zip(positional[len(positional) - len(fn.__defaults__ or ()):], fn.__defaults__ or ()))
+    defaults.update(fn.__kwdefaults__ or {})
+    return {p: v for p, v in defaults.items() if isinstance(v, np.ndarray)}
 
 
 def _passed(node, fdef) -> list | None:

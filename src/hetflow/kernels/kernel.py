@@ -21,7 +21,7 @@ import types
 
 from ..errors import ArgumentError, ArgumentTypeError, KernelCompileError, KernelError
 from ..index.lowering import global_names
-from . import checks
+from . import checks, support
 from .access import Access, analyze, declared
 from .source import KernelSource
 
@@ -38,6 +38,8 @@ class Kernel:
         self._source = source if source is not None or pyfunc is None else _readable_source(pyfunc)
         self._code = pyfunc.__code__ if pyfunc is not None else None  # what is compiled
         self.name = name or (pyfunc.__name__ if pyfunc else self._source.function().name)
+        support.check_definition(self)
+        self._globals_checked = False  # support.check_globals passed (at the first launch)
         # Read at the first launch (see _globals), not now: a global may change before.
         self._module_globals = globals_ if globals_ is not None else getattr(pyfunc, "__globals__", {})
         # Checked mode (kernels.checks): the decorator's option, else HETFLOW_BOUNDSCHECK.
@@ -88,13 +90,16 @@ class Kernel:
 
     # -- construction -------------------------------------------------------------
     @classmethod
-    def from_source(cls, name: str, source: str, globals_: dict | None = None, **options) -> "Kernel":
-        """A kernel from generated source text (used by fusion and the API library);
-        ``options`` as :func:`kernel` takes them (those of the kernel it wraps)."""
-        src = KernelSource.from_text(source, f"<hetflow generated kernel {name}>")
+    def from_source(cls, name: str, source: str, globals_: dict | None = None, *, filename: str | None = None,
+                    lines: tuple = (), **options) -> "Kernel":
+        """A kernel from generated source text (used by fusion, the API library and
+        wavefronts); ``options`` as :func:`kernel` takes them (those of the kernel it
+        wraps). Text made from a user's kernel names its ``filename``, and ``lines``
+        the line there of each of its lines: compile errors and tracebacks name those."""
+        src = KernelSource.from_text(source, filename or f"<hetflow generated kernel {name}>", lines)
         namespace = dict(globals_ or {})
         namespace.setdefault("__builtins__", builtins)
-        exec(compile(src.text, src.filename, "exec"), namespace)
+        exec(compile(src.module(), src.filename, "exec"), namespace)
         fn = namespace[src.function().name]
         return cls(fn, source=src, name=name, globals_=namespace, **options)
 
@@ -169,6 +174,7 @@ class Kernel:
         values, so two kernels with the same code but other constants must not share
         an executable."""
         self._refuse_recursion()
+        self._check_globals(None)
         h = hashlib.sha256(_code_digest(self._code).encode())
         h.update(repr(tuple(map(stable_value, self.pyfunc.__defaults__ or ()))).encode())
         for name in sorted(self._globals):
@@ -192,8 +198,21 @@ class Kernel:
         known = self._access.get(ndim)
         if known is None:
             self._refuse_recursion()
-            known = self._access[ndim] = self._analyze(ndim)
+            known = self._analyze(ndim)
+            self._check_globals(known)
+            self._access[ndim] = known
         return known
+
+    def _check_globals(self, found: Access | None) -> None:
+        """KernelCompileError where the kernel calls a plain Python function or writes a
+        global array (:func:`.support.check_globals`), found from its access ``found``
+        (None: analysed here, for any rank), once."""
+        if self._globals_checked:
+            return
+        if found is None and self.has_source:
+            found = analyze(self.definition, 0, self._resolve)
+        support.check_globals(self, found.frozen_writes if found is not None else {})
+        self._globals_checked = True
 
     def set_access(self, ndim: int, access: Access) -> None:
         """Access known by construction (a fused kernel's, from its kernels')."""

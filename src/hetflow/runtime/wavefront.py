@@ -338,10 +338,11 @@ def tile_kernel(kernel: Kernel, merged: tuple = ()) -> Kernel:
     i, j = kernel.params[:2]
     renamed = dict(merged)
     data = tuple(p for p in kernel.params[2:] if p not in renamed)
+    body = _body(kernel, renamed).splitlines()
     lines = [
         f"def wavefront_tiles(__hf_t, {', '.join(HEAD_PARAMS + data)}):",
         f"    def __hf_at({i}, {j}):",
-        *("        " + line if line else "" for line in _body(kernel, renamed).splitlines()),
+        *("        " + line if line else "" for line in body),
         "    __hf_bi = __hf_t0 + __hf_t",
         "    __hf_i = __hf_bi * __hf_h",
         "    __hf_j0 = (__hf_d - __hf_bi) * __hf_w",
@@ -367,20 +368,33 @@ def tile_kernel(kernel: Kernel, merged: tuple = ()) -> Kernel:
                      for names in (kernel.writes, kernel.reads))
     reads = None if reads is None else reads | set(HEAD_PARAMS)
     return Kernel.from_source(kernel.name, "\n".join(lines) + "\n", kernel.namespace(),
+                              filename=kernel.filename, lines=_user_lines(kernel, len(lines), len(body)),
                               boundscheck=kernel.boundscheck, fastmath=kernel.fastmath, inline=kernel.inline,
                               writes=writes, reads=reads)
 
 
+def _user_lines(kernel: Kernel, count: int, body: int) -> tuple:
+    """The line in the user's file of each of the tile kernel's ``count`` lines: the
+    kernel's ``body`` lines (its third line on) where they stand there, the lines
+    around them its ``def``'s."""
+    fdef, offset = kernel.definition, kernel.source.firstlineno - 1
+    first = fdef.body[0].lineno + offset
+    return (fdef.lineno + offset,) * 2 + tuple(range(first, first + body)) + \
+        (fdef.lineno + offset,) * (count - 2 - body)
+
+
 def _body(kernel: Kernel, renamed: dict) -> str:
-    """``kernel``'s body, each name in ``renamed`` replaced by the one it maps to."""
+    """``kernel``'s body, each name in ``renamed`` replaced by the one it maps to, in
+    place: each line stays the line it was (errors name the user's lines)."""
     text = kernel_body(kernel)
     if not renamed:
         return text
-    tree = ast.parse(text)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in renamed:
-            node.id = renamed[node.id]
-    return ast.unparse(tree)
+    lines = [line.encode() for line in text.splitlines()]  # columns count UTF-8 bytes
+    names = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name) and n.id in renamed]
+    for n in sorted(names, key=lambda n: (n.lineno, n.col_offset), reverse=True):  # later columns first
+        line = lines[n.lineno - 1]
+        lines[n.lineno - 1] = line[:n.col_offset] + renamed[n.id].encode() + line[n.end_col_offset:]
+    return "\n".join(line.decode() for line in lines)
 
 
 _sweeps: dict = {}

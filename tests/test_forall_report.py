@@ -126,3 +126,25 @@ def test_a_kernel_run_on_one_of_several_devices_returns_that_report(gpu_device):
     report = hetflow.forall(10, shift_write, x, out, device=["cpu0", gpu_device.id])
     np.testing.assert_array_equal(out[1:], x)
     assert report.schedule == "one-device" and len(report.workers) == 1
+
+
+@hetflow.kernel
+def _heavy(i, x):
+    s = 0.0
+    for k in range(20_000):
+        s += np.sin(k * 1e-3 + i)
+    x[i] = s
+
+
+def test_a_cpu_launch_over_several_cores_names_its_workers_as_co_execution_does():
+    import numba
+
+    if numba.get_num_threads() < 2:
+        pytest.skip("one CPU thread: the launch runs on one")
+    x = np.zeros(2000)
+    hetflow.forall(2000, _heavy, x, device="cpu0")  # the first launch measures the rows' cost
+    report = hetflow.forall(2000, _heavy, x, device="cpu0")
+    names = [w.name for w in report.workers]
+    assert len(names) > 1 and names == [f"cpu0/core{k}" for k in range(len(names))]
+    assert sum(w.indices for w in report.workers) == 2000
+    np.testing.assert_allclose(x[:3], [np.sin(np.arange(20_000) * 1e-3 + i).sum() for i in range(3)])

@@ -148,8 +148,9 @@ class RunReport:
 class LaunchReport(RunReport):
     """The report of a launch run whole on one device: one worker (named after the
     device), one chunk, no steals; ``schedule`` is ``'one-device'``. A CPU launch spread
-    over several threads has one worker per thread (``cpu0/thread0``, ...) with the rows
-    it ran; each one's busy time is the launch's (threads are not timed one by one).
+    over several cores has one worker per core (``cpu0/core0``, ..., as co-execution
+    names them) with the rows it ran; each one's busy time is the launch's (threads are
+    not timed one by one).
 
     Such a launch costs a few microseconds, which building the worker and chunk
     records would add to every call: they are built when first read.
@@ -171,7 +172,7 @@ class LaunchReport(RunReport):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         dev, n, wall = self._device, self.n, self.wall_s
         pieces = self._pieces if self._pieces and len(self._pieces) > 1 else None
-        names = [f"{dev.id}/thread{k}" for k in range(len(pieces))] if pieces else [dev.id]
+        names = [f"{dev.id}/core{k}" for k in range(len(pieces))] if pieces else [dev.id]
         pieces = pieces or [(0, n)]
         self.workers = [WorkerStats(w, dev.kind, dev.id, chunks=1, indices=hi - lo, busy_s=wall)
                         for w, (lo, hi) in zip(names, pieces)]

@@ -10,7 +10,9 @@ import numpy as np
 from .errors import ArgumentError, ArgumentTypeError, ShapeError
 from .index import views as _views
 from .kernels import kernel
-from .runtime.forall import forall
+from .runtime.forall import forall, resolve_devices
+from .runtime.launch import masked
+from .runtime.reductions import compiled_operand
 
 
 @kernel
@@ -91,6 +93,8 @@ def dot(x, y, *, blocks: int = 256, device=None):
     if dtype.kind not in "biufc":
         raise ArgumentTypeError(f"dot: x and y hold {x.dtype} and {y.dtype}; dot takes bools and numbers "
                                 f"(integers, floats, complex)")
+    devs = resolve_devices(device, (x, y))
+    x, y = compiled_operand(x, devs, "dot", "x"), compiled_operand(y, devs, "dot", "y")
     blocks = max(1, min(blocks, n))
     block = -(-n // blocks) if n else 1
     partial = np.zeros(blocks, dtype=dtype)
@@ -100,7 +104,8 @@ def dot(x, y, *, blocks: int = 256, device=None):
 
 def _vector(a, name: str):
     """``a`` as :func:`dot` takes it: of rank 1, read by ``np.asarray`` where it is no
-    array or view (a view's shape: its ``numpy()``'s, elements that are tiles included)."""
+    array or view (a view's shape: its ``numpy()``'s, elements that are tiles included),
+    a NumPy array subclass as a plain array; a masked array is refused."""
     if _views.is_view(a):
         shape = tuple(a.shape) + tuple(a.element_extent)
     else:
@@ -108,7 +113,9 @@ def _vector(a, name: str):
         shape = tuple(a.shape)
     if len(shape) != 1:
         raise ShapeError(f"dot: {name} must be a vector (1-D); got shape {shape}")
-    return a
+    if isinstance(a.root if _views.is_view(a) else a, np.ma.MaskedArray):
+        raise ArgumentTypeError(f"dot: {name} is {masked(a)}")
+    return np.asarray(a) if isinstance(a, np.ndarray) else a
 
 
 def precompile(dtypes=("float64", "float32"), device=None) -> int:

@@ -7,9 +7,12 @@ check happens here, before anything runs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 
+import numba
 import numpy as np
+from numba.core.errors import NumbaError
 
 from ..errors import ArgumentError, ArgumentTypeError, ScatteredWriteWarning, ShapeError, warn_user
 from ..index import views as _views
@@ -201,11 +204,24 @@ def _check_arguments(kernel: Kernel, ndim: int, args: tuple) -> list[str]:
             raise ArgumentTypeError(
                 f"kernel {kernel.name!r} argument {name!r}: {type(arg).__name__} is not an array, "
                 f"a view or a scalar")
+        if isinstance(_views.root_of(arg) if _views.is_view(arg) else arg, np.ma.MaskedArray):
+            raise ArgumentTypeError(f"kernel {kernel.name!r} argument {name!r}: {masked(arg)}")
         if type(arg) is int and not _INT_MIN <= arg <= _INT_MAX:
             raise ArgumentError(
                 f"kernel {kernel.name!r} argument {name!r}: the integer {arg} does not fit int64, "
                 f"which compiled code takes; pass a float or a NumPy uint64")
     return data
+
+
+def _check_scalars(kernel: Kernel, data: list[str], args: tuple, access) -> None:
+    """ArgumentTypeError for a scalar given where the kernel subscripts the argument by its
+    launch indices (``x[i]``): found here, not as a compile error (or, under the CUDA
+    simulator, an error raised while the kernel runs)."""
+    for name, arg in zip(data, args):
+        if isinstance(arg, SCALARS) and name in access.identity:
+            raise ArgumentTypeError(f"kernel {kernel.name!r} argument {name!r}: {type(arg).__name__} {arg} is "
+                                    f"a scalar, but the kernel subscripts it by its launch index; pass an array "
+                                    f"or a view")
 
 
 def _check_writable(kernel: Kernel, data: list[str], args: tuple, written: tuple) -> None:
@@ -219,20 +235,47 @@ def _check_writable(kernel: Kernel, data: list[str], args: tuple, written: tuple
                 f"(flags.writeable is False)")
 
 
+def masked(x) -> str:
+    """What is wrong with masked array ``x`` (or a view of one) as an argument, for an
+    error message: kernels and NumPy's reductions would read its masked values."""
+    what = "a view of a masked array" if _views.is_view(x) else "a masked array"
+    return (f"{what} (numpy.ma), whose mask hetflow does not apply: the values under it would be read as "
+            f"valid; pass its data with the masked elements set, x.filled(value), or dropped, x.compressed()")
+
+
 # Element types the compiler cannot generate code for, per device kind (Numba has no
-# half precision on the CPU; no device runs Python objects).
+# half precision on the CPU; no device runs Python objects). Types Numba has no type
+# for (long double, unstructured void) are refused on every device: the CUDA simulator,
+# which runs kernels as Python, would take them where a real GPU cannot.
 _UNSUPPORTED = {"cpu": frozenset(map(np.dtype, (np.float16, object))), "gpu": frozenset((np.dtype(object),))}
+
+
+@functools.lru_cache(maxsize=None)
+def element_problem(dtype: np.dtype, kind: str, device_id: str) -> str | None:
+    """Why compiled code on a device of ``kind`` (``device_id``) cannot take elements of
+    ``dtype``, as the end of an error message; None where it can."""
+    if not dtype.isnative:  # typed by no Numba target; a kernel would write it in the wrong order
+        return (f"element type {dtype} is in non-native byte order, which compiled code cannot "
+                f"read or write; pass the array a as a native copy, a.astype(a.dtype.newbyteorder('=')), or "
+                f"swapped in place, a.byteswap(inplace=True).view(a.dtype.newbyteorder('='))")
+    if dtype in _UNSUPPORTED.get(kind, ()):
+        return f"element type {dtype} is not supported on {device_id}; convert it (e.g. to float32) first"
+    try:
+        numba.from_dtype(dtype)
+    except NumbaError:
+        return (f"element type {dtype} has no type in compiled code (Numba) on any device; convert it "
+                f"(e.g. to float64) first")
+    return None
 
 
 def _check_dtypes(kernel: Kernel, data: list[str], args: tuple, device) -> None:
     """ArgumentTypeError for an argument whose element type ``device`` cannot run (before
     anything is compiled or looked up in the code repository)."""
-    unsupported = _UNSUPPORTED.get(device.kind, ())
     for name, arg in zip(data, args):
         dtype = getattr(_views.root_of(arg) if _views.is_view(arg) else arg, "dtype", None)
-        if dtype in unsupported:
-            raise ArgumentTypeError(f"kernel {kernel.name!r} argument {name!r}: element type {dtype} is not "
-                                    f"supported on {device.id}; convert it (e.g. to float32) first")
+        problem = element_problem(np.dtype(dtype), device.kind, device.id) if dtype is not None else None
+        if problem is not None:
+            raise ArgumentTypeError(f"kernel {kernel.name!r} argument {name!r}: {problem}")
 
 
 def _extent_checks(data: list[str], args: tuple, access) -> tuple:
@@ -420,6 +463,7 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
         if not plan.guard_checks:  # (else the guard checked the extent and the aliasing too)
             _check_launch(kernel, extent, args, plan)
     else:
+        args = _plain_arrays(args)
         key = _key(kernel.params, ndim, args)
         plan = kernel.plans.get((repo, device.id, ndim, key))
         if plan is None:
@@ -443,6 +487,21 @@ def bind(kernel: Kernel, extent, args: tuple, device) -> Launch:
     for pos, k, root in fill:
         entry_args[pos] = args[k].root if root else args[k]
     return Launch(kernel, extent, device, plan, args, tuple(entry_args), lowerings)
+
+
+def _plain_arrays(args: tuple) -> tuple:
+    """``args`` with NumPy array subclasses (``np.matrix``, ``np.memmap``) as plain arrays
+    over the same memory: compiled code indexes them as plain arrays anyway, and a copy to
+    a GPU refuses a one-row matrix. (No guard takes a subclass: only launches that look
+    their plan up come here.)"""
+    if any(map(_subclass, args)):
+        return tuple(np.asarray(a) if _subclass(a) else a for a in args)
+    return args
+
+
+def _subclass(a) -> bool:
+    """A NumPy array subclass but a masked array (which :func:`_check_arguments` refuses)."""
+    return type(a) is not np.ndarray and isinstance(a, np.ndarray) and not isinstance(a, np.ma.MaskedArray)
 
 
 def check_residence(kernel: Kernel, device, plan: Plan, args: tuple) -> None:
@@ -544,6 +603,7 @@ def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
     data = _check_arguments(kernel, ndim, args)
     _check_dtypes(kernel, data, args, device)
     access = kernel.access(ndim)
+    _check_scalars(kernel, data, args, access)
     # A scalar is passed by value: the kernel never writes the caller's (``range(n)``).
     written = tuple(k for k, name in enumerate(data) if access.writes(name) and not isinstance(args[k], SCALARS))
     _check_writable(kernel, data, args, written)

@@ -31,17 +31,40 @@ from . import binops, blockgen
 from .cpu import INLINE_LIMIT
 from ..platform.devices import cpu_device
 from .forall import forall, resolve_devices
-from .launch import is_device_array
+from .launch import element_problem, is_device_array, masked
 
 
 # -- operands, axes, devices ------------------------------------------------------------
 def operand(x, site: str):
-    """``x`` if it is an array or a view of elements (not of tiles), else an error."""
+    """``x`` if it is an array or a view of elements (not of tiles), else an error; a NumPy
+    array subclass (``np.matrix``, ``np.memmap``) as a plain array over its memory, so
+    that results are the same on every device; a masked array is refused."""
     if type(x) is np.ndarray:  # the common case, checked first: call sites are hot paths
         return x
     _views.require_indexable(x, site)
     if _views.is_view(x) and _views.element_extent_of(x).rank:
         raise ShapeError(f"{site}: {x!r} is a view of tiles; {site} each tile instead")
+    if isinstance(_views.root_of(x), np.ma.MaskedArray):
+        raise ArgumentTypeError(f"{site}: x is {masked(x)}")
+    return np.asarray(x) if isinstance(x, np.ndarray) else x
+
+
+def compiled_operand(x, devs, site: str, name: str = "x"):
+    """``x`` (``site``'s argument ``name``) as generated kernels on ``devs`` read it: a
+    NumPy array in non-native byte order as a native copy (they only read it); an
+    ArgumentTypeError naming it for elements some device of ``devs`` cannot take
+    (float16 on a CPU, objects, long double), or a view of an array in non-native byte
+    order."""
+    if type(x) is np.ndarray and not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
+    dtype = np.dtype(x.dtype)
+    problems = [element_problem(dtype, dev.kind, dev.id) for dev in devs]
+    problem = next((p for p in problems if p is not None), None)
+    if problem is not None:
+        what = f"{name} (a view, reading its root array)" if _views.is_view(x) else name
+        able = [dev.id for dev, p in zip(devs, problems) if p is None]
+        alone = f"; or run it on {', '.join(able)} alone" if able else ""
+        raise ArgumentTypeError(f"{site}: {what}: {problem}{alone}")
     return x
 
 
@@ -174,7 +197,7 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
     """The array form of :func:`hetflow.reduce` (which documents it), run now."""
     op, axis, device = array_arguments(what, args, op, axis, device)
     op = binops.resolve(op, commutative)
-    operand(x, "reduce")
+    x = operand(x, "reduce")
     dtype = np.dtype(x.dtype)
     op.check(dtype)
     rank = len(x.shape)
@@ -196,7 +219,7 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
             result = _library_reduce(x, op, dtype, axis, devs[0])
             if result is not None:
                 return result
-        return _compiled_reduce(x, op, dtype, axis, devs)
+        return _compiled_reduce(x, op, axis, devs)
 
 
 def array_arguments(what, args, op, axis, device):
@@ -237,7 +260,9 @@ def _scalar(value, x):
     return array_module(root).asarray(value) if is_device_array(root) else value
 
 
-def _compiled_reduce(x, op, dtype, axis, devs):
+def _compiled_reduce(x, op, axis, devs):
+    x = compiled_operand(x, devs, "reduce")
+    dtype = np.dtype(x.dtype)
     xp = array_module(_views.root_of(x))
     res, acc = op.result_dtype(dtype), op.acc_dtype(dtype)
     if axis is None:

@@ -35,15 +35,15 @@ from . import binops, blockgen
 from .coexec import fastest_device
 from .forall import forall
 from .launch import coherent, is_device_array
-from .reductions import (block_plan, current_gpu, element, fold_blocks, folder, identity_element, normalize_axis,
-                         operand, planner, targets)
+from .reductions import (block_plan, compiled_operand, current_gpu, element, fold_blocks, folder, identity_element,
+                         normalize_axis, operand, planner, targets)
 
 
 # -- scan ---------------------------------------------------------------------------------
 def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
     """:func:`hetflow.scan` (which documents it), run now."""
     op = binops.resolve(op, commutative=False)  # prefixes are built strictly in index order
-    operand(x, "scan")
+    x = operand(x, "scan")
     dtype = np.dtype(x.dtype)
     op.check(dtype)
     rank = len(x.shape)
@@ -53,16 +53,18 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
         devs = (fastest_device(devs),)  # rows cannot split its column scans
     with current_gpu(devs):  # temporaries and results on the GPU the launches run on
         init = _scan_init(op, dtype, inclusive, identity)
-        res, acc = op.result_dtype(dtype), op.acc_dtype(dtype)
         xp = array_module(_views.root_of(x))
         if rank == 0:
-            out = xp.empty(1, res)
+            out = xp.empty(1, op.result_dtype(dtype))
             out[0] = element(x) if inclusive else init
             return out
         if op.builtin and not _views.is_view(x) and len(devs) == 1:
             out = _library_scan(x, op, dtype, axis, inclusive, init, devs[0])
             if out is not None:
                 return out
+        x = compiled_operand(x, devs, "scan")
+        dtype = np.dtype(x.dtype)
+        res, acc = op.result_dtype(dtype), op.acc_dtype(dtype)
         if axis is None or rank == 1:
             size = math.prod(x.shape)
             if not size:
@@ -152,15 +154,16 @@ def _library_scan(x, op, dtype, axis, inclusive, init, dev):
 # -- sort -----------------------------------------------------------------------------------
 def sort(x, axis=-1, descending=False, key=None, device=None):
     """:func:`hetflow.sort` (which documents it), run now."""
-    operand(x, "sort")
-    dtype = np.dtype(x.dtype)
+    x = operand(x, "sort")
     rank = len(x.shape)
     axis = normalize_axis(axis, rank, "sort")
-    key_dtype = _key_dtype(key, dtype) if key is not None else None
-    if key is None and dtype.names is not None:
+    if key is None and x.dtype.names is not None:
         raise ArgumentTypeError("sort: structured elements have no order of their own; pass key=, a kernel "
                                 "returning each element's sort key")
     devs = targets(device, x, "sort")
+    if key is not None or _views.is_view(x):  # generated kernels read it: the keys' or a view's copy
+        x = compiled_operand(x, devs, "sort")
+    key_dtype = _key_dtype(key, np.dtype(x.dtype)) if key is not None else None
     with current_gpu(devs):
         xp = array_module(_views.root_of(x))
         a = _materialized(x, devs, xp)
@@ -240,9 +243,10 @@ def _key_dtype(key, dtype: np.dtype) -> np.dtype:
     args = (numba.from_dtype(dtype),)
     try:
         fn.compile(args)
-    except NumbaError as exc:
+    except (NumbaError, NotImplementedError) as exc:  # (float16: Numba's CPU target has no such type)
         raise KernelCompileError(f"sort: key kernel {key.name!r} does not compile for elements of "
-                                 f"dtype {dtype}: {str(exc).splitlines()[0]}") from None
+                                 f"dtype {dtype} on cpu0, where keys are typed: "
+                                 f"{str(exc).splitlines()[0]}") from None
     returned = fn.overloads[args].signature.return_type
     try:
         kd = as_dtype(returned)

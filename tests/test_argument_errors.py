@@ -153,3 +153,32 @@ def test_a_buffer_wait_checks_its_timeout(call, timeout, error):
     args = (np.ones(3),) if call == "write" else ()
     with pytest.raises(error, match=r"<hetflow Buffer .*: timeout must be None or a non-negative number"):
         getattr(buffer, call)(*args, timeout=timeout)
+
+
+@hetflow.kernel
+def _squared(i, x):
+    return x[i] * x[i]
+
+
+@hetflow.kernel
+def _squared_into(i, x, out):
+    def sq(v):
+        return v * v
+    out[i] = sq(x[i])
+    if x[i] < 0:
+        return
+
+
+@pytest.mark.parametrize("devices", ["cpu0", "gpu0", ["cpu0", "gpu0"]])
+def test_a_launch_of_a_kernel_that_only_returns_values_is_refused(devices):
+    x = np.arange(6.0)
+    message = (r"kernel '_squared' returns a value and writes no argument: a launch discards what its kernel "
+               r"returns, so it would do nothing; to combine the values, call hetflow\.reduce\(extent, _squared")
+    with pytest.raises(ArgumentError, match=message):
+        hetflow.forall(6, _squared, x, device=devices)
+    with hetflow.Queue(devices) as q, pytest.raises(ArgumentError, match=message):
+        q.enqueue(_squared, 6, x)
+    assert hetflow.reduce(6, _squared, x, op="sum", device=devices) == np.sum(x * x)
+    out = np.zeros(6)  # a nested function's return and a bare return are no value returned
+    hetflow.forall(6, _squared_into, x, out, device=devices)
+    np.testing.assert_array_equal(out, x * x)

@@ -226,3 +226,21 @@ def test_a_scalar_the_kernel_subscripts_is_refused_before_it_runs(device):
     with pytest.raises(ArgumentTypeError, match=r"kernel 'twice' argument 'out': float64 2\.0 is a scalar"):
         hetflow.forall(4, twice, np.arange(4.0), np.float64(2.0), device=device)
     np.testing.assert_array_equal(out, np.zeros(4))
+
+
+@hetflow.kernel
+def _squared(i, x):
+    return x[i] * x[i]
+
+
+@pytest.mark.parametrize("x, says", [
+    (np.arange(4, dtype=">f8"), r"element type >f8 is in non-native byte order"),
+    (np.arange(4, dtype=np.float16), r"element type float16 is not supported on cpu0; convert it .* "
+                                     r"\(a map kernel's value is typed on cpu0, whatever the device\)"),
+    (np.ma.masked_array(np.arange(4.0), [0, 1, 0, 0]), r"a masked array \(numpy\.ma\), whose mask"),
+    (interior(np.ma.masked_array(np.arange(6.0)), 1), r"a view of a masked array \(numpy\.ma\)"),
+])
+def test_the_kernel_form_of_reduce_refuses_elements_it_cannot_read_naming_the_argument(x, says):
+    with pytest.raises(ArgumentTypeError, match=r"reduce: kernel '_squared' argument 'x': " + says):
+        hetflow.reduce(4, _squared, x, op="sum")
+    assert hetflow.reduce(4, _squared, np.arange(4.0), op="sum") == np.sum(np.arange(4.0) ** 2)

@@ -6,6 +6,7 @@ check happens here, before anything runs.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import numbers
@@ -598,6 +599,21 @@ def _alias_free(args: tuple, written: tuple) -> bool:
     return all(roots.count(id(args[k].root)) == 1 for k in written)
 
 
+def _returns_value(kernel: Kernel) -> bool:
+    """Does ``kernel``'s own body (not a function it defines) return a value? (False
+    where its source cannot be read.)"""
+    if not kernel.has_source:
+        return False
+    todo = list(kernel.definition.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Return) and node.value is not None:
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
     """Check the arguments, lower the views and find the executable: once per key."""
     data = _check_arguments(kernel, ndim, args)
@@ -606,6 +622,11 @@ def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
     _check_scalars(kernel, data, args, access)
     # A scalar is passed by value: the kernel never writes the caller's (``range(n)``).
     written = tuple(k for k, name in enumerate(data) if access.writes(name) and not isinstance(args[k], SCALARS))
+    if not written and _returns_value(kernel):
+        raise ArgumentError(f"kernel {kernel.name!r} returns a value and writes no argument: a launch discards "
+                            f"what its kernel returns, so it would do nothing; to combine the values, call "
+                            f"hetflow.reduce(extent, {kernel.name}, *args, op=...), else write them into an "
+                            f"output array")
     _check_writable(kernel, data, args, written)
     # Views share their lowerings with every view of the same structure; each view's own
     # root goes beside its lowering's params.

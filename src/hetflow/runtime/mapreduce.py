@@ -37,7 +37,7 @@ from ..platform.devices import cpu_device
 from ..platform.repository import repository
 from . import binops, blockgen
 from .forall import forall, resolve_devices
-from .launch import _arg_key as arg_key, check_extent, is_device_array, normalize_extent
+from .launch import _arg_key as arg_key, check_extent, element_problem, is_device_array, masked, normalize_extent
 from .reductions import block_plan, current_gpu, folder, identity_element, planner
 
 
@@ -60,6 +60,7 @@ def map_reduce(extent, kernel, args, op, device, commutative, identity):
     ext = normalize_extent(extent)
     rank = len(ext)
     _check_kernel(kernel, rank, args)
+    _check_elements(kernel, args)
     dtypes = value_types(kernel, args, rank)
     check_extent(kernel, ext, args)  # the launch over blocks checks only the generated kernel's
     fields = 0 if isinstance(dtypes, np.dtype) else len(dtypes)
@@ -142,6 +143,21 @@ def _check_kernel(kernel, rank: int, args) -> None:
         raise ArgumentTypeError(f"reduce: kernel {kernel.name!r} takes {rank} index parameter(s) and "
                                 f"{max(data, 0)} argument(s) ({', '.join(kernel.params)}); got "
                                 f"{len(args)} argument(s) for a rank-{rank} extent")
+
+
+def _check_elements(kernel, args) -> None:
+    """ArgumentTypeError for an array argument the map kernel cannot read: a masked one,
+    or elements cpu0 cannot type (the kernel's value is typed there, whatever the device)."""
+    for name, arg in zip(kernel.params[-len(args):] if args else (), args):
+        root = _views.root_of(arg) if _views.is_view(arg) else arg
+        if isinstance(root, np.ma.MaskedArray):
+            raise ArgumentTypeError(f"reduce: kernel {kernel.name!r} argument {name!r}: {masked(arg)}")
+        dtype = getattr(root, "dtype", None)
+        problem = element_problem(np.dtype(dtype), "cpu", "cpu0") if dtype is not None else None
+        if problem is not None:
+            where = "" if element_problem(np.dtype(dtype), "gpu", "gpu0") else \
+                " (a map kernel's value is typed on cpu0, whatever the device)"
+            raise ArgumentTypeError(f"reduce: kernel {kernel.name!r} argument {name!r}: {problem}{where}")
 
 
 _value_types: dict[tuple, object] = {}

@@ -241,9 +241,11 @@ class Kernel:
     def function_with(self, convert, module: str | None = None):
         """The kernel's function with every global and captured value ``v`` it reads,
         as ``_globals`` froze it, replaced by ``convert(v)`` (kernels it calls become
-        device functions), as a function of the module named ``module`` (default: its own)."""
+        device functions), as a function of the module named ``module`` (default: its own).
+        Its globals are those values alone: compiled code lives as long as the process,
+        and must not keep the rest of the user's module (queues, large arrays) alive."""
         f, free = self.pyfunc, self._code.co_freevars
-        namespace = dict(f.__globals__)
+        namespace = self._module_header()
         if module is not None:
             namespace["__name__"] = module
         namespace.update((n, convert(v)) for n, v in self._globals.items() if n not in free)
@@ -251,9 +253,26 @@ class Kernel:
         return types.FunctionType(self._code, namespace, f.__name__, f.__defaults__, closure or None)
 
     def namespace(self) -> dict:
-        """Globals the body is compiled with: the user's module globals, with the values
-        it reads (and its closure's) as ``_globals`` froze them."""
-        return {**self._module_globals, **self._globals}
+        """Globals the body is compiled with (text made from it too): the values it
+        reads (and its closure's) as ``_globals`` froze them, its module's name and
+        builtins; not the rest of its module, which kernels made from it would keep."""
+        return {**self._module_header(), **self._globals}
+
+    def _module_header(self) -> dict:
+        """The module's ``__name__`` (Numba names compiled functions' modules by it) and
+        ``__builtins__`` (what Python resolves unbound names in)."""
+        header = {"__builtins__": self._module_globals.get("__builtins__", builtins)}
+        if "__name__" in self._module_globals:
+            header["__name__"] = self._module_globals["__name__"]
+        return header
+
+    @property
+    def def_line(self) -> int | None:
+        """The line of the kernel's ``def`` in its file (the function's first line where
+        the source cannot be read); None for a kernel without either."""
+        if self.has_source:
+            return self.definition.lineno + self._source.firstlineno - 1
+        return self.pyfunc.__code__.co_firstlineno if self.pyfunc is not None else None
 
     def __call__(self, *args):
         """Calling a kernel runs its Python function (host code, debugging, sub-kernels)."""

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 import numba
+from numba.core.errors import NumbaError
 
 from ..errors import KernelCompileError
 from ..kernels import atomic, checks, codegen, viewtypes
@@ -114,20 +115,51 @@ class Executable:
         return sum(stats.cache_hits.values()) if stats is not None else 0
 
     def compile_error(self, exc: Exception, device, kernel=None) -> KernelCompileError:
-        """Turn a compiler exception into KernelCompileError naming file and line: the
-        kernel's, not the generated entry's (which Numba reports as where it called it)."""
+        """Turn a compiler exception (Numba's, or another raised while compiling) into
+        KernelCompileError naming file and line: the kernel's, not the generated entry's
+        (which Numba reports as where it called it); the kernel's ``def`` where Numba
+        names none."""
         entry = re.escape(Path(self.module_file).parent.name)
-        text = re.sub(rf'File "[^"]*{entry}[/\\]module\.py", line \d+:\n(.+\n)*?\n', "", str(exc))
+        text = re.sub(rf'File "[^"]*{entry}[/\\]module\.py", line \d+:\n(.+\n)*?\n', "", _described(exc))
         text = re.sub(rf'\S*{entry}[/\\]module\.py \(\d+\)', "the kernel's entry", text)
-        lines = [int(m) for m in re.findall(r'File "[^"]*", line (\d+)', text)]
-        # an inlining error names the place only in its variables: "Var($x, file.py:7)"
-        lines = lines or [int(m) for m in re.findall(rf'{re.escape(Path(self.user_file).name)}:(\d+)\)', text)]
-        lines = lines or _name_error_lines(text, kernel)
-        where = f"{self.user_file}:{lines[-1]}" if lines else self.user_file
-        first = _compiler_message(text)
+        text = text.replace(_UNKNOWN_PLACE, "")
+        line = _line(text, self.user_file, kernel)
+        where = self.user_file if line is None else f"{self.user_file}:{line}"
         return KernelCompileError(
             f"kernel {self.description.kernel!r} ({where}) failed to compile for {device.id} "
-            f"({device.kind}, {device.arch}): {first}")
+            f"({device.kind}, {device.arch}): {_compiler_message(text)}")
+
+
+# Numba's banner for a place it lost ("location: unknown location (0:0)" stays).
+_UNKNOWN_PLACE = 'File "unknown location", line 0:\n<source missing, REPL/exec in use?>\n'
+
+
+def _described(exc: Exception) -> str:
+    """The text of what compiling raised; one not Numba's own says what it was."""
+    if isinstance(exc, NumbaError):
+        return str(exc)
+    if isinstance(exc, ImportError):  # np.linalg on the CPU, which needs SciPy's LAPACK
+        return f"Numba needs a module that is not installed ({type(exc).__name__}: {exc})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _line(text: str, user_file: str, kernel) -> int | None:
+    """The user's line that ``text`` (a compiler message) names last; else the line of
+    an undefined name it reports, else the kernel's ``def`` (None without a kernel).
+    Line 0 is Numba's for a place it lost: no line."""
+    places = (r'File "[^"]*", line (\d+)',
+              # an inlining error names the place only in its variables: "Var($x, file.py:7)"
+              rf'{re.escape(Path(user_file).name)}:(\d+)\)',
+              # bytecode Numba does not take: "... Raised from file.py (7)"
+              rf'{re.escape(user_file)} \((\d+)(?::\d+)?\)')
+    for place in places:
+        lines = [n for n in map(int, re.findall(place, text)) if n > 0]
+        if lines:
+            return lines[-1]
+    lines = _name_error_lines(text, kernel)
+    if lines:
+        return lines[0]
+    return kernel.def_line if kernel is not None else None
 
 
 def _name_error_lines(text: str, kernel) -> list[int]:

@@ -94,6 +94,11 @@ class CorruptEntry(Exception):
     """An on-disk entry with a damaged file (internal: always recompiled)."""
 
 
+class StoredCodeUnreadable(Exception):
+    """Numba's stored machine code of an executable that could not be read (internal:
+    the runtime drops it and compiles again); what reading raised is its cause."""
+
+
 class EntryGone(Exception):
     """An entry removed by another process while this one loaded it (internal: looked
     up again)."""
@@ -168,7 +173,7 @@ class CodeRepository:
         raise KernelError(f"cannot load the executable of kernel {kernel.name!r}: another process removed "
                           f"its entry in {self.root} each of {STORE_ATTEMPTS} times")
 
-    def forget(self, exe: Executable, exc: BaseException) -> None:
+    def forget(self, exe: Executable, exc: StoredCodeUnreadable) -> None:
         """Drop an executable whose stored machine code could not be loaded (``exc``):
         Numba's cache of it goes, module.py (its digest held) stays, the next lookup
         compiles it again."""
@@ -176,8 +181,8 @@ class CodeRepository:
             for key, value in list(self._memo.items()):
                 if value is exe:
                     del self._memo[key]
-            warn_user(f"hetflow: could not load the machine code stored in {exe.path} "
-                      f"({type(exc).__name__}: {exc}); compiling it again", RuntimeWarning)
+            warn_user(f"hetflow: could not load the machine code stored in {exe.path} ({exc}); "
+                      f"compiling it again", RuntimeWarning)
             shutil.rmtree(Path(exe.path) / "__pycache__", ignore_errors=True)
             self.replaced += 1
 
@@ -306,6 +311,8 @@ class CodeRepository:
         if not device.simulated:  # the simulator caches nothing
             for fn in (entry_fn, parallel, ns[PIECE] if parallel is not None else None):
                 _lock_machine_code(fn, entry)
+                if device.kind == "cpu":
+                    _mark_unreadable(fn)
         if checked:
             bounds = checks.Bounds(kernel.name, kernel.params[ndim:], views)
             entry_fn, parallel = _checked(entry_fn, device, bounds)
@@ -536,6 +543,24 @@ def _lock_machine_code(dispatcher, entry: Path) -> None:
     lock = entry / f".{dispatcher.py_func.__name__}.lock"
     for name in ("load_overload", "save_overload"):
         setattr(cache, name, _under_lock(getattr(cache, name), lock))
+
+
+def _mark_unreadable(dispatcher) -> None:
+    """What reading Numba's stored machine code raises comes out as StoredCodeUnreadable:
+    compiling raises anything too (ImportError out of np.linalg without SciPy, Numba's
+    UnsupportedBytecodeError), and only a damaged cache file is dropped and compiled again."""
+    if dispatcher is None:
+        return
+    cache = dispatcher._cache
+    load = cache.load_overload
+
+    def load_overload(*args, **kwargs):
+        try:
+            return load(*args, **kwargs)
+        except Exception as exc:
+            raise StoredCodeUnreadable(f"{type(exc).__name__}: {exc}") from exc
+
+    cache.load_overload = load_overload
 
 
 def _under_lock(method, lock: Path):

@@ -24,8 +24,8 @@ import numpy as np
 from numba.core.dispatcher import Dispatcher
 from numba.core.errors import NumbaError
 
-from ..errors import HetflowError, KernelRaisedError
-from ..platform.repository import repository
+from ..errors import HetflowError, KernelError, KernelRaisedError
+from ..platform.repository import StoredCodeUnreadable, repository
 from .launch import Launch, warn_scattered
 from .perfmodel import device_key, kernel_key, perf_model
 
@@ -54,24 +54,36 @@ def _compile(launch: Launch, which: str, sig: tuple):
     exe = launch.executable
     try:
         return getattr(exe, which).compile(sig)
-    except NumbaError as exc:
-        raise exe.compile_error(exc, launch.device, launch.kernel) from None
-    except NotImplementedError as exc:  # Numba cannot lower a type (float16 on the CPU): no cache fault
-        raise exe.compile_error(NumbaError(f"no CPU code for argument types {_names(sig)}: "
-                                           f"{type(exc).__name__}: {exc}"), launch.device, launch.kernel) from exc
-    except Exception as exc:  # noqa: BLE001
-        # Anything but a compiler error here comes from reading stored machine code (a
-        # truncated or foreign cache file: pickle, EOF, OS errors): drop that machine code
-        # and compile afresh once rather than crash; a second failure is raised as is.
+    except StoredCodeUnreadable as exc:
+        # A truncated or foreign cache file (pickle, EOF, OS errors): drop that machine
+        # code and compile afresh once rather than crash.
         repository().forget(exe, exc)
-        fresh = repository().executable(launch.kernel, launch.device, len(launch.extent),
-                                        _lowerings(launch))
-        launch.plan.executable, launch.plan.cpu_entry = fresh, None
-        launch.plan.compiled = launch.plan.parallel_compiled = False
-        try:
-            return getattr(fresh, which).compile(sig)
-        except NumbaError as exc2:
-            raise fresh.compile_error(exc2, launch.device, launch.kernel) from None
+    except Exception as exc:  # noqa: BLE001  (Numba's compiler raises more than NumbaError)
+        raise _compile_error(exe, launch, sig, exc)
+    fresh = repository().executable(launch.kernel, launch.device, len(launch.extent), _lowerings(launch))
+    launch.plan.executable, launch.plan.cpu_entry = fresh, None
+    launch.plan.compiled = launch.plan.parallel_compiled = False
+    try:
+        return getattr(fresh, which).compile(sig)
+    except Exception as exc:  # noqa: BLE001
+        raise _compile_error(fresh, launch, sig, exc)
+
+
+def _compile_error(exe, launch: Launch, sig: tuple, exc: Exception) -> Exception:
+    """What to raise for ``exc``, raised compiling ``exe`` for ``sig``: hetflow's own
+    errors as they are; a KernelCompileError naming the kernel, device and line, chained
+    to ``exc`` where that is not Numba's own (Numba's internal errors keep their trace)."""
+    if isinstance(exc, HetflowError):
+        return exc
+    if isinstance(exc, StoredCodeUnreadable):  # again, just after its cache was dropped
+        return KernelError(f"kernel {launch.kernel.name!r}: the machine code stored in {exe.path} could not "
+                           f"be read twice ({exc}); remove that folder")
+    cause = None if isinstance(exc, NumbaError) else exc
+    if isinstance(exc, NotImplementedError):  # Numba cannot lower a type (float16 on the CPU)
+        exc = NumbaError(f"no CPU code for argument types {_names(sig)}: {type(exc).__name__}: {exc}")
+    err = exe.compile_error(exc, launch.device, launch.kernel)
+    err.__cause__, err.__suppress_context__ = cause, True
+    return err
 
 
 def _names(sig: tuple) -> str:

@@ -123,6 +123,20 @@ def _steps(first: int, last: int) -> str:
     return f"step {first}" if first == last else f"steps {first}-{last}"
 
 
+def refusal(args, current) -> str | None:
+    """Why this rank of the session ``current`` cannot run ``args``, or None."""
+    if args.size < 3:
+        return f"--size must be at least 3 (a grid with an interior point), got {args.size}"
+    if args.iterations < 1:
+        return f"--iterations must be at least 1, got {args.iterations}"
+    if args.size < current.size:
+        return (f"--size {args.size} gives {current.size} ranks {args.size} rows: every rank needs at "
+                f"least one (run at most {args.size} ranks, or a larger --size)")
+    if args.gpu and not [d for d in current.devices if d != "cpu0"]:
+        return f"rank {current.rank}: no GPU of its own (run at most one rank per GPU)"
+    return None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size", type=int, default=512, help="grid points per side")
@@ -130,17 +144,15 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", action="store_true", help="each rank computes on its own GPU only")
     p.add_argument("--no-check", action="store_true", help="skip the NumPy check")
     args = p.parse_args(argv)
-    if args.size < 3:
-        p.error(f"--size must be at least 3 (a grid with an interior point), got {args.size}")
-    if args.iterations < 1:
-        p.error(f"--iterations must be at least 1, got {args.iterations}")
     current = cluster.session()
-    devices = None
-    if args.gpu:
-        gpus = [d for d in current.devices if d != "cpu0"]
-        if not gpus:
-            raise SystemExit(f"rank {current.rank}: no GPU of its own (run at most one rank per GPU)")
-        devices = gpus[:1]
+    # Every rank checks, and every rank stops when one cannot run (a rank leaving alone
+    # would leave the others waiting for it); rank 0 says why, once.
+    problems = current.channel.allgather(refusal(args, current))
+    if any(problems):
+        if current.rank == 0:
+            p.error("; ".join(dict.fromkeys(filter(None, problems))))
+        return 2
+    devices = [d for d in current.devices if d != "cpu0"][:1] if args.gpu else None
 
     first = min(STARTUP_STEPS, args.iterations)
 
@@ -160,8 +172,9 @@ def main(argv=None) -> int:
     if current.rank != 0:
         return 0
     print(timing(args.size, args.iterations, current.size, startup, steady))
-    print("partitions (iteration: rows per rank): "
-          + "; ".join(f"{it}: {list(sizes)}" for it, sizes in partitions))
+    if partitions:  # none when a single step ran, outside the program
+        print("partitions (iteration: rows per rank): "
+              + "; ".join(f"{it}: {list(sizes)}" for it, sizes in partitions))
     if args.no_check:
         return 0
     reference = numpy_solve(args.size, args.iterations)

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import cluster, collectives, trace
 from ..index import cshift, interior
-from ..errors import DeviceError
+from ..errors import DeviceError, HetflowError, RemoteError
 from ..ir import RuleSet, graph
 from ..kernels import kernel
 from ..platform.devices import device_list, devices, get_device
@@ -265,14 +265,79 @@ def _check_outputs(args) -> None:
             raise SystemExit(f"hetflow: error: {option} {path}: cannot write it: {problem}")
 
 
-def run_demo(args) -> int:
+def _prepare(args) -> tuple:
+    """(device ids or None, rules) of a run, after the checks that refuse it before it runs:
+    a bad --devices or --rules fails here."""
     _check_arguments(args)
     _check_outputs(args)
-    targets = _targets(args)  # a bad --devices or --rules fails here, before anything runs, on every rank
-    rules = RuleSet.load(args.rules) if args.rules else RuleSet.default()
-    if collectives.launched_by_mpi() and cluster.session().size > 1:
+    return _targets(args), RuleSet.load(args.rules) if args.rules else RuleSet.default()
+
+
+def _problem(exc) -> str:
+    """What ``exc`` (a check's SystemExit or hetflow error) says, as a line after ``hetflow: error:``."""
+    if isinstance(exc, SystemExit):
+        return str(exc.code).removeprefix("hetflow: error: ")
+    return f"{type(exc).__name__}: {exc}"
+
+
+# Options every rank must be given alike: the ranks run one grid for one number of steps
+# (--devices may differ: each rank's own; --rules, --trace and --timeline are rank 0's).
+SHARED_OPTIONS = ("size", "iterations")
+
+
+def _disagreement(options) -> str:
+    """How the ranks' shared options (a tuple per rank, of SHARED_OPTIONS) differ."""
+    differ = [f"--{name} ({', '.join(f'rank {r}: {o[i]}' for r, o in enumerate(options))})"
+              for i, name in enumerate(SHARED_OPTIONS) if len({o[i] for o in options}) > 1]
+    return f"the ranks were given different {'; '.join(differ)}: they run one grid together"
+
+
+def _prepare_rank(args, ranks: int) -> tuple:
+    """:func:`_prepare` on one of ``ranks`` ranks, after setting the run up (a setting a
+    rank refuses fails there) and checking that every rank gets a row of the grid."""
+    cluster.session()
+    prepared = _prepare(args)
+    if args.size < ranks:
+        raise SystemExit(f"hetflow: error: --size {args.size} gives {ranks} ranks {args.size} rows: every "
+                         f"rank needs at least one (run at most {args.size} ranks, or a larger --size)")
+    return prepared
+
+
+def _prepare_ranks(args) -> tuple:
+    """:func:`_prepare_rank` on every rank of an mpiexec run, its refusals said once, by
+    rank 0: a problem every rank met as it is, problems that differ naming each rank.
+    Every rank stops when any rank found one (the others exit quietly with status 1)."""
+    comm = collectives.world()
+    try:
+        prepared, failure = _prepare_rank(args, comm.size), None
+    except (SystemExit, HetflowError) as exc:
+        prepared, failure = None, exc
+    found = comm.allgather((None if failure is None else _problem(failure),
+                            tuple(getattr(args, name) for name in SHARED_OPTIONS)))
+    problems, options = zip(*found)
+    if not any(problems) and len(set(options)) == 1:
+        return prepared
+    if comm.rank != 0:
+        raise SystemExit(1)
+    if not any(problems):
+        raise SystemExit(f"hetflow: error: {_disagreement(options)}")
+    if len(set(problems)) == 1:  # every rank met it
+        raise failure
+    raise SystemExit("\n".join(f"hetflow: error: rank {r}: {p}" for r, p in enumerate(problems) if p))
+
+
+def run_demo(args) -> int:
+    launched = collectives.launched_by_mpi()
+    # Under mpiexec every rank checks, but a refusal is said once, not once per rank.
+    targets, rules = _prepare_ranks(args) if launched else _prepare(args)
+    if not launched or cluster.session().size == 1:
+        return _run_one(args, targets or [d.id for d in devices() if not d.simulated], rules)
+    try:
         return cluster.run_distributed(_run_ranks, args)  # (rank 0's program reads the rule file)
-    return _run_one(args, targets or [d.id for d in devices() if not d.simulated], rules)
+    except RemoteError:
+        raise SystemExit(1) from None  # another rank failed: it says why, once
+    except HetflowError as exc:  # this rank's own failure, which the others do not repeat
+        raise type(exc)(f"rank {cluster.session().rank}: {exc}") from exc
 
 
 def _run_one(args, targets, rules) -> int:

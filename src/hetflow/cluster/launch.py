@@ -132,7 +132,11 @@ def _start(comm) -> Session:
         channel = Channel(link.MPI, link.comm.Dup(), comm.timeout, link)
         guarded = GuardedCommunicator(link, comm.timeout, channel)
         host = link.MPI.Get_processor_name()
-        hosts = channel.allgather(host)
+        # A setting one rank refuses stops every rank here, not that rank alone (the
+        # others would wait for it until their timeout).
+        hosts, problems = zip(*channel.allgather((host, None if _cores else _settings_problem())))
+        if any(problems):
+            raise ArgumentError("; ".join(f"rank {r}: {p}" for r, p in enumerate(problems) if p))
     host_ranks = [r for r, h in enumerate(hosts) if h == host]
     host_rank, host_size = host_ranks.index(channel.rank), len(host_ranks)
     if _cores is None:
@@ -158,6 +162,17 @@ def share_cores(host_rank: int, host_size: int) -> tuple[int, tuple | None, bool
         devices(refresh=True)  # cpu0's compute units are now this rank's share
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
     return threads, cores, oversubscribed
+
+
+def _settings_problem() -> str | None:
+    """What is wrong with this process's HETFLOW_CPU_THREADS, or None."""
+    setting = os.environ.get("HETFLOW_CPU_THREADS")
+    try:
+        if setting:
+            _threads_setting(setting)
+    except ArgumentError as exc:
+        return str(exc)
+    return None
 
 
 def _threads_setting(text: str) -> int:

@@ -1,7 +1,7 @@
 """Checking that all ranks called the same collective, fused with small reductions.
 
-Every rank reduces a *header* (collective, length, dtype, op, root, segments, buffer
-kind, path) to a 56-bit digest. ``agree`` computes the maximum and minimum digest on
+Every rank reduces a *header* (collective, length, shape, dtype, op, root, segments,
+buffer kind, path) to a 56-bit digest. ``agree`` computes the maximum and minimum digest on
 every rank with one native ``MPI_Iallreduce`` (MAX of [digest, -digest]), the same
 tiny call whatever path the data then takes, so ranks that chose different paths
 still meet in it. The two differ exactly when some ranks disagree, and then every rank
@@ -21,14 +21,15 @@ largest small payload.
 from __future__ import annotations
 
 import hashlib
+import math
 
 import numpy as np
 
 from hetflow.collectives import schedule
 from hetflow.errors import CommError
 
-HEADER_FIELDS = ("collective", "length", "dtype", "op", "root", "segments", "buffers",
-                 "path")
+HEADER_FIELDS = ("collective", "length", "shape", "dtype", "op", "root", "segments",
+                 "buffers", "path")
 
 # The small-message path never carries more than this: receives are sized for it.
 MAX_SMALL_BYTES = 256 << 10
@@ -42,9 +43,11 @@ _digests = {}
 _mailboxes = {}
 
 
-def header(name, n, dtype, reduce_op, root, segments, buffers, path):
-    """What every rank must agree on before data moves (fields: HEADER_FIELDS)."""
-    return (name, n, dtype, reduce_op.name, root, segments, buffers, path)
+def header(name, shape, dtype, reduce_op, root, segments, buffers, path):
+    """What every rank must agree on before data moves (fields: HEADER_FIELDS). The
+    shape as well as the length: arrays of one length but other shapes would be reduced
+    element by element in memory order, pairing elements of different indices."""
+    return (name, math.prod(shape), shape, dtype, reduce_op.name, root, segments, buffers, path)
 
 
 _stamp = np.empty(2, np.int64)  # [digest, -digest], reduced by MAX to [max, -min]

@@ -52,11 +52,12 @@ def world(timeout: float | None = None) -> "Communicator":
 
     ``timeout``: seconds a wait may last before CommTimeoutError; defaults to the
     environment variable HETFLOW_COMM_TIMEOUT, else 300. Under MPI the first call is
-    collective (it duplicates COMM_WORLD): every process must make it.
+    collective (it duplicates COMM_WORLD): every process must make it, or the others'
+    first call raises CommTimeoutError after ``timeout`` and their later ones CommError.
     """
     timeout = _resolve_timeout(timeout)
     if launched_by_mpi():
-        return MPICommunicator(_world_link(), timeout)
+        return MPICommunicator(_world_link(timeout), timeout)
     return SelfCommunicator(timeout)
 
 
@@ -269,8 +270,28 @@ class MPICommunicator(Communicator):
         Transport(self.link, self.timeout, what).wait([request], "waiting for all ranks")
 
 
-@functools.lru_cache(maxsize=1)
-def _world_link() -> Link:
+_world = None  # the Link over COMM_WORLD's duplicate, or the CommError that kept it from being made
+_world_lock = threading.Lock()
+
+
+def _world_link(timeout: float) -> Link:
+    """The process's one link over COMM_WORLD, made by the first call (collective)."""
+    global _world
+    with _world_lock:  # two threads' first calls would make two duplicates
+        if _world is None:
+            try:
+                _world = _join_world(timeout)
+            except CommError as exc:
+                _world = exc  # a duplicate left half made cannot be made again
+                raise
+        if isinstance(_world, CommError):
+            raise CommError(f"world() failed on its first call: {_world}")
+        return _world
+
+
+def _join_world(timeout: float) -> Link:
+    """Duplicate COMM_WORLD and learn where every rank runs, each wait with the deadline:
+    a rank that never makes its first call of world() is a CommTimeoutError, not a hang."""
     try:
         from mpi4py import MPI
     except ImportError as exc:
@@ -278,8 +299,12 @@ def _world_link() -> Link:
                         "install hetflow[mpi]") from exc
     check_launch(MPI.COMM_WORLD.Get_size())
     abort_on_uncaught(MPI)
-    link = Link(MPI, MPI.COMM_WORLD.Dup())
-    link.watch = Peers(link, link.comm.allgather((MPI.Get_processor_name(), _pid_namespace(), os.getpid())))
+    duplicate, request = MPI.COMM_WORLD.Idup()
+    Transport(Link(MPI, MPI.COMM_WORLD), timeout, "world()").wait(
+        [request], "the first call of world() on every rank (it is collective: every rank must make it)")
+    link = Link(MPI, duplicate)
+    link.watch = Peers(link, MPICommunicator(link, timeout).allgather(
+        (MPI.Get_processor_name(), _pid_namespace(), os.getpid())))
     return link
 
 
@@ -386,7 +411,7 @@ def _resolve_timeout(timeout) -> float:
         timeout = os.environ.get("HETFLOW_COMM_TIMEOUT", DEFAULT_TIMEOUT)
         source = "HETFLOW_COMM_TIMEOUT"
     try:
-        value = float(timeout)
+        value = float("nan") if isinstance(timeout, bool) else float(timeout)
     except (TypeError, ValueError):
         value = float("nan")
     if not value > 0:

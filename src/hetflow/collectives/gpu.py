@@ -41,7 +41,7 @@ def collective(comm, name, x, reduce_op, root, out, segments, check, to_all):
                            to_all)
         small = host.is_small(comm, x.nbytes)
         if comm.size > 1 and check:
-            head = agreement.header(name, x.size, x.dtype, reduce_op,
+            head = agreement.header(name, x.shape, x.dtype, reduce_op,
                                     0 if to_all else root,
                                     (segments, comm.min_segment_bytes), "cuda",
                                     "small" if small else "pipelined")

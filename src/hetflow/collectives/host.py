@@ -145,7 +145,7 @@ def reduce_host(comm, name, x, reduce_op, root, out, segments, check, to_all):
         return run_host(comm, x, reduce_op, root, out, segments, to_all, is_root)
     transport = comm._transport(name)
     if check or path == SMALL:
-        head = agreement.header(name, x.size, x.dtype, reduce_op, 0 if to_all else root,
+        head = agreement.header(name, x.shape, x.dtype, reduce_op, 0 if to_all else root,
                                 (segments, comm.min_segment_bytes), "host", path)
     if check:  # the same native call on every path: ranks on different paths meet
         agreement.ensure_agreed(comm, transport, head, always=check == ALWAYS)

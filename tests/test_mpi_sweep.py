@@ -97,6 +97,16 @@ def test_a_bad_demo_option_every_rank_meets_is_said_once(tmp_path):
 
 
 @pytest.mark.mpi
+def test_a_command_line_argparse_refuses_is_said_once(tmp_path):
+    """Before, every rank printed the usage and the error."""
+    code, out, err = _run(*_demo("--size", "abc"), ranks=3, cwd=tmp_path)
+    assert code == 2 and out == "", out + err
+    lines = _errors(err)
+    assert lines[-1] == "hetflow demo: error: argument --size: invalid int value: 'abc'", err
+    assert sum(line.startswith("usage: hetflow demo") for line in lines) == 1, err
+
+
+@pytest.mark.mpi
 def test_demo_problems_that_differ_by_rank_are_said_once_each_naming_the_rank(tmp_path):
     code, out, err = _run(*_demo("--size", "16", "--devices", "nope"), ":", "-n", "2",
                           *_demo("--size", "2"), cwd=tmp_path)

@@ -14,7 +14,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .. import cuda_compat, library
+from .. import collectives, cuda_compat, library
 from .._version import __version__
 from ..errors import HetflowError
 from ..platform.devices import devices
@@ -114,13 +114,23 @@ def _cmd_forget_performance_history(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors under mpiexec only rank 0 prints (every
+    rank parses the same command line: one message, not one per rank)."""
+
+    def error(self, message):
+        if collectives.launched_by_mpi() and collectives.launcher_rank() not in (None, 0):
+            self.exit(2)
+        super().error(message)
+
+
 def _command(sub, name: str, what: str) -> argparse.ArgumentParser:
     """A subcommand whose one-line summary is also the top of its own --help."""
     return sub.add_parser(name, help=what, description=what[0].upper() + what[1:] + ".")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hetflow", description="Data-parallel computing on CPUs, GPUs and clusters.")
+    p = _Parser(prog="hetflow", description="Data-parallel computing on CPUs, GPUs and clusters.")
     p.add_argument("--version", action="version", version=f"hetflow {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 

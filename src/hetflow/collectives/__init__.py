@@ -7,8 +7,8 @@
 The distributed program over the same processes (SPEC §4.4) is :mod:`hetflow.cluster`.
 """
 from hetflow.collectives.comm import (Communicator, MPICommunicator, SelfCommunicator,
-                                      launched_by_mpi, world)
+                                      launched_by_mpi, launcher_rank, world)
 from hetflow.collectives.ops import BUILTIN_OPS, ReduceOp
 
 __all__ = ["BUILTIN_OPS", "Communicator", "MPICommunicator", "ReduceOp", "SelfCommunicator",
-           "launched_by_mpi", "world"]
+           "launched_by_mpi", "launcher_rank", "world"]

@@ -47,6 +47,16 @@ def launched_by_mpi() -> bool:
     return any(name in os.environ for name in _LAUNCHER_VARIABLES)
 
 
+def launcher_rank() -> int | None:
+    """This process's rank as its launcher set it in the environment (None where no
+    launcher says), known without starting MPI."""
+    for name in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
 def world(timeout: float | None = None) -> "Communicator":
     """The communicator over all processes of this run (one process when not launched).
 

@@ -16,16 +16,13 @@ import pytest
 
 import hetflow
 from hetflow.errors import KernelCompileError
+from test_kernel_sweep import marker_line
 
 N = 4
 
 
 def _line(marker: str) -> int:
-    """The line of this file that holds ``marker`` (in a comment) once."""
-    with open(__file__) as f:
-        found = [k for k, text in enumerate(f, 1) if f"# {marker}" in text]
-    assert len(found) == 1, marker
-    return found[0]
+    return marker_line(marker, __file__)
 
 
 def _compile_error(kernel, *args) -> str:

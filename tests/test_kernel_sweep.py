@@ -12,9 +12,9 @@ from hetflow.errors import KernelCompileError
 N = 4
 
 
-def _line(marker: str) -> int:
-    """The line of this file that holds ``marker`` (in a comment) once."""
-    with open(__file__) as f:
+def marker_line(marker: str, path: str = __file__) -> int:
+    """The line of ``path`` (default: this file) that holds ``marker`` (in a comment) once."""
+    with open(path) as f:
         found = [k for k, text in enumerate(f, 1) if f"# {marker}" in text]
     assert len(found) == 1, marker
     return found[0]
@@ -65,7 +65,7 @@ def test_a_write_into_an_array_no_argument_hands_is_refused_on_every_device(gpu_
     for device in _devices(gpu_device):
         with pytest.raises(KernelCompileError) as info:
             hetflow.forall(N, kernel, np.arange(N, dtype=np.float64), device=device)
-        assert str(info.value).startswith(f"kernel {kernel.name!r} ({__file__}:{_line(marker)}) cannot be "
+        assert str(info.value).startswith(f"kernel {kernel.name!r} ({__file__}:{marker_line(marker)}) cannot be "
                                           f"compiled for any device: it writes {held}")
         assert "pass the array to the kernel as an argument" in str(info.value)
     assert not FROZEN.any() and not STASH.any()
@@ -112,7 +112,7 @@ def test_a_call_of_a_plain_python_function_is_refused_on_every_device(gpu_device
         with pytest.raises(KernelCompileError) as info:
             hetflow.forall(N, kernel, np.arange(N, dtype=np.float64), np.zeros(N), device=device)
         assert str(info.value) == (
-            f"kernel {kernel.name!r} ({__file__}:{_line(marker)}) cannot be compiled for any device: it calls "
+            f"kernel {kernel.name!r} ({__file__}:{marker_line(marker)}) cannot be compiled for any device: it calls "
             f"'twice', a plain Python function, which compiled code cannot call; decorate 'twice' with "
             f"@numba.njit, or make it a kernel (@hetflow.kernel)")
 
@@ -225,7 +225,7 @@ def test_what_no_device_compiles_is_refused_when_the_kernel_is_made(fn, marker, 
     with pytest.raises(KernelCompileError) as info:
         hetflow.kernel(fn)
     assert str(info.value).startswith(
-        f"kernel {fn.__name__!r} ({__file__}:{_line(marker)}) cannot be compiled for any device: {what}")
+        f"kernel {fn.__name__!r} ({__file__}:{marker_line(marker)}) cannot be compiled for any device: {what}")
 
 
 def test_a_kernel_without_source_taking_keyword_only_parameters_is_refused():
@@ -273,7 +273,7 @@ def test_a_wavefront_compile_error_names_the_users_line(kernel, merged, marker):
     a = np.ones((6, 6))
     with pytest.raises(KernelCompileError) as info:
         hetflow.wavefront(a.shape, kernel, a, a if merged else a.copy(), device="cpu0")
-    assert str(info.value).startswith(f"kernel {kernel.name!r} ({__file__}:{_line(marker)}) failed to compile "
+    assert str(info.value).startswith(f"kernel {kernel.name!r} ({__file__}:{marker_line(marker)}) failed to compile "
                                       f"for cpu0")
 
 

@@ -14,15 +14,9 @@ import hetflow
 from hetflow.errors import ArgumentError, EventFailedError
 from hetflow.runtime.events import UserEvent
 from hetflow.runtime.queue import Queue
+from test_queue import checked_inc
 
 T = 120  # seconds: generous, the first launch of a kernel compiles it
-
-
-@hetflow.kernel
-def checked_inc(i, x):
-    if x[i] < 0:
-        raise ValueError("negative input")
-    x[i] = x[i] + 1.0
 
 
 @hetflow.kernel

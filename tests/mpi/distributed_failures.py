@@ -20,16 +20,7 @@ import heat_distributed as heat  # noqa: E402
 
 from hetflow import cluster, collectives  # noqa: E402
 from hetflow.errors import CommError, CommTimeoutError, RemoteError  # noqa: E402
-
-
-def expect(exc_type, fn, *words):
-    try:
-        fn()
-    except exc_type as exc:
-        for word in words:
-            assert word in str(exc), f"{word!r} not in {str(exc)!r}"
-        return exc
-    raise AssertionError(f"{exc_type.__name__} not raised")
+from oracle import expect  # noqa: E402
 
 
 def main(mode):

@@ -1,5 +1,6 @@
 """The oracle of the MPI test scripts: NumPy's reduction of every rank's input,
-gathered with MPI's own Allgather of the raw bytes (no hetflow code involved)."""
+gathered with MPI's own Allgather of the raw bytes (no hetflow code involved); and
+``expect``, their check of an error's type and words."""
 import functools
 
 import numpy as np
@@ -27,3 +28,14 @@ def oracle(x, ufunc):
         return result.reshape(x.shape)
     return functools.reduce(lambda a, b: ufunc(a, b).astype(a.dtype), everyone
                             ).reshape(x.shape)
+
+
+def expect(exc_type, fn, *words):
+    """The ``exc_type`` that ``fn()`` raises, its message holding each of ``words``."""
+    try:
+        fn()
+    except exc_type as exc:
+        for word in words:
+            assert word in str(exc), f"{word!r} not in {str(exc)!r}"
+        return exc
+    raise AssertionError(f"{exc_type.__name__} not raised")

@@ -117,14 +117,6 @@ def test_a_call_of_a_plain_python_function_is_refused_on_every_device(gpu_device
             f"@numba.njit, or make it a kernel (@hetflow.kernel)")
 
 
-def test_a_call_of_a_numba_function_gives_numpys_result(gpu_device):
-    x = np.arange(N, dtype=np.float64)
-    for device in _devices(gpu_device):
-        out = np.zeros(N)
-        hetflow.forall(N, calls_a_compiled_function, x, out, device=device)
-        assert np.array_equal(out, 2.0 * x)
-
-
 # -- constructs refused when the kernel is made -------------------------------------------
 def _yields(i, x, out):
     yield x[i]  # refused-yield
@@ -243,11 +235,12 @@ def constant_defaults(i, x, out):
     out[i] = scaled(x[i])
 
 
-def test_a_nested_function_with_constant_defaults_gives_numpys_result(gpu_device):
+@pytest.mark.parametrize("kernel", [calls_a_compiled_function, constant_defaults])
+def test_calls_of_numba_functions_and_nested_ones_with_constant_defaults_give_numpys_result(kernel, gpu_device):
     x = np.arange(N, dtype=np.float64)
     for device in _devices(gpu_device):
         out = np.zeros(N)
-        hetflow.forall(N, constant_defaults, x, out, device=device)
+        hetflow.forall(N, kernel, x, out, device=device)
         assert np.array_equal(out, 2.0 * x)
 
 

@@ -168,6 +168,11 @@ class CentralInterpreter:
         if found is not None and sizes is not None:
             self.monitor.set("ranks.imbalance", round(imbalance(sizes, found), 6))
 
+    def adopt(self, sizes) -> None:
+        """Rows per rank as they are now, moved outside the program: the launches are
+        cut again to match at the next :meth:`adjust`."""
+        self.monitor.set("partition.sizes", tuple(sizes))
+
     def adjust(self) -> Version:
         """Evaluate the rules at a safe point; the current version (a new one if changed)."""
         adjusted = self.interpreter.adjust(self.current.nodes, self.rules, new_id=lambda: next(self._ids))

@@ -70,8 +70,12 @@ class Distribution:
         return tuple(zip([0] + stops[:-1], stops))
 
     def checked(self, sizes) -> tuple:
-        sizes = tuple(int(s) for s in sizes)
         ranks = self.session.size
+        try:
+            sizes = tuple(operator.index(s) for s in sizes)
+        except TypeError:  # a float would be cut silently, a string is no size
+            raise ShapeError(f"a partition of {self.n} rows over {ranks} ranks needs {ranks} whole "
+                             f"numbers of rows; got {sizes!r}") from None
         if len(sizes) != ranks or sum(sizes) != self.n:
             raise ShapeError(f"a partition of {self.n} rows over {ranks} ranks needs {ranks} "
                              f"sizes adding up to {self.n}; got {sizes}")
@@ -148,7 +152,7 @@ class DistArray:
         self.distribution = distribution
         self.session = distribution.session
         self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
+        self.dtype = _dtype(dtype)
         check_transferable(self.dtype)  # its rows cross between ranks as raw bytes
         self.device = _gpu(device)
         self.serial = self.session.serial()
@@ -234,9 +238,13 @@ class DistArray:
         halo.exchange(self)
 
     def gather(self, root: int = 0):
-        """The whole array as a NumPy array on ``root``; None on the other ranks."""
+        """The whole array as a NumPy array on ``root``; None on the other ranks (every
+        rank calls it, with the same ``root``)."""
+        _same_root(self.session.channel, root, f"{self.name}.gather")
+        return self._gather(root)
+
+    def _gather(self, root: int):
         channel = self.session.channel
-        _check_root(root, channel.size)
         tag = halo.tag(control.MOVE_TAG, self.serial, halo.GATHERED)
         if channel.rank != root:
             batch = halo.Transfers(channel)
@@ -257,7 +265,7 @@ class DistArray:
     def allgather(self) -> np.ndarray:
         """The whole array as a NumPy array on every rank."""
         channel = self.session.channel
-        whole = self.gather(0)
+        whole = self._gather(0)
         if channel.size == 1:
             return whole
         tag = halo.tag(control.MOVE_TAG, self.serial, halo.SCATTERED)
@@ -402,6 +410,8 @@ def empty(shape, dtype=np.float64, *, dim=0, halo=1, parts=None, comm=None, devi
         q, r = divmod(shape[dim], current.size)
         sizes = (q + 1,) * r + (q,) * (current.size - r)
     else:
+        if isinstance(parts, (str, bytes)) or np.ndim(parts) != 1:
+            raise ArgumentTypeError(f"parts must be a list of shares, one per rank; got {parts!r}")
         if len(parts) != current.size:
             raise ShapeError(f"parts must give one share per rank ({current.size}); got {list(parts)}")
         sizes = cut(shape[dim], list(parts))
@@ -443,18 +453,16 @@ def asarray(x, *, root=None, like=None, **kwargs) -> DistArray:
     is sent its block. ``like``: use that array's distribution; other keywords as for
     :func:`empty`.
     """
+    if like is not None:
+        if not isinstance(like, DistArray):
+            raise ArgumentTypeError(f"cluster.asarray: like must be a DistArray, not {type(like).__name__}")
+        if kwargs:  # they would be ignored: the array takes like's distribution and place
+            raise ArgumentError(f"cluster.asarray: like= gives the distribution; "
+                                f"{', '.join(sorted(kwargs))} cannot be given with it")
     current = _session(like.session if like is not None else kwargs.get("comm"))
-    if root is None:
-        x = np.asarray(x)
-        shape, dtype = x.shape, x.dtype
-    else:
-        _check_root(root, current.size)
-        roots = current.channel.allgather(root)  # a root that differs would cross the messages
-        if len(set(roots)) > 1:
-            raise CommError("ranks passed different roots to cluster.asarray: "
-                            + "; ".join(f"rank {r}: root={v}" for r, v in enumerate(roots)))
-        here = (tuple(np.shape(x)), np.asarray(x).dtype.str) if current.rank == root else None
-        shape, dtype = current.channel.bcast(here, root)
+    if root is not None:
+        _same_root(current.channel, root, "cluster.asarray")
+    x, shape, dtype = _source(current, x, root)
     out = empty_like(like, dtype, shape) if like is not None else empty(shape, dtype, **kwargs)
     with halo.on_gpu(out.device):
         if root is None:
@@ -462,6 +470,35 @@ def asarray(x, *, root=None, like=None, **kwargs) -> DistArray:
         else:
             _scatter(out, x, root)
     return out
+
+
+def _source(current, x, root) -> tuple:
+    """(``x`` as an array where it counts, its shape, its dtype): every rank's ``x`` (root
+    None) or root's. An ``x`` that is no array fails every rank, naming the rank whose it
+    is: the others would wait for its rows."""
+    if root is None:
+        x, why = _as_array(x)
+        whys = current.channel.allgather(why)
+        if any(whys):
+            raise ArgumentTypeError("cluster.asarray: x is not an array on "
+                                    + "; ".join(f"rank {r} ({w})" for r, w in enumerate(whys) if w))
+        return x, x.shape, x.dtype
+    facts = None
+    if current.rank == root:
+        x, why = _as_array(x)
+        facts = why or (x.shape, x.dtype.str)
+    facts = current.channel.bcast(facts, root)
+    if isinstance(facts, str):
+        raise ArgumentTypeError(f"cluster.asarray: x on rank {root}, the root, is not an array ({facts})")
+    return x, facts[0], facts[1]
+
+
+def _as_array(x) -> tuple:
+    """(``np.asarray(x)``, None), or (None, why not)."""
+    try:
+        return np.asarray(x), None
+    except Exception as exc:  # whatever NumPy or x raised: the other ranks must hear of it
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def _scatter(out: DistArray, x, root: int) -> None:
@@ -500,8 +537,22 @@ def _count(what, value) -> int:
     return int(value)
 
 
+def _same_root(channel, root, what: str) -> None:
+    """CommError on every rank unless all passed the same ``root`` (a root that differs
+    would cross the messages), then ArgumentError on every rank unless it is a rank."""
+    roots = channel.allgather(int(root) if _is_rank(root, channel.size) else repr(root))
+    if any(r != roots[0] for r in roots):
+        raise CommError(f"ranks passed different roots to {what}: "
+                        + "; ".join(f"rank {r}: root={v}" for r, v in enumerate(roots)))
+    _check_root(root, channel.size)
+
+
+def _is_rank(root, size) -> bool:
+    return not isinstance(root, bool) and isinstance(root, (int, np.integer)) and 0 <= root < size
+
+
 def _check_root(root, size) -> None:
-    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < size:
+    if not _is_rank(root, size):
         raise ArgumentError(f"root must be a rank in 0..{size - 1}, not {root!r}")
 
 
@@ -512,6 +563,13 @@ def _agree(current, name, description) -> None:
         ranks = "; ".join(f"rank {r}: {d}" for r, d in enumerate(seen))
         raise CommError(f"ranks made different distributed arrays as {name} "
                         f"(shape, dtype, dim, halo, blocks, place): {ranks}")
+
+
+def _dtype(dtype) -> np.dtype:
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise ArgumentTypeError(f"a distributed array's dtype must be a NumPy dtype; got {dtype!r}") from None
 
 
 def _gpu(device):

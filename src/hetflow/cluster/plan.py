@@ -4,14 +4,18 @@ Owner computes: a launch row runs on the rank that owns the row it writes. Every
 distributed argument is a chain of ``cshift``, ``interior`` and ``section`` over an
 array distributed along dim 0, the launch's row dimension; along dim 0 such a chain
 maps launch row i to global row ``i + offset``, taken modulo the extent where a cshift
-wraps — which is what the periodic halos hold. A rank's part of the launch is the same
+wraps — which is what the periodic halos hold, so a rank reads whichever rows equal to
+those modulo the extent its block and halo hold (``cshift(u, 0, n - 1)`` is the row
+above, ``section(u, (n - 2,), (2,))`` the two above the first rank's block, periodically).
+A rank's part of the launch is the same
 kernel over its rows, each argument a view of the rank's local storage:
 ``storage[c:c + rows]`` (rows it reads, halo included) under the argument's operators
 on the other dimensions, so the generated code is the same as for a one-process run.
 
 A plan is checked for every rank — reads within block and halo, writes within the
-block, cshifts along dim 0 wrapping only at the array's ends — so a bad launch fails
-the same way on every rank before any message is sent.
+block, cshifts along dim 0 wrapping only at the array's ends, and the extents as a
+one-process launch checks them, on the global arrays — so a bad launch fails the same
+way on every rank before any message is sent.
 """
 from __future__ import annotations
 
@@ -24,13 +28,14 @@ from hetflow.index.views import is_view
 from hetflow.kernels.kernel import Kernel
 from hetflow.ir.capture import current_graph
 from hetflow.runtime.forall import forall as local_forall
-from hetflow.runtime.launch import SCALARS, normalize_extent
+from hetflow.runtime.launch import SCALARS, check_extent, normalize_extent
 
 
 class LaunchPlan:
     """The rank-independent facts of one distributed launch (kernel, extent, arguments).
 
-    ``positions``: the distributed arguments; ``offsets``: each one's row offset;
+    ``positions``: the distributed arguments; ``offsets``: each one's row offset (a
+    read's, modulo n: :meth:`reach` gives the rows a rank takes);
     ``written``/``read``: the positions the kernel writes and reads; ``offset``: the
     row offset of the first written argument, which decides the owners.
     """
@@ -53,12 +58,7 @@ class LaunchPlan:
                     f"distributed forall of {kernel.name!r}: argument {data[k]} is a "
                     f"{type(arg).__name__}, not a distributed array; every array of a distributed "
                     f"launch must be distributed (hetflow.cluster.asarray), scalars are passed as they are")
-        distributions = {id(v.base.distribution): v.base.distribution for v in views.values()}
-        if len(distributions) != 1:
-            raise ShapeError(f"distributed forall of {kernel.name!r}: its arrays are on "
-                             f"{len(distributions)} different distributions; make them with "
-                             f"*_like(...) or like= so that they share one")
-        self.distribution = next(iter(distributions.values()))
+        self.distribution = _shared_distribution(kernel, {data[k]: v.base for k, v in views.items()})
         if self.distribution.dim != 0:
             raise ShapeError(f"distributed forall of {kernel.name!r}: arrays are distributed along "
                              f"dim {self.distribution.dim}; launches split rows, so distribute "
@@ -77,6 +77,9 @@ class LaunchPlan:
                              f"nothing says which rank runs which rows")
         self.offsets = {k: self._offset(data[k], v, k in self.written) for k, v in views.items()}
         self.offset = self.offsets[self.written[0]]
+        # The one-process launch's checks, on the global extents: a part's own check would
+        # fail only on the ranks that have rows, leaving the others to wait for them.
+        check_extent(kernel, extent, tuple(views[k].proxy if k in views else a for k, a in enumerate(args)))
         self._checked_for = None
 
     def _offset(self, name, view, written: bool) -> int:
@@ -85,21 +88,14 @@ class LaunchPlan:
         if view.shape[0] < rows:
             raise ShapeError(f"launch of {self.kernel.name!r} over {rows} rows, but {name} has "
                              f"only {view.shape[0]}")
-        offset = 0
-        for op in view.ops:
-            if op[0] == "interior":
-                offset += op[1][0]
-            elif op[0] == "section":
-                offset += op[1][0]
-            elif op[1] == 0:
-                offset += op[2]
         n = view.base.shape[0]
         true_rows = _global_rows(view.proxy, rows, len(self.extent))
-        unwrapped = np.arange(rows) + offset
-        if written and not np.array_equal(true_rows, unwrapped):
+        offset = int(true_rows[0]) if rows else 0
+        wraps = true_rows - np.arange(rows) - offset  # multiples of n where a cshift wraps
+        if written and np.any(wraps):
             raise ShapeError(f"{self.kernel.name!r} writes {name} through a cshift that wraps along "
                              f"dim 0; a distributed launch writes rows without wrapping")
-        if rows and np.any((true_rows - unwrapped) % n):
+        if np.any(wraps % n):
             raise ShapeError(f"{name}: a cshift along dim 0 wraps inside a part of the array, not at "
                              f"its ends; distributed views wrap only over whole rows of the array")
         return offset
@@ -122,15 +118,17 @@ class LaunchPlan:
             if a == b:
                 continue
             for k in dict.fromkeys(self.written + self.read):  # arguments the kernel touches
-                lo, hi = a + self.offsets[k], b - 1 + self.offsets[k]
+                lo, hi = self.reach(k, (a, b), (s, e))
                 inside = (s, e - 1) if k in self.written else (s - h, e - 1 + h)
                 if lo < inside[0] or hi > inside[1]:
                     what = "writes" if k in self.written else "reads"
+                    n = self.distribution.n
                     raise ShapeError(
                         f"distributed forall of {self.kernel.name!r}: on rank {rank}, which owns rows "
-                        f"{s}..{e - 1} with a halo of {h}, {self.names[k]} {what} rows {lo}..{hi}; "
+                        f"{s}..{e - 1} with a halo of {h}, {self.names[k]} {what} rows "
+                        f"{_rows_text(lo, hi, n)}; "
                         + ("writes must stay in the rank's own rows" if k in self.written else
-                           f"give the array a halo of at least {max(s - lo, hi - e + 1)}"))
+                           f"give the array a halo of at least {_halo_for(lo, hi, (s, e), n)}"))
         self._checked_for = key
 
     def halo_arrays(self, args, bounds) -> list:
@@ -138,8 +136,9 @@ class LaunchPlan:
         found = {}
         for k in self.read:
             base = darray.as_view(args[k]).base
-            for (a, b), (s, e) in zip(self.rows(bounds), bounds):
-                if a < b and (a + self.offsets[k] < s or b - 1 + self.offsets[k] >= e):
+            for rows, (s, e) in zip(self.rows(bounds), bounds):
+                lo, hi = self.reach(k, rows, (s, e))
+                if rows[0] < rows[1] and (lo < s or hi >= e):
                     found[base.serial] = base
         return list(found.values())
 
@@ -152,8 +151,36 @@ class LaunchPlan:
         local = list(args)
         for k in self.positions:
             view = darray.as_view(args[k])
-            local[k] = local_view(view, view.base.local, a + self.offsets[k] - start + h, b - a)
+            first = self.reach(k, (a, b), bounds[rank])[0]
+            local[k] = local_view(view, view.base.local, first - start + h, b - a)
         return (b - a,) + tuple(self.extent[1:]), tuple(local)
+
+    def reach(self, k: int, rows: tuple, block: tuple) -> tuple:
+        """(first, last) global rows, not wrapped, that launch ``rows`` touch through
+        argument ``k`` on the rank owning ``block``. A read may take any rows equal to its
+        own modulo n (the halos are periodic): those starting nearest above the top halo."""
+        offset = self.offsets[k]
+        if k not in self.written:
+            low = block[0] - self.distribution.halo - rows[0]
+            offset = low + (offset - low) % self.distribution.n
+        return rows[0] + offset, rows[1] - 1 + offset
+
+
+def _shared_distribution(kernel, arrays: dict):
+    """The one distribution of the launch's arrays (argument name -> array); ShapeError
+    naming each argument's array when they differ."""
+    distributions = {id(a.distribution): a.distribution for a in arrays.values()}
+    if len(distributions) == 1:
+        return next(iter(distributions.values()))
+    sessions = {id(a.session) for a in arrays.values()}
+    where = ", ".join(f"{name}: {a.name} over {a.session.size} rank(s), rows {a.distribution.sizes}"
+                      for name, a in arrays.items())
+    if len(sessions) > 1:
+        raise ShapeError(f"distributed forall of {kernel.name!r}: its arrays belong to different "
+                         f"communicators ({where}); make them all over one")
+    raise ShapeError(f"distributed forall of {kernel.name!r}: its arrays are on {len(distributions)} "
+                     f"different distributions ({where}); make them with *_like(...) or like= so that "
+                     f"they share one")
 
 
 def local_view(view, storage, first: int, rows: int):
@@ -179,6 +206,21 @@ def _extent(x) -> tuple:
     return tuple(x.extent) if is_view(x) else tuple(x.shape)
 
 
+def _halo_for(lo: int, hi: int, block: tuple, n: int) -> int:
+    """The least halo holding rows ``lo..hi``, or rows equal to them modulo ``n``, around
+    ``block`` (start, stop)."""
+    s, e = block
+    below = s - lo - (s - lo) % n  # the shift by whole periods taking lo nearest below s
+    return min(max(s - lo - m, hi + m - e + 1, 0) for m in (below, below + n))
+
+
+def _rows_text(lo: int, hi: int, n: int) -> str:
+    """Rows ``lo..hi`` of a periodic dimension of ``n`` rows, as its row numbers."""
+    if lo // n == hi // n:
+        return f"{lo % n}..{hi % n}"
+    return f"{lo % n}..{n - 1} and 0..{hi % n}"
+
+
 def _global_rows(proxy, rows: int, ndim: int) -> np.ndarray:
     """The global row (dim 0) that each launch row reads through the view ``proxy``."""
     idx = (np.arange(rows),) + tuple(np.zeros(rows, np.int64) for _ in range(ndim - 1))
@@ -194,9 +236,10 @@ def plan_for(extent, kernel, args) -> LaunchPlan:
     extent = normalize_extent(extent)
     if not isinstance(kernel, Kernel):
         raise ArgumentTypeError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
+    # a scalar's value does not change the plan; a host array where one was is refused
     key = (id(kernel), kernel.source_hash, extent,
            tuple((darray.as_view(a).base.serial, darray.as_view(a).ops)
-                 if darray.is_distributed(a) else None for a in args))
+                 if darray.is_distributed(a) else isinstance(a, SCALARS) for a in args))
     first = next((a for a in args if darray.is_distributed(a)), None)
     cache = darray.as_view(first).base.distribution.plans if first is not None else {}
     if key in cache:

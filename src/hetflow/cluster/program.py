@@ -71,6 +71,7 @@ class DistributedProgram:
         self.local = LocalInterpreter(rank, devices or ((blocks_on.id,) if blocks_on else self.session.devices),
                                       rules=local_rules, monitor=monitor, blocks_on=blocks_on)
         self.partial = None  # the central version this rank runs its part of
+        self.materialised_on = None  # the distribution's version the parts were made on
         self.partitions = []  # (iteration, rows per rank) each time the partition changed
         self.iteration = 0
 
@@ -98,6 +99,12 @@ class DistributedProgram:
             if self.central is not None:
                 self.central.capacities(facts)
             self._follow(channel)
+        elif self.materialised_on != self.distribution.version:
+            # Rows moved since (resize by hand, another program on these arrays): the parts
+            # are views of storage the arrays no longer use. Keep the new cut, re-make them.
+            if self.central is not None:
+                self.central.adopt(self.distribution.sizes)
+            self._follow(channel, moved=True)
         elif self._report_due():
             self.local.adjust(force=True)  # fold local feedback into the report
             reports = channel.gather(self.local.report())
@@ -113,22 +120,24 @@ class DistributedProgram:
             return True
         return self.iteration == FIRST_REPORT and FIRST_REPORT < self.report_every
 
-    def _follow(self, channel) -> None:
-        """Rank 0 decides, every rank applies what it decided."""
+    def _follow(self, channel, moved: bool = False) -> None:
+        """Rank 0 decides, every rank applies what it decided (``moved``: the rows moved
+        outside this program; its parts are made again even if nothing else changed)."""
         description = None
         if self.central is not None:
             self.central.adjust()
             description = self.central.description(with_rules=self.partial is None)
         description = channel.bcast(description)
-        if self.partial is not None and description["version"] == self.partial.number:
+        if not moved and self.partial is not None and description["version"] == self.partial.number:
             return
         if description["rules"] is not None:
             name, text = description["rules"]
             self.local.add_rules(loads(text, f"{name} (from rank 0)"))
-        if self.distribution.resize(description["sizes"]) or self.partial is None:
+        if self.distribution.resize(description["sizes"]) or self.partial is None or moved:
             self.partitions.append((self.iteration, tuple(description["sizes"])))
         self.partial = partial_version(description, self.nodes)
         self.local.materialise(self.partial, self.distribution.bounds)
+        self.materialised_on = self.distribution.version
 
 
 def _distribution(nodes):

@@ -116,3 +116,13 @@ def test_sweep_over_ranks_matches_numpy(ranks):
     output = run_script(ranks, "darray_sweep.py", timeout=120)
     for rank in range(ranks):
         assert f"rank {rank}: darray sweep ok" in output, output
+
+
+@pytest.mark.parametrize("call", [lambda a: hetflow.reduce(a, "sum"), lambda a: hetflow.scan(a, "sum"),
+                                  lambda a: hetflow.sort(a)])
+def test_a_one_process_call_site_names_a_distributed_array_and_its_own_reductions(call):
+    a = cluster.asarray(np.arange(12.0))
+    with pytest.raises(ArgumentTypeError, match=r"got a distributed array \(DistArray\), which this process "
+                                                r"holds only a part of; use its own reductions \(a\.reduce"):
+        call(a)
+    assert a.sum() == np.arange(12.0).sum()

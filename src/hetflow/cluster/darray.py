@@ -148,6 +148,8 @@ class DistArray:
     keeps them on that GPU (numba-cuda device arrays; distributed along dim 0 only).
     """
 
+    hetflow_distributed = True  # what one process's call sites refuse by name (index.views)
+
     def __init__(self, distribution: Distribution, shape, dtype, device=None):
         self.distribution = distribution
         self.session = distribution.session

@@ -37,6 +37,10 @@ def require_indexable(x, op):
     kind = type(x)
     if kind in _VIEW_TYPES or kind in _ARRAY_TYPES:
         return
+    if getattr(kind, "hetflow_distributed", False):
+        raise ArgumentTypeError(f"{op}: got a distributed array ({kind.__name__}), which this process holds only "
+                                f"a part of; use its own reductions (a.reduce(op), a.sum(), a.min(), a.max()), "
+                                f"or gather it first (a.allgather())")
     if not is_array(x):
         raise ArgumentTypeError(f"{op}: expected an array or a view, got {kind.__name__}")
     if hasattr(kind, "__cuda_array_interface__") or hasattr(kind, "__array_interface__"):

@@ -4,7 +4,9 @@
 each as one indivisible step, and each returns the element's old value (as CUDA's
 atomics do). ``idx`` is an integer for a 1-D array, a tuple of integers for an N-D one.
 Element types: int32, int64, uint32, uint64, float32 and float64 (``cas``: the integer
-ones). ``min`` and ``max`` on floats ignore a NaN operand (IEEE ``minNum``/``maxNum``).
+ones). An operand is converted to the element type first (-1 into a uint32 array is
+2**32 - 1, a float64 into a float32 array is rounded before the addition). ``min`` and
+``max`` on floats ignore a NaN, the element's or the operand's (IEEE ``minNum``/``maxNum``).
 
 The same functions compile for every device:
 
@@ -48,11 +50,13 @@ def _python_index(name: str, ary, idx, allowed=_RMW_TYPES):
     return parts
 
 
-def _wrapped(dtype, value):
-    """``value`` as an element of ``dtype``, integers wrapped as compiled code wraps them
-    (NumPy refuses a Python int out of range)."""
+def _element(dtype, value):
+    """``value`` as an element of ``dtype``, converted as compiled code converts an
+    operand before it compares or adds: integers wrapped (NumPy refuses a Python int out
+    of range, and compared -1 with a uint32 as -1), floats truncated toward zero into an
+    integer type, a float64 rounded to float32."""
     if dtype.kind not in "iu":
-        return value
+        return dtype.type(value)
     bits = 8 * dtype.itemsize
     value = int(value) & ((1 << bits) - 1)
     return dtype.type(value - (1 << bits) if dtype.kind == "i" and value >> (bits - 1) else value)
@@ -64,17 +68,17 @@ def _nan(x) -> bool:
 
 def add(ary, idx, val):
     """``ary[idx] += val`` atomically; returns the old ``ary[idx]``."""
-    idx = _python_index("add", ary, idx)
+    idx, val = _python_index("add", ary, idx), _element(ary.dtype, val)
     with _lock:
         old = ary[idx]
-        ary[idx] = _wrapped(ary.dtype, int(old) + int(val)) if ary.dtype.kind in "iu" else old + val
+        ary[idx] = _element(ary.dtype, int(old) + int(val)) if ary.dtype.kind in "iu" else old + val
     return old
 
 
 def min(ary, idx, val):  # noqa: A001  (hetflow.atomic.min, as cuda.atomic.min)
     """``ary[idx] = min(ary[idx], val)`` atomically (a NaN operand is ignored); returns
     the old ``ary[idx]``."""
-    idx = _python_index("min", ary, idx)
+    idx, val = _python_index("min", ary, idx), _element(ary.dtype, val)
     with _lock:
         old = ary[idx]
         if _nan(old) or val < old:
@@ -85,7 +89,7 @@ def min(ary, idx, val):  # noqa: A001  (hetflow.atomic.min, as cuda.atomic.min)
 def max(ary, idx, val):  # noqa: A001
     """``ary[idx] = max(ary[idx], val)`` atomically (a NaN operand is ignored); returns
     the old ``ary[idx]``."""
-    idx = _python_index("max", ary, idx)
+    idx, val = _python_index("max", ary, idx), _element(ary.dtype, val)
     with _lock:
         old = ary[idx]
         if _nan(old) or val > old:
@@ -97,6 +101,7 @@ def cas(ary, idx, expected, val):
     """Compare and swap: ``ary[idx] = val`` if ``ary[idx] == expected``, atomically;
     returns the old ``ary[idx]`` (equal to ``expected`` when the swap happened)."""
     idx = _python_index("cas", ary, idx, _CAS_TYPES)
+    expected, val = _element(ary.dtype, expected), _element(ary.dtype, val)
     with _lock:
         old = ary[idx]
         if old == expected:
@@ -197,25 +202,34 @@ def _cas_cpu(ary, idx, expected, val):
 _cuda_registered = []
 
 
+def cuda_impls(cuda) -> dict:
+    """Each function's implementations in device code over ``cuda`` (the imported
+    ``numba.cuda``): (integer or N-D index, 1-tuple index of a 1-D array), as cuda.atomic
+    takes the latter as an integer. Written out: device code reaches cuda.atomic only by
+    attribute. ``min`` and ``max`` are cuda.atomic's ``nanmin`` and ``nanmax``: its
+    ``min`` and ``max`` keep a NaN element (a float max over an array filled with NaN
+    stayed NaN on a GPU, while the CPU's atomics ignore it)."""
+    return {
+        add: (lambda ary, idx, val: cuda.atomic.add(ary, idx, val),
+              lambda ary, idx, val: cuda.atomic.add(ary, idx[0], val)),
+        min: (lambda ary, idx, val: cuda.atomic.nanmin(ary, idx, val),
+              lambda ary, idx, val: cuda.atomic.nanmin(ary, idx[0], val)),
+        max: (lambda ary, idx, val: cuda.atomic.nanmax(ary, idx, val),
+              lambda ary, idx, val: cuda.atomic.nanmax(ary, idx[0], val)),
+        cas: (lambda ary, idx, expected, val: cuda.atomic.cas(ary, idx, expected, val),
+              lambda ary, idx, expected, val: cuda.atomic.cas(ary, idx[0], expected, val)),
+    }
+
+
 def register_cuda(cuda) -> None:
     """Teach numba-cuda (``cuda``: the imported ``numba.cuda``) these functions as
-    ``cuda.atomic``'s; once. Not for the simulator, which runs them as Python."""
+    ``cuda.atomic``'s (:func:`cuda_impls`); once. Not for the simulator, which runs them
+    as Python."""
     if _cuda_registered:
         return
     from numba.cuda.extending import overload as cuda_overload
 
-    # (integer or N-D index, 1-tuple index of a 1-D array): cuda.atomic takes the latter
-    # as an integer. Written out: device code reaches cuda.atomic only by attribute.
-    impls = {
-        add: (lambda ary, idx, val: cuda.atomic.add(ary, idx, val),
-              lambda ary, idx, val: cuda.atomic.add(ary, idx[0], val)),
-        min: (lambda ary, idx, val: cuda.atomic.min(ary, idx, val),
-              lambda ary, idx, val: cuda.atomic.min(ary, idx[0], val)),
-        max: (lambda ary, idx, val: cuda.atomic.max(ary, idx, val),
-              lambda ary, idx, val: cuda.atomic.max(ary, idx[0], val)),
-        cas: (lambda ary, idx, expected, val: cuda.atomic.cas(ary, idx, expected, val),
-              lambda ary, idx, expected, val: cuda.atomic.cas(ary, idx[0], expected, val)),
-    }
+    impls = cuda_impls(cuda)
 
     def pick(fn, ary, idx):
         return impls[fn][1 if ary.ndim == 1 and hasattr(idx, "count") else 0]

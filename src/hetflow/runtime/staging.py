@@ -19,7 +19,7 @@ from ..index import views as _views
 from ..index.managed import device_view
 from ..index.operators import section
 from ..cuda_compat import cuda_module, cupy_module
-from ..errors import DeviceError, HetflowError, HostCopyWarning, warn_user
+from ..errors import DeviceError, HetflowError, HostCopyWarning, ShapeError, warn_user
 from . import gpu
 from .gpu import FastEntry, device_pointer, entry_head, launch_rows, stream_pointer
 from .hostpins import host_pins
@@ -177,6 +177,7 @@ class GpuChunks:
     INFLIGHT = 4  # chunks a co-executing GPU worker keeps in flight (steal.Worker.retire)
 
     def __init__(self, launch: Launch, residents=(), pinned=True):
+        self.inside = _containers(launch)  # checked before anything moves
         self.launch = launch
         self.pinned = pinned
         self.residents = residents
@@ -211,9 +212,13 @@ class GpuChunks:
             def whole(host):  # one device copy per host array, shared by its views
                 if stopped():
                     return None
-                if id(host) not in copies:
-                    copies[id(host)] = self._copy_in(host, stopped)
-                return copies[id(host)]
+                # a box of a larger argument's array: a part of that one's copy
+                outer, box = self.inside.get(_memory(host), (host, None))
+                key = _memory(outer)
+                if key not in copies:
+                    copies[key] = self._copy_in(outer, stopped)
+                dev = copies[key]
+                return dev if dev is None or box is None else dev[box]
 
             streamed = _streamed(plan, self.launch.args)
             for k, (name, arg) in enumerate(zip(plan.data, self.launch.args)):
@@ -240,7 +245,7 @@ class GpuChunks:
                         # ways (what the kernel leaves alone must come back unchanged),
                         # unless the kernel overwrites all of them
                         dev = self._empty(arg.shape, arg.dtype)
-                        overwritten = _overwritten(plan.access, name, arg, len(self.launch.extent))
+                        overwritten = _overwritten(plan.access, name, arg, self.launch.extent)
                         if not overwritten:
                             self.streamed_in.append((arg, dev))
                         if plan.access.writes(name):
@@ -488,12 +493,96 @@ def _in_place(array):
     return device_view(array) if isinstance(array, np.ndarray) else None
 
 
+def _hosts(plan, args) -> list:
+    """(name, host array) of each argument the GPU works on a copy of: a plain NumPy
+    array, or the root of a view of one (managed memory and coherent arrays excluded)."""
+    found = []
+    for name, arg in zip(plan.data, args):
+        host = arg.root if _views.is_view(arg) else arg
+        if type(host) is np.ndarray and _in_place(host) is None:
+            found.append((name, host))
+    return found
+
+
+def _memory(host: np.ndarray) -> tuple:
+    """Host arrays equal in this (address, shape, strides, element type) are one array,
+    however many arguments pass it: they share one GPU copy."""
+    return host.__array_interface__["data"][0], host.shape, host.strides, host.dtype.str
+
+
+def _aliased(plan, args) -> set:
+    """Arguments whose host memory another argument's may share: copied whole, one GPU
+    copy per array (a row moved per chunk into a copy of its own would not see, through
+    one name, what the kernel wrote through the other)."""
+    hosts = _hosts(plan, args)
+    return {name for k, (name, host) in enumerate(hosts)
+            for other, h in hosts[:k] + hosts[k + 1:] if np.may_share_memory(host, h)}
+
+
+def _containers(launch: Launch) -> dict:
+    """{memory of a host array: (a larger one, the box of it that the first is)} for each
+    argument's array that is a box of another's (``a[1:-1]`` beside ``interior(a, 1)``):
+    the GPU works on a part of the larger one's copy there. ShapeError where a written
+    argument overlaps another one otherwise (``a[:-1]`` and ``a[1:]``): two GPU copies of
+    the shared elements would not see each other's writes."""
+    plan = launch.plan
+    hosts = _hosts(plan, launch.args)
+    arrays = sorted({_memory(h): h for _, h in hosts}.values(), key=lambda h: -h.nbytes)
+    inside = {}
+    for k, inner in enumerate(arrays):
+        found = next(((outer, box) for outer in arrays[:k] if (box := _box(inner, outer)) is not None), None)
+        if found is not None:
+            inside[_memory(inner)] = found
+    def base(host):  # the array whose copy the GPU works on for ``host``
+        return _memory(inside[_memory(host)][0]) if _memory(host) in inside else _memory(host)
+
+    for k, (name, host) in enumerate(hosts):
+        for other, h in hosts[:k]:
+            if (plan.access.writes(name) or plan.access.writes(other)) and base(host) != base(h) \
+                    and _overlap(host, h):
+                arg = dict(zip(plan.data, launch.args))
+                raise ShapeError(
+                    f"kernel {launch.kernel.name!r} on {launch.device.id}: arguments {other!r} "
+                    f"({_views.describe(arg[other])}) and {name!r} ({_views.describe(arg[name])}) overlap "
+                    f"in one NumPy array, neither a box of the other, and the kernel writes one of them: a GPU "
+                    f"would work on two copies of the shared elements, blind to each other's writes; pass the "
+                    f"same array (or views of it) for both")
+    return inside
+
+
+def _box(inner: np.ndarray, outer: np.ndarray):
+    """Slices of ``outer`` that give ``inner`` (the same elements in the same layout), or
+    None."""
+    if inner.dtype != outer.dtype or inner.strides != outer.strides or not np.may_share_memory(inner, outer):
+        return None
+    offset = inner.__array_interface__["data"][0] - outer.__array_interface__["data"][0]
+    starts = [0] * outer.ndim
+    for axis in sorted(range(outer.ndim), key=lambda a: -outer.strides[a]):
+        if outer.strides[axis] > 0:
+            starts[axis], offset = divmod(offset, outer.strides[axis])
+    box = tuple(slice(s, s + n) for s, n in zip(starts, inner.shape))
+    if offset != 0 or min(starts, default=0) < 0:
+        return None
+    return box if _memory(outer[box]) == _memory(inner) else None
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    """Do ``a`` and ``b`` share an element (exactly: ``a[::2]`` and ``a[1::2]`` do not)?"""
+    try:
+        return bool(np.shares_memory(a, b, max_work=1 << 16))
+    except np.exceptions.TooHardError:  # undecided: as if they did
+        return True
+
+
 def _streamed(plan, args) -> set:
     """The plain arrays that move per chunk: C-contiguous ones touched only in their own
-    row. If some written argument is copied whole instead, none that is written moves
-    per chunk, so that all written arrays of a range land together (at the merge)."""
+    row, whose memory no other argument shares. If some written argument is copied whole
+    instead, none that is written moves per chunk, so that all written arrays of a range
+    land together (at the merge)."""
+    aliased = _aliased(plan, args)
     rowwise = {name for name, arg in zip(plan.data, args) if isinstance(arg, np.ndarray)
-               and name in plan.access.rows and arg.flags.c_contiguous and _in_place(arg) is None}
+               and name in plan.access.rows and arg.flags.c_contiguous and _in_place(arg) is None
+               and name not in aliased}
     whole = {name for name, arg in zip(plan.data, args) if name not in rowwise and (
         isinstance(arg, np.ndarray) and _in_place(arg) is None
         or _views.is_view(arg) and not coherent(_views.root_of(arg)) and _in_place(arg.root) is None)}
@@ -502,11 +591,13 @@ def _streamed(plan, args) -> set:
     return rowwise
 
 
-def _overwritten(access, name: str, arg, ndim: int) -> bool:
+def _overwritten(access, name: str, arg, extent: tuple) -> bool:
     """Does the launch overwrite every element of ``arg`` in the rows it runs, without
     reading it (``out[i] = ...`` at the top of the kernel; see ``Access.covered``)? Then
-    its rows need not be copied in."""
-    return name in access.covered and not access.reads(name) and arg.ndim == ndim
+    its rows need not be copied in. Not where a row is wider than the launch's (an
+    ``(n, m + 2)`` array of an ``(n, m)`` launch): its other columns must come back as
+    they were."""
+    return name in access.covered and not access.reads(name) and tuple(arg.shape[1:]) == tuple(extent[1:])
 
 
 def coalesce(ranges):

@@ -137,12 +137,11 @@ class Split(Action):
             # A local interpreter refines its own piece; cutting pieces is the level above's.
             log.debug("split: node #%d is a piece placed by the level above; left as it is", node.id)
             return
+        current = node.attrs.get("piece", (0, 1))[1]
+        if current == count and (current == 1 or ("place" in node.attrs) == self.place):
+            return  # (asked of every piece: checked before looking through the graph)
         whole = node.attrs.get("whole", node)
         group = [n for n in ctx.nodes if n is whole or n.attrs.get("whole") is whole]
-        current = node.attrs.get("piece", (0, 1))[1]
-        placed = all(("place" in n.attrs) == self.place for n in group) if current > 1 else True
-        if current == count and placed:
-            return
         if count == 1:
             ctx.replace(group, [whole])
             return
@@ -154,6 +153,8 @@ class Split(Action):
         pieces = []
         for k in range(count):
             lo, hi = k * n0 // count, (k + 1) * n0 // count
+            if lo == hi:
+                continue  # more pieces than rows: an empty piece has nothing to run
             attrs = dict(whole.attrs, whole=whole, piece=(k, count))
             if self.place:
                 attrs["place"] = k

@@ -21,7 +21,9 @@ The record API (what call sites pass):
 - ``record(op, fn=, args=(), kwargs=None, writes=(), alias=None)`` -> a :class:`Handle`
   for any other operation: ``fn(*args, **kwargs)`` runs it; ``writes`` lists the
   positions (or keyword names) of arguments it writes; ``alias`` the position (or
-  name) of the argument the result is a view of (view creation).
+  name) of the argument the result is a view of (view creation). The arguments after
+  a kernel among ``args`` (``(extent, kernel, *args)``) are read and written as its
+  access says.
 """
 from __future__ import annotations
 
@@ -69,6 +71,27 @@ def _device_ids(device) -> tuple:
     if hasattr(device, "id"):
         return (device.id,)
     return tuple(d if isinstance(d, str) else d.id for d in device)
+
+
+def _kernel_modes(args: tuple, modes: tuple) -> tuple:
+    """``modes`` with the arguments that follow a kernel among ``args`` (the form
+    ``(extent, kernel, *args)`` of wavefront and of reduce's kernel form) read and
+    written as the kernel's access says: a sweep writes its arrays in place, and a
+    graph that took them as read would move it after launches reading them."""
+    for k, arg in enumerate(args):
+        if isinstance(arg, Kernel):
+            data = args[k + 1:]
+            ndim = len(arg.params) - len(data)
+            if not data or ndim < 1:
+                return modes  # an op (reduce's, scan's), or the wrong count: said when it runs
+            access = arg.access(ndim)
+            found = tuple(access.modes.get(p, "") if is_data(v) else "" for p, v in zip(arg.params[ndim:], data))
+            return modes[:k + 1] + tuple(_union(a, b) for a, b in zip(modes[k + 1:], found)) + modes[len(args):]
+    return modes
+
+
+def _union(a: str, b: str) -> str:
+    return "".join(m for m in "rw" if m in a or m in b)
 
 
 class Graph:
@@ -120,6 +143,9 @@ class Graph:
         self.current = self.versions[0]
         for lazy in self._lazy:
             lazy._state = "pending"
+        for node in self._pending:
+            if isinstance(node.result, Handle):
+                node.result.capturing = False
         return False
 
     def _new_id(self) -> int:
@@ -182,6 +208,7 @@ class Graph:
         except KeyError as exc:
             raise ArgumentError(f"record({op!r}): writes/alias name argument {exc.args[0]!r}, which was not given") from None
         modes = tuple(("rw" if k in written else "r") if is_data(v) else "" for k, v in enumerate(values))
+        modes = _kernel_modes(args, modes)
         handle = Handle(op, f"{op}{sum(1 for n in self._pending if n.op == op)}", alias=aliased)
         attrs = {"fn": fn, "name": getattr(fn, "__name__", op)}
         if names:
@@ -240,7 +267,7 @@ class Graph:
 
     def _ready(self) -> None:
         if self._state == "capturing":
-            raise ArgumentError(f"graph {self.name!r} cannot run while it is being captured")
+            raise ArgumentError(f"graph {self.name!r} is being captured: run or inspect it after its 'with' block")
         if self._state == "failed":
             raise ArgumentError(f"capture of graph {self.name!r} raised; nothing to run")
         if self._state == "new":
@@ -279,7 +306,7 @@ class Graph:
         for _ in range(int(iterations)):
             version = self.adjust(rules)
             self._set_lazy_states(version)
-            run_version(version, self.monitor)
+            run_version(version, self.monitor, self.name)
         return self.current
 
     def _not_inside_capture(self) -> None:

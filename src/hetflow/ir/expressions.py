@@ -18,7 +18,8 @@ and compiles the tree into nested closures, so evaluating it is a few Python cal
 Anything else (``**``, subscripts, lambdas, comprehensions, attributes of calls, keyword
 arguments) is a RuleSyntaxError naming where the expression came from and its column.
 Nesting is bounded (:data:`MAX_DEPTH` levels), so no expression reaches Python's
-recursion limit.
+recursion limit; so are the values evaluation builds (:data:`MAX_INT_BITS`,
+:data:`MAX_STRING`, :data:`ROUND_DIGITS`), so that no rule exhausts time or memory.
 """
 from __future__ import annotations
 
@@ -51,6 +52,14 @@ ARITY = {"min": (2, None), "max": (2, None), "abs": (1, 1), "round": (1, 2), "fl
 # The fields of the matched node an expression reads as node.<field> (the interpreter's
 # Scope gives their values): any other node.<name> is refused when parsed.
 NODE_FIELDS = ("id", "op", "kernel", "size", "ndim", "dtype", "place", "pieces", "devices", "nodes")
+# Bounds on what evaluating may build, so that a rule setting a variable from itself
+# (``x * x``, ``s + s``) at every round fails instead of exhausting time or memory:
+# integers of at most MAX_INT_BITS bits (floats reach 1e308, about as far), strings
+# of at most MAX_STRING characters, round() to at most ROUND_DIGITS digits either side
+# of the point (rounding an integer to -n digits computes 10**n).
+MAX_INT_BITS = 1024
+MAX_STRING = 65536
+ROUND_DIGITS = 400
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,6 +217,30 @@ def _is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def _bits(value) -> int:
+    """Bits of a Python integer (NumPy's are bounded by their type), else 0."""
+    return value.bit_length() if isinstance(value, int) else 0
+
+
+def _bounded(value, what: str, column: int):
+    """``value`` when within :data:`MAX_INT_BITS`, else a failure naming ``what`` made it."""
+    if _bits(value) > MAX_INT_BITS:
+        raise _Failure(f"{what!r} made an integer of more than {MAX_INT_BITS} bits", column)
+    return value
+
+
+def _builtin_arguments(name: str, values: list, column: int) -> None:
+    """Numbers for the built-in functions (min and max also take strings, all of them),
+    never booleans; round's digits within :data:`ROUND_DIGITS`."""
+    if name in ("min", "max") and all(isinstance(v, str) for v in values):
+        return
+    for value in values:
+        if not _is_number(value):
+            raise _Failure(f"{name}() failed: it takes numbers, not {_kind(value)} {value!r}", column)
+    if name == "round" and len(values) == 2 and abs(values[1]) > ROUND_DIGITS:
+        raise _Failure(f"round() failed: its digits must be from {-ROUND_DIGITS} to {ROUND_DIGITS}, not {values[1]!r}", column)
+
+
 def _kind(value) -> str:
     if isinstance(value, bool):
         return "a boolean"
@@ -320,11 +353,15 @@ class _Compiler:
             a, b = left(env), right(env)
             if not (_is_number(a) and _is_number(b)):
                 if joins and isinstance(a, str) and isinstance(b, str):
+                    if len(a) + len(b) > MAX_STRING:
+                        raise _Failure(f"'+' would make a string of more than {MAX_STRING} characters", column)
                     return a + b
                 raise _Failure(f"operator {symbol!r} needs numbers, got {_kind(a)} {a!r} and "
                                f"{_kind(b)} {b!r}", column)
+            if fn is operator.mul and _bits(a) + _bits(b) > MAX_INT_BITS + 1:
+                raise _Failure(f"{symbol!r} would make an integer of more than {MAX_INT_BITS} bits", column)
             try:
-                return fn(a, b)
+                return _bounded(fn(a, b), symbol, column)
             except ZeroDivisionError:
                 raise _Failure(f"division by zero in {symbol!r}", column) from None
             except ArithmeticError as exc:
@@ -388,7 +425,10 @@ class _Compiler:
         def call(env, args=args, name=name, builtin=builtin, column=column):
             values = [a(env) for a in args]
             try:
-                return builtin(*values) if builtin is not None else env.call(name, values)
+                if builtin is None:
+                    return env.call(name, values)
+                _builtin_arguments(name, values, column)
+                return _bounded(builtin(*values), f"{name}()", column)
             except RuleError:
                 raise
             except (TypeError, ValueError, KeyError, ArithmeticError) as exc:

@@ -13,7 +13,8 @@ Legality (anything else leaves the graph alone):
 An intermediate becomes a local slot (never allocated) when it is a lazy array
 allocated by this graph (an ``alloc`` node of it: another graph's lazy array is that
 graph's memory), not marked as read outside it, touched by no node outside the
-chain, first written (not read) by the chain, and always accessed at the launch index.
+chain, first written (not read) by the chain, always accessed at the launch index, and
+left uninitialised or zero-filled (a slot starts at zero).
 """
 from __future__ import annotations
 
@@ -101,6 +102,8 @@ def _eliminable(ctx, chain, uses) -> set[int]:
             continue
         if arg.dtype.kind not in "biufc" or not all(exact for *_, exact in entries):
             continue
+        if arg.fill not in (None, 0):
+            continue  # a local slot starts at 0: elements the chain leaves unwritten would lose the fill
         if len({id(a) for _, _, a, _, _ in entries}) != 1 or entries[0][3] != "w":
             continue  # first touched by a read: the old value would be needed
         local.add(key)

@@ -199,8 +199,14 @@ class Names:
 
 
 def describe(node: Node, names: Names) -> str:
-    """``#3 forall scale(x0:r, t0:w, 2.0) extent=(1000,)`` and placement, if any."""
-    args = ", ".join(f"{names.of(a)}:{m}" if m else names.of(a) for a, m in zip(node.args, node.modes))
+    """``#3 forall scale(x0:r, t0:w, 2.0) extent=(1000,)`` and placement, if any; keyword
+    arguments of other operations by name (``reduce(x0:r, 'sum', axis=None, ...)``)."""
+    items = [f"{names.of(a)}:{m}" if m else names.of(a) for a, m in zip(node.args, node.modes)]
+    keywords = node.attrs.get("keywords", ())
+    if keywords:
+        split = len(items) - len(keywords)
+        items[split:] = [f"{k}={v}" for k, v in zip(keywords, items[split:])]
+    args = ", ".join(items)
     text = f"#{node.id} {node.op} {node.name}({args})"
     if node.extent is not None:
         text += f" extent={node.extent}"

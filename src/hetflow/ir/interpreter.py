@@ -48,7 +48,11 @@ class RuleContext:
         self.new_id = new_id
         self.scope = scope
         self._moved: dict[int, Node] = {}
+        self._moves: list[tuple] = []   # (key, value before) of each _moved change, in order
         self._keep: list[Node] = []
+        self._index = ((), {})          # (nodes, id(node) -> position) of the last nodes asked
+        self._swapped: list[int] = []   # positions put() changed, in order
+        self._rewrites = 0              # replace() calls: nodes reordered or cut
 
     # -- graph ---------------------------------------------------------------------------
     def visible(self) -> tuple:
@@ -57,8 +61,14 @@ class RuleContext:
             return self.nodes
         return tuple(n for n in self.nodes if n.attrs.get("place") == self.scope)
 
+    def _positions(self) -> dict[int, int]:
+        # Kept with the tuple it indexes: a split into thousands of pieces asks for each.
+        if self._index[0] is not self.nodes:
+            self._index = (self.nodes, {id(n): k for k, n in enumerate(self.nodes)})
+        return self._index[1]
+
     def present(self, node: Node) -> bool:
-        return any(n is node for n in self.nodes)
+        return id(node) in self._positions()
 
     def current(self, node: Node) -> Node | None:
         """What ``node`` became after earlier actions swapped it (None: it was removed)."""
@@ -68,13 +78,21 @@ class RuleContext:
 
     def put(self, old: Node, new: Node) -> None:
         """Swap one node for another in place (same position in the order)."""
-        self.nodes = tuple(new if n is old else n for n in self.nodes)
+        positions = self._positions()
+        k = positions.pop(id(old), None)
+        if k is not None:
+            self.nodes = self.nodes[:k] + (new,) + self.nodes[k + 1:]
+            positions[id(new)] = k
+            self._index = (self.nodes, positions)
+            self._swapped.append(k)
+        self._moves.append((id(old), self._moved.get(id(old))))
         self._moved[id(old)] = new
         self._keep.append(old)  # ids in _moved must stay unique while the evaluation lasts
 
     def replace(self, old: list, new: list) -> None:
         """Replace nodes by others, keeping the execution order valid."""
         self.nodes = replace_nodes(self.nodes, {n.id for n in old}, new)
+        self._rewrites += 1
 
     # -- expressions ---------------------------------------------------------------------
     def evaluate(self, value, match: Match | None = None):
@@ -83,13 +101,33 @@ class RuleContext:
 
     # -- transactions --------------------------------------------------------------------
     def state(self) -> tuple:
-        return (tuple(n.signature() for n in self.nodes), freeze(self.variables), self.rules.revision)
+        """What :meth:`changed` compares with: cheap to take before every firing."""
+        return (self.nodes, len(self._swapped), self._rewrites, freeze(self.variables), self.rules.revision)
+
+    def changed(self, before: tuple) -> bool:
+        """Whether the graph, the variables or the rule set differ from ``before``: only
+        the nodes swapped since are compared, unless nodes were replaced (each firing
+        on one of many pieces would otherwise compare them all)."""
+        nodes, swapped, rewrites, variables, revision = before
+        if revision != self.rules.revision or variables != freeze(self.variables):
+            return True
+        if self.nodes is nodes:
+            return False
+        if rewrites != self._rewrites:
+            return tuple(n.signature() for n in self.nodes) != tuple(n.signature() for n in nodes)
+        return any(nodes[k].signature() != self.nodes[k].signature() for k in set(self._swapped[swapped:]))
 
     def save(self) -> tuple:
-        return (self.nodes, dict(self.variables), self.rules.snapshot(), dict(self._moved))
+        return (self.nodes, dict(self.variables), self.rules.snapshot(), len(self._moves))
 
     def restore(self, saved: tuple) -> None:
-        self.nodes, variables, rules, self._moved = saved
+        self.nodes, variables, rules, moves = saved
+        for key, before in reversed(self._moves[moves:]):
+            if before is None:
+                del self._moved[key]
+            else:
+                self._moved[key] = before
+        del self._moves[moves:]
         self.variables.clear()
         self.variables.update(variables)
         self.rules.restore(rules)
@@ -309,7 +347,7 @@ class Interpreter:
                 ctx.restore(saved)
                 self._fail(rule, exc)
                 return changed
-            if ctx.state() != before:
+            if ctx.changed(before):
                 changed = True
                 log.info("rule %s changed the DIR (%s)", rule.name, _where(match))
         return changed

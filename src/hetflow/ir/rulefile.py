@@ -16,9 +16,9 @@
 Rule keys: ``name`` (required), ``when`` (a rule expression, see
 :mod:`hetflow.ir.expressions`; default True), ``match``, ``then`` (required: a list of
 action tables), ``priority``, ``enabled``, ``description``. Match keys: ``op``,
-``kernel`` (a name or a list), ``chain`` (minimum length of a producer-consumer chain),
-``max_chain``, ``same_extent``, ``dtype``, ``min_size``, ``max_size``, ``device_kinds``,
-``place``. Actions and their keys:
+``kernel`` (a name or a non-empty list), ``chain`` (minimum length of a producer-consumer
+chain), ``max_chain``, ``same_extent``, ``dtype`` (a NumPy dtype name), ``min_size``,
+``max_size`` (not below ``min_size``), ``device_kinds``, ``place``. Actions and their keys:
 
 - ``fuse``
 - ``split``: ``pieces`` (1 to :data:`~hetflow.ir.actions.MAX_PIECES`, or an
@@ -48,6 +48,8 @@ import os
 import re
 import tomllib
 from pathlib import Path
+
+import numpy as np
 
 from .. import library
 from ..errors import RuleError, RuleSyntaxError
@@ -245,6 +247,8 @@ def _names(value, at: _At) -> tuple | str:
     if isinstance(value, str):
         return value
     _expect(value, list, at)
+    if not value:
+        raise at.error("is an empty list: name one or more (a rule matching none would never fire)")
     for k, item in enumerate(value):
         _expect(item, str, at, k)
     return tuple(value)
@@ -254,6 +258,17 @@ def _number(value, at: _At, low=0):
     value = _expect(value, (int, float), at)
     if math.isnan(value) or value < low:
         raise at.error(f"must be a number >= {low}; got {value!r}")
+    return value
+
+
+def _dtype(value, at: _At) -> str:
+    """A NumPy dtype name, checked now: matching with one NumPy does not know would
+    disable the rule at the first safe point."""
+    _expect(value, str, at)
+    try:
+        np.dtype(value)
+    except (TypeError, ValueError):
+        raise at.error(f"{value!r} is not a NumPy dtype (as in 'float32', 'int64')") from None
     return value
 
 
@@ -267,10 +282,12 @@ def _match(spec, at: _At):
         if key in spec:
             fields[key] = _names(spec[key], at / key)
     if "dtype" in spec:
-        fields["dtype"] = _expect(spec["dtype"], str, at, "dtype")
+        fields["dtype"] = _dtype(spec["dtype"], at / "dtype")
     for key in ("min_size", "max_size"):
         if key in spec:
             fields[key] = _number(spec[key], at / key)
+    if fields.get("min_size", 0) > fields.get("max_size", math.inf):
+        raise (at / "max_size").error(f"must be >= match.min_size ({fields['min_size']}); got {fields['max_size']}")
     if "device_kinds" in spec:
         kinds = _names(spec["device_kinds"], at / "device_kinds")
         fields["device_kinds"] = (kinds,) if isinstance(kinds, str) else kinds
@@ -295,7 +312,7 @@ def _match(spec, at: _At):
 def _action(spec, at: _At):
     _expect(spec, dict, at)
     kind = spec.get("action")
-    if kind not in ACTION_KEYS:
+    if not isinstance(kind, str) or kind not in ACTION_KEYS:
         raise (at / "action").error(f"unknown action {kind!r} (actions: {', '.join(ACTION_KEYS)})")
     for key in spec:
         if key != "action" and key not in ACTION_KEYS[kind]:

@@ -13,6 +13,7 @@ import logging
 import time
 import weakref
 
+from ..errors import HetflowError
 from ..platform.devices import devices as platform_devices
 from ..runtime.forall import forall
 from ..runtime.report import LaunchReport
@@ -27,10 +28,26 @@ log = logging.getLogger("hetflow.ir")
 IDLE_RUNS = 3
 
 
-def run_version(version: Version, monitor) -> None:
-    """Execute every node of ``version``; lazy arrays are (re)initialised first."""
+def run_version(version: Version, monitor, graph: str = "graph") -> None:
+    """Execute every node of ``version``; lazy arrays are (re)initialised first. A hetflow
+    error of a node says which: ``graph 'g' v1, node #4 forall fused_a_b (from #1, #2): ...``."""
     for step in _steps(version):
-        step.run(monitor)
+        try:
+            step.run(monitor)
+        except HetflowError as exc:
+            _name_node(exc, graph, version, step.node)
+            raise
+
+
+def _name_node(exc: HetflowError, graph: str, version: Version, node: Node) -> None:
+    """Put the node that raised ``exc`` in front of its message (the same exception, so
+    its type and attributes stay as the runtime made them)."""
+    if not exc.args or not isinstance(exc.args[0], str):
+        return
+    origin = f" (from {', '.join(f'#{o}' for o in node.origin)})" if node.origin else ""
+    what = node.op if node.name == node.op else f"{node.op} {node.name}"
+    where = f"graph {graph!r} v{version.number}, node #{node.id} {what}{origin}"
+    exc.args = (f"{where}: {exc.args[0]}",) + exc.args[1:]
 
 
 # Steps of the versions run lately, made again when the device table changes: what does

@@ -98,15 +98,18 @@ class Handle:
         self.alias = alias          # the value whose memory this result views (views), else None
         self._value = None
         self._has_value = False
+        self.capturing = True       # its graph is still being captured
 
     def set(self, value) -> None:
         self._value, self._has_value = value, True
 
     def result(self):
-        """The value; ArgumentError before the graph has run."""
+        """The value; ArgumentError before the graph has computed it."""
         if not self._has_value:
-            raise ArgumentError(f"{self.name} (result of {self.op}) has no value yet: a captured graph "
-                                f"cannot read its own results while capturing; read it after g.run()")
+            why = ("a captured graph cannot read its own results while capturing; read it after g.run()"
+                   if self.capturing else "its graph has not computed it: run the graph (g.run()); a run "
+                   "that raised before this operation leaves it without one")
+            raise ArgumentError(f"{self.name} (result of {self.op}) has no value yet: {why}")
         return self._value
 
     def __float__(self):

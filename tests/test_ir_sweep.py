@@ -274,3 +274,17 @@ def test_describe_names_the_keyword_arguments_of_recorded_operations():
         hetflow.reduce(x, "max")
     assert g.describe().splitlines()[1] == ("  #0 reduce reduce(x0:r, 'max', axis=None, device=None, "
                                             "commutative=True, identity=None) -> reduce0")
+
+
+def test_versions_are_numbered_by_any_integer():
+    @hetflow.kernel
+    def twice(i, x, out):
+        out[i] = 2.0 * x[i]
+
+    x, y = np.arange(4.0), np.zeros(4)
+    with hetflow.graph() as g:
+        hetflow.forall(4, twice, x, y)
+    g.run()
+    assert g.version(np.int64(0)) is g.version(0)
+    assert g.diff(np.int32(0), np.int64(0)) == g.diff(0, 0)
+    np.testing.assert_array_equal(y, 2.0 * x)

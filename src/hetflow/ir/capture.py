@@ -365,10 +365,10 @@ class Graph:
             return self.current
         if isinstance(which, Version):
             return which
-        if isinstance(which, bool) or not isinstance(which, int) or not 0 <= which < len(self.versions):
+        if isinstance(which, bool) or not isinstance(which, numbers.Integral) or not 0 <= which < len(self.versions):
             raise ArgumentError(f"graph {self.name!r} has no version {which!r} "
                                 f"(versions 0..{len(self.versions) - 1}){self._why_unchanged()}")
-        return self.versions[which]
+        return self.versions[int(which)]
 
     def _why_unchanged(self) -> str:
         """Why no rule has rewritten the graph yet, where one reason is certain: kernels

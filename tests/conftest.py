@@ -6,6 +6,9 @@ import pytest
 
 # A fresh code repository for the whole run, so tests never see a user's cache.
 os.environ.setdefault("HETFLOW_CACHE_DIR", tempfile.mkdtemp(prefix="hetflow-test-cache-"))
+# ... holding every kernel the run compiles: evicting (and logging it) mid-run would be
+# noise in the tests that check what hetflow says (tests of the bound make their own).
+os.environ.setdefault("HETFLOW_CACHE_MAX_ENTRIES", "100000")
 
 from hetflow.cuda_compat import cuda_available, simulated  # noqa: E402
 

@@ -470,3 +470,32 @@ def test_an_entry_removed_at_every_load_ends_in_a_kernel_error_naming_it(tmp_pat
     with pytest.raises(KernelError, match=r"cannot load the executable of kernel 'thrice': another process "
                                           r"removed its entry in .* each of 12 times"):
         repo.executable(thrice, hetflow.get_device("cpu0"), 1, {})
+
+
+def test_an_entry_renamed_into_place_while_being_removed_stays(tmp_path, monkeypatch):
+    """Rank A finds no entry and removes what is there; rank B renames its whole entry
+    into place between A's look and A's unlink (the demo under mpiexec died of it with
+    IsADirectoryError)."""
+    from pathlib import Path
+
+    from hetflow.platform import repository as repo_module
+
+    entry = tmp_path / "cpu-1d-entry"
+    entry.mkdir()
+    (entry / "module.py").write_text("# B's")
+    real, looked = Path.is_dir, []
+
+    def is_dir(self):  # A's first look at the entry: not there yet
+        if self == entry and not looked:
+            looked.append(self)
+            return False
+        return real(self)
+
+    monkeypatch.setattr(Path, "is_dir", is_dir)
+    repo_module._remove(entry)
+    assert looked == [entry]
+    assert (entry / "module.py").read_text() == "# B's"
+    stale = tmp_path / "a-file-in-an-entry's-place"
+    stale.write_text("x")
+    repo_module._remove(stale)
+    assert not stale.exists()

@@ -410,11 +410,17 @@ def _usable(root: Path):
 
 
 def _remove(path: Path) -> None:
-    """Remove an entry, folder or (where a file took its place) file."""
+    """Remove an entry, folder or (where a file took its place) file. A whole entry that
+    another process renamed into place since the look stays (MPI ranks store one entry
+    at once)."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
-    else:
+        return
+    try:
         path.unlink(missing_ok=True)
+    except OSError:
+        if not path.is_dir():  # (unlink of a folder: EISDIR on Linux, EPERM on macOS)
+            raise
 
 
 def _read_entry(entry: Path):

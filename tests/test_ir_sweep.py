@@ -11,16 +11,7 @@ from hetflow.errors import ArgumentError, KernelRaisedError, RuleError, RuleSynt
 from hetflow.ir import Monitor, RuleSet, rulefile
 from hetflow.ir.expressions import Environment, parse
 from hetflow.ir.graph import Node
-
-
-@hetflow.kernel
-def scale(i, a, x, out):
-    out[i] = a * x[i]
-
-
-@hetflow.kernel
-def shift(i, x, b, out):
-    out[i] = x[i] + b
+from test_ir_fusion import scale, shift
 
 
 @hetflow.kernel

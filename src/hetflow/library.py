@@ -11,7 +11,7 @@ from .errors import ArgumentError, ArgumentTypeError, ShapeError
 from .index import views as _views
 from .kernels import kernel
 from .runtime.forall import forall, resolve_devices
-from .runtime.launch import masked
+from .runtime.launch import refuse_masked
 from .runtime.reductions import compiled_operand
 
 
@@ -113,8 +113,7 @@ def _vector(a, name: str):
         shape = tuple(a.shape)
     if len(shape) != 1:
         raise ShapeError(f"dot: {name} must be a vector (1-D); got shape {shape}")
-    if isinstance(a.root if _views.is_view(a) else a, np.ma.MaskedArray):
-        raise ArgumentTypeError(f"dot: {name} is {masked(a)}")
+    refuse_masked(a, f"dot: {name} is")
     return np.asarray(a) if isinstance(a, np.ndarray) else a
 
 

@@ -38,8 +38,9 @@ DEFAULT_TIMEOUT = 300.0
 
 # Variables that MPI launchers set in the processes they start: MPICH/Intel (PMI_*),
 # PMIx-based ones (Open MPI 5, srun --mpi=pmix), Open MPI, MVAPICH and Slurm's srun.
-_LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
-                       "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
+# Those naming the process's rank come first.
+_RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
+_LAUNCHER_VARIABLES = _RANK_VARIABLES + ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 
 
 def launched_by_mpi() -> bool:
@@ -50,7 +51,7 @@ def launched_by_mpi() -> bool:
 def launcher_rank() -> int | None:
     """This process's rank as its launcher set it in the environment (None where no
     launcher says), known without starting MPI."""
-    for name in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"):
+    for name in _RANK_VARIABLES:
         value = os.environ.get(name, "")
         if value.isdigit():
             return int(value)

@@ -125,9 +125,9 @@ def _first_use(kernel, name: str) -> int:
     """The line in the user's file where the body first names ``name`` (its ``def``'s
     where the source cannot be read)."""
     if not kernel.has_source:
-        return kernel.pyfunc.__code__.co_firstlineno
+        return kernel.def_line
     lines = [n.lineno for n in ast.walk(kernel.definition) if isinstance(n, ast.Name) and n.id == name]
-    return _line(kernel, min(lines, default=kernel.definition.lineno))
+    return _line(kernel, min(lines)) if lines else kernel.def_line
 
 
 def _line(kernel, line: int) -> int:

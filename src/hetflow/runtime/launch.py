@@ -205,8 +205,7 @@ def _check_arguments(kernel: Kernel, ndim: int, args: tuple) -> list[str]:
             raise ArgumentTypeError(
                 f"kernel {kernel.name!r} argument {name!r}: {type(arg).__name__} is not an array, "
                 f"a view or a scalar")
-        if isinstance(_views.root_of(arg) if _views.is_view(arg) else arg, np.ma.MaskedArray):
-            raise ArgumentTypeError(f"kernel {kernel.name!r} argument {name!r}: {masked(arg)}")
+        refuse_masked(arg, f"kernel {kernel.name!r} argument {name!r}:")
         if type(arg) is int and not _INT_MIN <= arg <= _INT_MAX:
             raise ArgumentError(
                 f"kernel {kernel.name!r} argument {name!r}: the integer {arg} does not fit int64, "
@@ -236,12 +235,16 @@ def _check_writable(kernel: Kernel, data: list[str], args: tuple, written: tuple
                 f"(flags.writeable is False)")
 
 
-def masked(x) -> str:
-    """What is wrong with masked array ``x`` (or a view of one) as an argument, for an
-    error message: kernels and NumPy's reductions would read its masked values."""
+def refuse_masked(x, where: str) -> None:
+    """ArgumentTypeError, its message starting with ``where``, for a masked array ``x``
+    (or a view of one): kernels and NumPy's reductions would read its masked values.
+    Every call site refuses them here."""
+    if not isinstance(x.root if _views.is_view(x) else x, np.ma.MaskedArray):
+        return
     what = "a view of a masked array" if _views.is_view(x) else "a masked array"
-    return (f"{what} (numpy.ma), whose mask hetflow does not apply: the values under it would be read as "
-            f"valid; pass its data with the masked elements set, x.filled(value), or dropped, x.compressed()")
+    raise ArgumentTypeError(f"{where} {what} (numpy.ma), whose mask hetflow does not apply: the values under it "
+                            f"would be read as valid; pass its data with the masked elements set, "
+                            f"x.filled(value), or dropped, x.compressed()")
 
 
 # Element types the compiler cannot generate code for, per device kind (Numba has no

@@ -37,7 +37,7 @@ from ..platform.devices import cpu_device
 from ..platform.repository import repository
 from . import binops, blockgen
 from .forall import forall, resolve_devices
-from .launch import _arg_key as arg_key, check_extent, element_problem, is_device_array, masked, normalize_extent
+from .launch import _arg_key as arg_key, check_extent, element_problem, is_device_array, normalize_extent, refuse_masked
 from .reductions import block_plan, current_gpu, folder, identity_element, planner
 
 
@@ -149,10 +149,8 @@ def _check_elements(kernel, args) -> None:
     """ArgumentTypeError for an array argument the map kernel cannot read: a masked one,
     or elements cpu0 cannot type (the kernel's value is typed there, whatever the device)."""
     for name, arg in zip(kernel.params[-len(args):] if args else (), args):
-        root = _views.root_of(arg) if _views.is_view(arg) else arg
-        if isinstance(root, np.ma.MaskedArray):
-            raise ArgumentTypeError(f"reduce: kernel {kernel.name!r} argument {name!r}: {masked(arg)}")
-        dtype = getattr(root, "dtype", None)
+        refuse_masked(arg, f"reduce: kernel {kernel.name!r} argument {name!r}:")
+        dtype = getattr(arg.root if _views.is_view(arg) else arg, "dtype", None)
         problem = element_problem(np.dtype(dtype), "cpu", "cpu0") if dtype is not None else None
         if problem is not None:
             where = "" if element_problem(np.dtype(dtype), "gpu", "gpu0") else \

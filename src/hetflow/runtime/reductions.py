@@ -31,7 +31,7 @@ from . import binops, blockgen
 from .cpu import INLINE_LIMIT
 from ..platform.devices import cpu_device
 from .forall import forall, resolve_devices
-from .launch import element_problem, is_device_array, masked
+from .launch import element_problem, is_device_array, refuse_masked
 
 
 # -- operands, axes, devices ------------------------------------------------------------
@@ -44,8 +44,7 @@ def operand(x, site: str):
     _views.require_indexable(x, site)
     if _views.is_view(x) and _views.element_extent_of(x).rank:
         raise ShapeError(f"{site}: {x!r} is a view of tiles; {site} each tile instead")
-    if isinstance(_views.root_of(x), np.ma.MaskedArray):
-        raise ArgumentTypeError(f"{site}: x is {masked(x)}")
+    refuse_masked(x, f"{site}: x is")
     return np.asarray(x) if isinstance(x, np.ndarray) else x
 
 

@@ -7,6 +7,9 @@ every right-hand side before writing) mean a third. hetflow refuses it: ``bind``
 ShapeError naming both arguments, unless the call site was asked for NumPy's meaning
 (``forall(..., snapshot=True)``: :func:`snapshot` reads copies of the arguments that
 overlap a written one).
+What passes means the same on every device: a GPU launch over NumPy arrays stages
+arguments over one host memory as views of one GPU copy of it, whatever their layouts
+(:mod:`hetflow.runtime.staging`).
 
 What counts. Two arguments may alias when they read one memory (one array, views of it,
 NumPy slices of one array) and the launch writes through one of them. Launch index I

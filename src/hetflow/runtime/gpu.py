@@ -128,6 +128,11 @@ _SLOTS = {types.float64: "d", types.float32: "f4x", types.boolean: "?7x", types.
           types.uint16: "H6x", types.int8: "b7x", types.uint8: "B7x"}
 
 
+def _signature(args: tuple) -> tuple:
+    """Numba's types of a launch's parameters (device arrays, scalars)."""
+    return tuple(_array_type(a) if is_device_array(a) else numba.typeof(a) for a in args)
+
+
 def _slots(ty) -> str | None:
     """The struct codes of the launch parameters one argument of Numba type ``ty``
     becomes (as numba-cuda's own ``_prepare_args`` lays them out), or None for types
@@ -212,7 +217,7 @@ class FastEntry:
         from cupy.cuda import driver
 
         full = (*head, *args)
-        sig = tuple(_array_type(a) if is_device_array(a) else numba.typeof(a) for a in full)
+        self.sig = sig = _signature(full)
         slots = tuple(_slots(t) for t in sig)
         if None in slots:
             raise TypeError(f"no fast launch for argument types {sig}")
@@ -239,13 +244,28 @@ class FastEntry:
         plan = launch.plan
         fast = plan.fast_entry
         if fast is False:
-            try:
-                with compile_errors(launch):
-                    fast = None if launch.device.simulated else cls(launch.device, launch.executable.entry, head, args)
-            except (TypeError, AttributeError, ImportError):
-                fast = None
-            plan.fast_entry = fast
+            fast = plan.fast_entry = cls._built(launch, head, args)
         return fast
+
+    @classmethod
+    def fitting(cls, launch: Launch, head: tuple, args: tuple) -> "FastEntry | None":
+        """:meth:`of`, or an entry of its own where ``args`` are typed otherwise than the
+        plan's entry was built for: the device copies staging makes of one plan's host
+        arrays are C-contiguous copies, parts of a larger copy or strided views of a shared
+        one, as the launch's arguments overlap (an entry for another layout would index
+        them wrongly)."""
+        fast = cls.of(launch, head, args)
+        if fast is None or fast.sig == _signature((*head, *args)):
+            return fast
+        return cls._built(launch, head, args)
+
+    @classmethod
+    def _built(cls, launch: Launch, head: tuple, args: tuple) -> "FastEntry | None":
+        try:
+            with compile_errors(launch):
+                return None if launch.device.simulated else cls(launch.device, launch.executable.entry, head, args)
+        except (TypeError, AttributeError, ImportError):
+            return None
 
     def __call__(self, rows: int, inner: tuple, stream: int, head: tuple, args: tuple) -> None:
         """Launch ``rows`` rows of extent ``inner`` each on ``stream``: the entry's
@@ -301,14 +321,17 @@ def stream_pointer(stream) -> int:
 _SIMULATOR = threading.Lock()
 
 
-def launch_rows(launch: Launch, stream, lo: int, hi: int, dev_args: tuple, pointer=None) -> None:
+def launch_rows(launch: Launch, stream, lo: int, hi: int, dev_args: tuple, pointer=None, fast=False) -> None:
     """Launch rows ``[lo, hi)`` of ``launch`` over ``dev_args`` (asynchronous on a real GPU)
-    on numba-cuda's ``stream``; ``pointer``: its CUDA handle, when the caller knows it."""
+    on numba-cuda's ``stream``; ``pointer``: its CUDA handle, when the caller knows it.
+    ``fast``: the FastEntry to launch with, made for ``dev_args``' types (None: the
+    dispatcher; False: the plan's)."""
     inner = launch.inner
     head = entry_head(launch, lo, hi)
     exe = launch.executable
     try:
-        fast = launch.plan.fast_entry
+        if fast is False:
+            fast = launch.plan.fast_entry
         if fast is False:
             fast = FastEntry.of(launch, head, dev_args)
         if fast is not None:

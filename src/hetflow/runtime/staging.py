@@ -5,7 +5,12 @@ pattern allows, else copied whole and merged back.
 chunk at a time, and a launch run whole on one GPU over host (NumPy) arrays
 (:func:`run`: one chunk of every row). Device arrays (CuPy, Numba's, the simulator's)
 and host arrays in CUDA managed memory are used in place; a coherent array's own GPU
-copy is used with its rows made current per chunk (``residents``).
+copy is used with its rows made current per chunk (``residents``). Arguments over one
+host memory share one GPU copy of it: a box of another argument's array is a part of
+that one's copy; arrays that overlap otherwise (``a[::2]`` beside ``a``, ``a.T``,
+``a[:-1]`` and ``a[1:]``) are strided views of one copy of the bytes they span, so that
+what the kernel writes through one it reads through the others, as on the CPU (which
+launches race there is for :mod:`hetflow.runtime.aliasing` to refuse, on every device).
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from ..index import views as _views
 from ..index.managed import device_view
 from ..index.operators import section
 from ..cuda_compat import cuda_module, cupy_module
-from ..errors import DeviceError, HetflowError, HostCopyWarning, ShapeError, warn_user
+from ..errors import DeviceError, HetflowError, HostCopyWarning, warn_user
 from . import gpu
 from .gpu import FastEntry, device_pointer, entry_head, launch_rows, stream_pointer
 from .hostpins import host_pins
@@ -33,6 +38,9 @@ _TO_DEVICE, _TO_HOST = 1, 2  # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost
 # most RUN_PIECES, each of at least PIECE_RUN_BYTES of its largest such array.
 RUN_PIECES = 8
 PIECE_RUN_BYTES = 16 << 20
+# A shared copy of host bytes starts on the GPU at an address equal to theirs modulo this
+# (CUDA allocations are aligned to it): each argument's elements keep their alignment.
+SPAN_ALIGN = 256
 
 # A NumPy argument this large that launches of one kernel copied to a GPU this many times
 # earns a hint, once per process: hetflow.array would keep it there between launches.
@@ -177,7 +185,10 @@ class GpuChunks:
     INFLIGHT = 4  # chunks a co-executing GPU worker keeps in flight (steal.Worker.retire)
 
     def __init__(self, launch: Launch, residents=(), pinned=True):
-        self.inside = _containers(launch)  # checked before anything moves
+        self.inside = _containers(launch)
+        self.shared = _shared(launch, self.inside)
+        self.spans = {}       # (lo, hi) of host bytes several arguments share -> their GPU copy
+        self.homes = {}       # memory of a merged home array -> the (lo, hi) of its shared copy
         self.launch = launch
         self.pinned = pinned
         self.residents = residents
@@ -196,6 +207,7 @@ class GpuChunks:
         self.landed = []      # ranges whose staged results were stored home (retire, sync)
         self.started = []     # ranges whose coherent rows were made current here to run
         self.dev_args = ()
+        self.fast = False     # the FastEntry fitting dev_args (None: the dispatcher): setup
         self._pins = {}       # (direction, array, slot in flight) -> page-locked rows
 
     def _context(self):
@@ -216,9 +228,21 @@ class GpuChunks:
                 outer, box = self.inside.get(_memory(host), (host, None))
                 key = _memory(outer)
                 if key not in copies:
-                    copies[key] = self._copy_in(outer, stopped)
+                    bounds = self.shared.get(key)
+                    copies[key] = self._copy_in(outer, stopped) if bounds is None else \
+                        self._shared_copy(outer, bounds, stopped)
                 dev = copies[key]
                 return dev if dev is None or box is None else dev[box]
+
+            def merge(name, arg, dev):  # a written array copied whole: merged back after the loop
+                bounds = self.shared.get(_memory(self._outer(arg)))
+                if bounds is not None:
+                    # only what the launch touches: the rest of a row may be another argument's
+                    # elements, which another device computed (co-executed)
+                    if name in plan.access.aligned:
+                        arg = _launched(arg, self.launch.extent)
+                    self.homes[_memory(_views.root_of(arg))] = bounds
+                self.merged.append((arg, dev))
 
             streamed = _streamed(plan, self.launch.args)
             for k, (name, arg) in enumerate(zip(plan.data, self.launch.args)):
@@ -235,7 +259,7 @@ class GpuChunks:
                         return
                     dev_args.extend(self.launch.view_arguments(k, dev))
                     if plan.access.writes(name):
-                        self.merged.append((arg, dev))
+                        merge(name, arg, dev)
                 elif _in_place(arg) is not None:
                     dev_args.append(_in_place(arg))
                 elif isinstance(arg, np.ndarray):
@@ -255,7 +279,7 @@ class GpuChunks:
                         if dev is None:
                             return
                         if plan.access.writes(name):
-                            self.merged.append((arg, dev))
+                            merge(name, arg, dev)
                     dev_args.append(dev)
                 else:
                     dev_args.append(arg)
@@ -263,20 +287,24 @@ class GpuChunks:
             # compile now, off the clock of the chunks: a first chunk that compiles would
             # teach the performance model a GPU a hundred times slower than it is
             began = time.perf_counter()
-            FastEntry.of(self.launch, entry_head(self.launch, 0, 0), self.dev_args)
+            self.fast = FastEntry.fitting(self.launch, entry_head(self.launch, 0, 0), self.dev_args)
             self.compile_s = time.perf_counter() - began
 
     def _copy_in(self, host, stopped):
         """A device copy of ``host``, made piece by piece; None if ``stopped()`` first."""
         contiguous = np.ascontiguousarray(host)
-        lent = contiguous is host  # a temporary copy is not worth registering
-        host = contiguous
-        dev = self._empty(host.shape, host.dtype)
+        dev = self._empty(contiguous.shape, contiguous.dtype)
+        # a temporary copy is not worth registering
+        return dev if self._fill(dev, contiguous, contiguous is host, stopped) else None
+
+    def _fill(self, dev, host, lent: bool, stopped) -> bool:
+        """Copy contiguous ``host`` into ``dev`` piece by piece (straight from its memory
+        where ``lent``, the caller's own); False if ``stopped()`` first."""
         if host.ndim == 0 or host.nbytes <= self.PIECE_BYTES:
             if not (lent and self._direct(host, dev, host, True, self.pointer)):
                 dev.copy_to_device(host, stream=self.stream)
             self.stream.synchronize()
-            return dev
+            return True
         step = max(1, self.PIECE_BYTES * host.shape[0] // host.nbytes)
         for lo in range(0, host.shape[0], step):
             rows = host[lo:lo + step]
@@ -284,8 +312,39 @@ class GpuChunks:
                 dev[lo:lo + step].copy_to_device(rows, stream=self.stream)
             self.stream.synchronize()
             if stopped():
+                return False
+        return True
+
+    def _shared_copy(self, host, bounds, stopped):
+        """``host``'s view of the one GPU copy of host bytes ``bounds`` that it shares with
+        other arguments' arrays (copied for the first of them); None if ``stopped()``
+        first."""
+        span = self.spans.get(bounds)
+        if span is None:
+            lo, hi = bounds
+            pad = lo % SPAN_ALIGN
+            span = self._empty((pad + hi - lo,), np.uint8)[pad:]
+            if not self._fill(span, _host_bytes(host, lo, hi), True, stopped):
                 return None
-        return dev
+            self.spans[bounds] = span
+        offset = _address(host) - bounds[0]
+        if self.device.simulated:  # the simulator's device array wraps a NumPy one
+            return type(span)(np.ndarray(host.shape, host.dtype, span._ary, offset, host.strides))
+        return self.cuda.cudadrv.devicearray.DeviceNDArray(
+            host.shape, host.strides, host.dtype, gpu_data=span.gpu_data.view(offset))
+
+    def _shared_home(self, home, bounds, fetched):
+        """``home``'s elements as the GPU's shared copy of host bytes ``bounds`` holds
+        them, copied home once per ``fetched`` (bounds -> the bytes)."""
+        if bounds not in fetched:
+            fetched[bounds] = self.spans[bounds].copy_to_host(stream=self.stream)
+            self.stream.synchronize()
+        return _layout(home, fetched[bounds], bounds[0])
+
+    def _outer(self, arg):
+        """The host array whose GPU copy (or part of a shared one) ``arg`` works on."""
+        host = _views.root_of(arg)
+        return self.inside.get(_memory(host), (host, None))[0]
 
     def _empty(self, shape, dtype):
         """A device array of ``shape`` and ``dtype`` on this GPU: from CuPy's memory pool
@@ -337,7 +396,7 @@ class GpuChunks:
                     pinned[...] = rows
                     rows = pinned
                 dev[lo:hi].copy_to_device(rows, stream=stream)
-            launch_rows(self.launch, stream, lo, hi, self.dev_args, pointer)
+            launch_rows(self.launch, stream, lo, hi, self.dev_args, pointer, self.fast)
             staged = []
             for k, (host, dev, overwritten) in enumerate(self.streamed_out):
                 rows = host[lo:hi]
@@ -454,20 +513,27 @@ class GpuChunks:
     def copy_back(self) -> None:
         """Copy home every written array copied whole, all of it (a launch run whole may
         write any of its rows, not only those of its launch indices)."""
-        done = set()
+        done, fetched = set(), {}
         with self._context():
             for target, dev in self.merged:
-                if id(dev) not in done:
+                home = _views.root_of(target)
+                bounds = self.homes.get(_memory(home))
+                if bounds is not None:
+                    home[...] = self._shared_home(home, bounds, fetched)
+                elif id(dev) not in done:
                     done.add(id(dev))
-                    home = target.root if _views.is_view(target) else target
                     home[...] = dev.copy_to_host(stream=self.stream)
             self.stream.synchronize()
 
     def _fetch(self, target, dev, lo, hi, wholes):
         """(home array, index, values) of rows ``[lo, hi)`` of ``target`` on this GPU."""
         rows = _row_section(target, lo, hi)
-        home = target.root if _views.is_view(target) else target
+        home = _views.root_of(target)
         box = rows.root_box() if _views.is_view(rows) else (slice(lo, hi),)
+        bounds = self.homes.get(_memory(home))
+        if bounds is not None:
+            idx = box if box is not None else rows._root_index(np)
+            return home, idx, self._shared_home(home, bounds, wholes)[idx]
         if box is not None:
             part = dev[box[0]].copy_to_host(stream=self.stream)
             self.stream.synchronize()
@@ -522,32 +588,86 @@ def _aliased(plan, args) -> set:
 def _containers(launch: Launch) -> dict:
     """{memory of a host array: (a larger one, the box of it that the first is)} for each
     argument's array that is a box of another's (``a[1:-1]`` beside ``interior(a, 1)``):
-    the GPU works on a part of the larger one's copy there. ShapeError where a written
-    argument overlaps another one otherwise (``a[:-1]`` and ``a[1:]``): two GPU copies of
-    the shared elements would not see each other's writes."""
-    plan = launch.plan
-    hosts = _hosts(plan, launch.args)
+    the GPU works on a part of the larger one's copy there."""
+    hosts = _hosts(launch.plan, launch.args)
     arrays = sorted({_memory(h): h for _, h in hosts}.values(), key=lambda h: -h.nbytes)
     inside = {}
     for k, inner in enumerate(arrays):
         found = next(((outer, box) for outer in arrays[:k] if (box := _box(inner, outer)) is not None), None)
         if found is not None:
             inside[_memory(inner)] = found
-    def base(host):  # the array whose copy the GPU works on for ``host``
-        return _memory(inside[_memory(host)][0]) if _memory(host) in inside else _memory(host)
+    return inside
 
+
+def _shared(launch: Launch, inside: dict) -> dict:
+    """{memory of a host array: the bytes ``(lo, hi)`` of host memory whose one GPU copy
+    it is a view of} for the arrays (boxes resolved by ``inside``) of arguments that share
+    an element with another's otherwise, where the kernel writes one of the two
+    (``a[:-1]`` and ``a[1:]``, ``a.T`` and ``a``): two copies of the shared elements would
+    not see each other's writes. Such arrays are joined into groups; a group's bytes run
+    from its lowest to its highest byte (overlapping arrays span no gap)."""
+    plan = launch.plan
+    hosts = _hosts(plan, launch.args)
+    outers = {}  # memory -> the array whose copy its argument works on
+    for _, host in hosts:
+        outer = inside.get(_memory(host), (host, None))[0]
+        outers[_memory(host)] = outer
+    group = {}   # memory of an outer array -> the outer arrays of its group (one list per group)
     for k, (name, host) in enumerate(hosts):
         for other, h in hosts[:k]:
-            if (plan.access.writes(name) or plan.access.writes(other)) and base(host) != base(h) \
+            a, b = outers[_memory(host)], outers[_memory(h)]
+            if (plan.access.writes(name) or plan.access.writes(other)) and _memory(a) != _memory(b) \
                     and _overlap(host, h):
-                arg = dict(zip(plan.data, launch.args))
-                raise ShapeError(
-                    f"kernel {launch.kernel.name!r} on {launch.device.id}: arguments {other!r} "
-                    f"({_views.describe(arg[other])}) and {name!r} ({_views.describe(arg[name])}) overlap "
-                    f"in one NumPy array, neither a box of the other, and the kernel writes one of them: a GPU "
-                    f"would work on two copies of the shared elements, blind to each other's writes; pass the "
-                    f"same array (or views of it) for both")
-    return inside
+                ga, gb = group.get(_memory(a), [a]), group.get(_memory(b), [b])
+                if ga is not gb:
+                    ga.extend(gb)
+                    for x in ga:
+                        group[_memory(x)] = ga
+    shared = {}
+    for members in {id(g): g for g in group.values()}.values():
+        bounds = [_bounds(x) for x in members]
+        span = (min(lo for lo, _ in bounds), max(hi for _, hi in bounds))
+        shared.update((_memory(x), span) for x in members)
+    return shared
+
+
+def _bounds(a: np.ndarray) -> tuple:
+    """The host bytes ``[lo, hi)`` from ``a``'s lowest element to the end of its highest."""
+    reach = [(n - 1) * s for n, s in zip(a.shape, a.strides)]
+    start = _address(a)
+    return start + sum(r for r in reach if r < 0), start + sum(r for r in reach if r > 0) + a.itemsize
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+class _Bytes:
+    """Host bytes ``[lo, hi)`` of ``owner``'s memory, read-only, for ``np.asarray`` (the
+    array made keeps this alive, and this ``owner``)."""
+
+    def __init__(self, owner: np.ndarray, lo: int, hi: int):
+        self.owner = owner
+        self.__array_interface__ = {"data": (lo, True), "shape": (hi - lo,), "typestr": "|u1", "version": 3}
+
+
+def _host_bytes(owner: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """A byte array of host memory ``[lo, hi)``, a part of ``owner``'s memory."""
+    return np.asarray(_Bytes(owner, lo, hi))
+
+
+def _layout(host: np.ndarray, copy: np.ndarray, lo: int) -> np.ndarray:
+    """``host``'s elements in ``copy``, a copy of the host bytes from address ``lo``."""
+    return np.ndarray(host.shape, host.dtype, copy, _address(host) - lo, host.strides)
+
+
+def _launched(arg, extent: tuple):
+    """The part of ``arg`` (touched only as ``x[i, j, ..., more]``) that a launch over
+    ``extent`` touches: a plain array's first ``len(extent)`` axes cut to the extent's (a
+    view's extent is the launch's there)."""
+    if _views.is_view(arg) or arg.shape[:len(extent)] == tuple(extent):
+        return arg
+    return arg[tuple(slice(0, e) for e in extent)]
 
 
 def _box(inner: np.ndarray, outer: np.ndarray):

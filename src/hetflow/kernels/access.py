@@ -393,12 +393,15 @@ class _Analysis:
                 self.frozen_writes.setdefault(f"{fn.__name__}({p}=...)", call.lineno)
 
     def _atomic(self, node):
-        target = node.args[0] if node.args else None
+        """``hetflow.atomic.<op>(ary, idx, ...)`` updates ``ary``, passed by position or
+        by keyword (an array, or a view of one)."""
+        given = [k.value for k in node.keywords if k.arg == "ary"]
+        target = node.args[0] if node.args else (given[0] if given else None)
         if target is not None:
             self._write_into(target, "rw", True)  # an atomic update races with no other
             if self._param(target):
                 self.atomic.add(target.id)
-        self._read([*node.args[1:], *(k.value for k in node.keywords)])
+        self._read([*node.args[1:], *(k.value for k in node.keywords if k.arg != "ary")])
 
     def _method(self, node):
         """``x.m(...)`` on an array: a writing method writes ``x`` (``row.fill(0)``,

@@ -3,6 +3,8 @@
 ``add``, ``min`` and ``max`` update ``ary[idx]`` and ``cas`` compares and swaps it,
 each as one indivisible step, and each returns the element's old value (as CUDA's
 atomics do). ``idx`` is an integer for a 1-D array, a tuple of integers for an N-D one.
+``ary`` may be a view a kernel is passed (a section, a transpose, a cshift...): every
+view index names one element of its root, which the operation updates.
 Element types: int32, int64, uint32, uint64, float32 and float64 (``cas``: the integer
 ones). An operand is converted to the element type first (-1 into a uint32 array is
 2**32 - 1, a float64 into a float32 array is rounded before the addition). ``min`` and
@@ -28,6 +30,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic, overload
 
 from ..cuda_compat import on_cuda_import
+from .viewtypes import PyView, ViewType
 
 _RMW_TYPES = ("int32", "int64", "uint32", "uint64", "float32", "float64")
 _CAS_TYPES = ("int32", "int64", "uint32", "uint64")
@@ -68,6 +71,8 @@ def _nan(x) -> bool:
 
 def add(ary, idx, val):
     """``ary[idx] += val`` atomically; returns the old ``ary[idx]``."""
+    if isinstance(ary, PyView):
+        return ary.atomic("add", idx, val)
     idx, val = _python_index("add", ary, idx), _element(ary.dtype, val)
     with _lock:
         old = ary[idx]
@@ -78,6 +83,8 @@ def add(ary, idx, val):
 def min(ary, idx, val):  # noqa: A001  (hetflow.atomic.min, as cuda.atomic.min)
     """``ary[idx] = min(ary[idx], val)`` atomically (a NaN operand is ignored); returns
     the old ``ary[idx]``."""
+    if isinstance(ary, PyView):
+        return ary.atomic("min", idx, val)
     idx, val = _python_index("min", ary, idx), _element(ary.dtype, val)
     with _lock:
         old = ary[idx]
@@ -89,6 +96,8 @@ def min(ary, idx, val):  # noqa: A001  (hetflow.atomic.min, as cuda.atomic.min)
 def max(ary, idx, val):  # noqa: A001
     """``ary[idx] = max(ary[idx], val)`` atomically (a NaN operand is ignored); returns
     the old ``ary[idx]``."""
+    if isinstance(ary, PyView):
+        return ary.atomic("max", idx, val)
     idx, val = _python_index("max", ary, idx), _element(ary.dtype, val)
     with _lock:
         old = ary[idx]
@@ -100,6 +109,8 @@ def max(ary, idx, val):  # noqa: A001
 def cas(ary, idx, expected, val):
     """Compare and swap: ``ary[idx] = val`` if ``ary[idx] == expected``, atomically;
     returns the old ``ary[idx]`` (equal to ``expected`` when the swap happened)."""
+    if isinstance(ary, PyView):
+        return ary.atomic("cas", idx, expected, val)
     idx = _python_index("cas", ary, idx, _CAS_TYPES)
     expected, val = _element(ary.dtype, expected), _element(ary.dtype, val)
     with _lock:
@@ -113,16 +124,30 @@ FUNCTIONS = (add, min, max, cas)
 
 
 def _check(name: str, ary, idx, allowed) -> None:
-    """TypingError unless ``ary`` is a writable array of an ``allowed`` element type and
-    ``idx`` one integer per axis (types of numba's or numba-cuda's type system)."""
+    """TypingError unless ``ary`` is a writable array, or a view of one (a
+    :class:`.viewtypes.ViewType`: a view, a checked array), of an ``allowed`` element type
+    and ``idx`` one integer per axis (types of numba's or numba-cuda's type system)."""
     where = f"hetflow.atomic.{name}"
-    if not (hasattr(ary, "dtype") and hasattr(ary, "ndim")) or str(ary.dtype) not in allowed:
-        raise TypingError(f"{where}: needs an array of {', '.join(allowed)}; got {ary}")
-    if not getattr(ary, "mutable", True):
-        raise TypingError(f"{where}: the array is read-only")
+    view = isinstance(ary, ViewType) and ary.layout.is_view
+    what = (f"view argument {ary.param!r}" if ary.param is not None else "a view") if view else "the array"
+    array, ndim = (ary.root, ary.layout.rank) if isinstance(ary, ViewType) else (ary, getattr(ary, "ndim", 0))
+    if not (hasattr(array, "dtype") and hasattr(array, "ndim")) or str(array.dtype) not in allowed:
+        raise TypingError(f"{where}: needs an array of {', '.join(allowed)}; got {f'{what} of ' if view else ''}{array}")
+    if not getattr(array, "mutable", True):
+        raise TypingError(f"{where}: {what} is read-only")
     parts = list(idx) if hasattr(idx, "count") and hasattr(idx, "types") else [idx]
-    if len(parts) != ary.ndim or not builtins.all(type(t).__name__ in ("Integer", "IntegerLiteral") for t in parts):
-        raise TypingError(f"{where}: the index of a {ary.ndim}-D array must be {ary.ndim} integer(s); got {idx}")
+    if len(parts) != ndim or not builtins.all(type(t).__name__ in ("Integer", "IntegerLiteral") for t in parts):
+        kind = f"{what}, a view of rank {ndim}," if view else f"a {ndim}-D array"
+        raise TypingError(f"{where}: the index of {kind} must be {ndim} integer(s); got {idx}")
+
+
+def _on_view(name: str, ary, idx):
+    """The implementation of ``name`` on a view (or checked array) ``ary``, None on an
+    array: its layout's, which computes the root index and updates the root element
+    there (:meth:`.viewtypes.Layout.impl`)."""
+    if isinstance(ary, ViewType):
+        return ary.layout.impl(name, (True,) * ary.layout.rank, hasattr(idx, "count") and hasattr(idx, "types"))
+    return None
 
 
 # -- CPU: LLVM atomic instructions -------------------------------------------------------------
@@ -185,7 +210,7 @@ def _overload_rmw(fn, allowed):
     @overload(fn, target="cpu")
     def cpu_impl(ary, idx, val):
         _check(fn.__name__, ary, idx, allowed)
-        return lambda ary, idx, val: rmw(ary, idx, val)
+        return _on_view(fn.__name__, ary, idx) or (lambda ary, idx, val: rmw(ary, idx, val))
 
 
 for _fn in (add, min, max):
@@ -195,7 +220,7 @@ for _fn in (add, min, max):
 @overload(cas, target="cpu")
 def _cas_cpu(ary, idx, expected, val):
     _check("cas", ary, idx, _CAS_TYPES)
-    return lambda ary, idx, expected, val: _cmpxchg(ary, idx, expected, val)
+    return _on_view("cas", ary, idx) or (lambda ary, idx, expected, val: _cmpxchg(ary, idx, expected, val))
 
 
 # -- GPU: numba-cuda's atomics ------------------------------------------------------------------
@@ -232,7 +257,7 @@ def register_cuda(cuda) -> None:
     impls = cuda_impls(cuda)
 
     def pick(fn, ary, idx):
-        return impls[fn][1 if ary.ndim == 1 and hasattr(idx, "count") else 0]
+        return _on_view(fn.__name__, ary, idx) or impls[fn][1 if ary.ndim == 1 and hasattr(idx, "count") else 0]
 
     def rmw(fn):
         @cuda_overload(fn, target="cuda")

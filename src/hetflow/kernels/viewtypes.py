@@ -28,8 +28,8 @@ import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.datamodel import models
-from numba.core.typing.templates import AbstractTemplate, infer_global, signature
-from numba.extending import (intrinsic, lower_builtin, make_attribute_wrapper, overload, overload_attribute,
+from numba.core.typing.templates import AbstractTemplate, AttributeTemplate, infer_getattr, infer_global, signature
+from numba.extending import (intrinsic, lower_builtin, lower_getattr_generic, make_attribute_wrapper, overload,
                              register_model)
 
 from ..index.lowering import function_key
@@ -40,11 +40,13 @@ CPU, GPU, PY = "cpu", "gpu", "python"  # where an implementation runs (PY: the C
 
 
 class ViewType(types.Type):
-    """A view (or checked array) of one layout over a root array of type ``root``."""
+    """A view (or checked array) of one layout over a root array of type ``root``, passed
+    as kernel parameter ``param`` (None where unknown), which its errors name."""
 
-    def __init__(self, layout: "Layout", root, err):
-        self.layout, self.root, self.err = layout, root, err
-        super().__init__(name=f"hetflow.{layout.name}({root}{', err' if err is not None else ''})")
+    def __init__(self, layout: "Layout", root, err, param=None):
+        self.layout, self.root, self.err, self.param = layout, root, err, param
+        extra = (", err" if err is not None else "") + (f", {param}" if param is not None else "")
+        super().__init__(name=f"hetflow.{layout.name}({root}{extra})")
 
     def members(self):
         out = [("root", self.root)] + [(f"p{k}", types.int64) for k in range(self.layout.nparams)]
@@ -98,8 +100,9 @@ class Layout:
 
     # -- implementations ----------------------------------------------------------------
     def impl(self, op: str, ints: tuple, is_tuple: bool):
-        """The function doing ``op`` ('get' or 'set') for an index with the given integer
-        components (``ints``: one bool per component)."""
+        """The function doing ``op`` ('get', 'set' or the name of a :mod:`hetflow.atomic`
+        function: see :data:`OPERANDS`) for an index with the given integer components
+        (``ints``: one bool per component)."""
         key = (op, ints, is_tuple)
         found = self._impls.get(key)
         if found is None:
@@ -113,7 +116,8 @@ class Layout:
         """Names the implementations call: NumPy, co-map functions and the checks, each
         compiled for the target."""
         if self._namespace is None:
-            ns = {"np": np}
+            from . import atomic  # (atomic's functions take views: it imports this module)
+            ns = {"np": np, **{f"__hf_{fn.__name__}": fn for fn in atomic.FUNCTIONS}}
             device = _device_wrapper(self.target)
             for k, fn in enumerate(self.functions):
                 ns[f"F{k}"] = device(fn)
@@ -130,14 +134,19 @@ class Layout:
 
     def _source(self, op: str, ints: tuple, is_tuple: bool) -> str:
         """Text of ``op`` over the root: the lowering's index expressions (a view) or the
-        index itself (a checked array), cast, checked or guarded as the layout says."""
+        index itself (a checked array), cast, checked or guarded as the layout says. An
+        atomic calls ``__hf_<op>`` on the root element; its index never wraps (as an
+        atomic's does not), and a checked GPU skips it where a store is skipped."""
+        atomic = op not in ("get", "set")
         names = [f"i{k}" for k in range(len(ints))]
-        head = f"def {op}(v, idx{', val' if op == 'set' else ''}):"
-        lines = [head] + ([f"    {n} = idx[{k}]" for k, n in enumerate(names)] if is_tuple else ["    i0 = idx"])
+        # (an overload's implementation takes the parameter names of the function: atomic's ``ary``)
+        head = f"def {op}({'ary' if atomic else 'v'}, idx{''.join(', ' + n for n in OPERANDS[op])}):"
+        lines = [head] + ["    v = ary"] * atomic
+        lines += [f"    {n} = idx[{k}]" for k, n in enumerate(names)] if is_tuple else ["    i0 = idx"]
         if self.is_view:  # every root index is an integer
             comps, checked, wrap = list(self.exprs), [True] * len(self.exprs), 0
         else:  # a checked array: Python's negative indices count from the end
-            comps, checked, wrap = names, ints, 1
+            comps, checked, wrap = names, ints, int(not atomic)
         ok = []
         for axis, (comp, check) in enumerate(zip(comps, checked)):
             if not check:
@@ -151,11 +160,21 @@ class Layout:
                 lines.append(f"    k{axis} = {comp}")
                 ok.append(f"__hf_ok(k{axis}, v.root.shape[{axis}], {wrap}, v.pid, {axis}, v.err)")
                 comps[axis] = f"k{axis}"
-        target = f"v.root[{', '.join(comps)}{',' if len(comps) == 1 and is_tuple else ''}]"
-        if ok:
-            lines.append(f"    if not ({' and '.join(ok)}):\n        return")
-        lines.append(f"    return {target}" if op == "get" else f"    {target} = val")
+        index = f"{', '.join(comps)}{',' if len(comps) == 1 and (is_tuple or atomic) else ''}"
+        if ok:  # a skipped atomic returns element 0, as a failed load does
+            skipped = f" v.root[{', '.join(['0'] * len(comps))}]" if atomic else ""
+            lines.append(f"    if not ({' and '.join(ok)}):\n        return{skipped}")
+        if atomic:
+            lines.append(f"    return __hf_{op}(v.root, ({index}), {', '.join(OPERANDS[op])})")
+        else:
+            lines.append(f"    return v.root[{index}]" if op == "get" else f"    v.root[{index}] = val")
         return "\n".join(lines) + "\n"
+
+
+# The operands of each operation of a layout after the value and its index: a subscript's
+# and hetflow.atomic's (kernels.atomic).
+OPERANDS = {"get": (), "set": ("val",), "add": ("val",), "min": ("val",), "max": ("val",),
+            "cas": ("expected", "val")}
 
 
 def _index_pattern(idx):
@@ -238,17 +257,58 @@ def _view_setitem(v, idx, val):
 
 
 def _view_len(v):
-    if _checked_array(v):
-        return lambda v: len(v.root)
+    if not isinstance(v, ViewType):
+        return None
+    if v.layout.is_view:
+        raise numba.core.errors.TypingError(refusal(v.param, "len()", v))
+    return lambda v: len(v.root)
 
 
-def _checked_array(v):
-    return isinstance(v, ViewType) and not v.layout.is_view
+# The attributes of an array a kernel may read of a view or checked array, as its root
+# answers them; of a view, its rank and element type: its extent is no part of its value
+# (one executable serves every view of its structure, whatever its extent).
+ATTRIBUTES = ("shape", "size", "ndim", "dtype")
+_EXTENT = ("shape", "size")
 
 
-# What a checked array answers for its root.
-_ROOT_ATTRS = {"shape": lambda v: v.root.shape, "size": lambda v: v.root.size,
-               "ndim": lambda v: v.root.ndim, "dtype": lambda v: v.root.dtype}
+def refusal(param, attr: str, kind=None) -> str:
+    """Why a view's ``attr`` (its extent, or what follows from it) is refused in a kernel
+    (``kind``: the view's compiled type, where there is one)."""
+    who = (f"view argument {param!r}" if param is not None else "a view argument") + (f" ({kind})" if kind else "")
+    return (f"{who}: its {attr} is not known inside a kernel (a view reaches a kernel without its "
+            f"extent: one compiled kernel serves views of every extent); pass the extent as a "
+            f"scalar argument (view.shape outside the kernel), or use the launch extent")
+
+
+def _attribute_template(base):
+    """The typing of :data:`ATTRIBUTES` on ``base``, a target's AttributeTemplate: a
+    refused one raises here, where Numba reports it as it is (an overload's reason is
+    nested under its candidates)."""
+    class ViewAttributes(base):
+        key = ViewType
+
+        def generic_resolve(self, v, attr):
+            if attr not in ATTRIBUTES:
+                return None
+            if v.layout.is_view and attr in _EXTENT:
+                raise numba.core.errors.TypingError(refusal(v.param, attr, v))
+            if v.layout.is_view and attr == "ndim":
+                return types.intp
+            return self.context.resolve_getattr(v.root, attr)
+
+    return ViewAttributes
+
+
+def _attribute_lowering(cgutils_):
+    """The lowering of :data:`ATTRIBUTES` (``cgutils_``: the target's cgutils): the root's,
+    or a view's rank."""
+    def lower(context, builder, v, value, attr):
+        if v.layout.is_view and attr == "ndim":
+            return context.get_constant(types.intp, v.layout.rank)
+        root = cgutils_.create_struct_proxy(v)(context, builder, value=value).root
+        return context.get_getattr(v.root, attr)(context, builder, v.root, root, attr)
+
+    return lower
 
 
 def _slot_getitem(s, idx, target):
@@ -263,37 +323,34 @@ def _slot_setitem(s, idx, val, target):
         return lambda s, idx, val: store(s, val)
 
 
-def _root_attribute(get):
-    def typer(v):
-        return get if _checked_array(v) else None
-    return typer
-
-
 _registered: set = set()
 _exposed = {CPU: set(), GPU: set()}
 _register_lock = threading.RLock()
 
 
 def _register(target):
-    """The subscript, ``len`` and attribute overloads of views and slots on ``target``
-    (CPU: Numba's own registries; GPU: numba-cuda's), once."""
+    """The subscript, ``len`` and attribute typing and lowering of views and slots on
+    ``target`` (CPU: Numba's own registries; GPU: numba-cuda's), once."""
     with _register_lock:
         if target in _registered:
             return
         if target == GPU:
-            from numba.cuda import extending as ext
+            from numba.cuda import cgutils as cuda_cgutils, extending as ext
+            from numba.cuda.cudadecl import registry as typing
+            from numba.cuda.cudaimpl import registry as lowering
+            from numba.cuda.typing.templates import AttributeTemplate as attributes
             ov = lambda f: ext.overload(f, target="cuda")  # noqa: E731
-            attr = lambda name: ext.overload_attribute(ViewType, name, target="cuda")  # noqa: E731
+            typing.register_attr(_attribute_template(attributes))
+            lowering.lower_getattr_generic(ViewType)(_attribute_lowering(cuda_cgutils))
         else:
             ov = overload
-            attr = lambda name: overload_attribute(ViewType, name)  # noqa: E731
+            infer_getattr(_attribute_template(AttributeTemplate))
+            lower_getattr_generic(ViewType)(_attribute_lowering(cgutils))
         ov(operator.getitem)(_view_getitem)
         ov(operator.setitem)(_view_setitem)
         ov(len)(_view_len)
         ov(operator.getitem)(lambda s, idx: _slot_getitem(s, idx, target))
         ov(operator.setitem)(lambda s, idx, val: _slot_setitem(s, idx, val, target))
-        for name, get in _ROOT_ATTRS.items():
-            attr(name)(_root_attribute(get))
         _registered.add(target)
 
 
@@ -325,11 +382,12 @@ def constructor(low, checked: bool, target: str):
     def layout_of(ndim):
         return layout(low, ndim, checked, target)
 
+    param = parameter(low) if low is not None else None
     if target == PY:
         def make(root, params, pid, err):
             if low is None and not getattr(root, "ndim", 0):
                 return root  # a scalar
-            return PyView(layout_of(getattr(root, "ndim", 0)), root, params, pid, err)
+            return PyView(layout_of(getattr(root, "ndim", 0)), root, params, pid, err, param)
         return make
     _register(target)
 
@@ -337,7 +395,7 @@ def constructor(low, checked: bool, target: str):
         if low is None and not isinstance(root, types.Array):  # a scalar stays itself
             return root(root, params, pid, err), lambda context, builder, sig, args: args[0]
         lay = layout_of(root.ndim)
-        vt = ViewType(lay, root, err if checked else None)
+        vt = ViewType(lay, root, err if checked else None, param)
 
         def codegen(context, builder, sig, args):
             root_v, params_v, pid_v, err_v = args
@@ -357,11 +415,21 @@ def constructor(low, checked: bool, target: str):
     return _intrinsic(target)(typer)
 
 
+def parameter(low) -> str | None:
+    """The kernel parameter a view lowered as ``low`` is passed as: a launch lowers the
+    view it passes as ``x`` with the prefix ``x__p`` (:mod:`hetflow.runtime.launch`), so
+    its index variables are ``x__pi0``, ... and its numbers ``x__pp0``, ...; None
+    for other prefixes."""
+    names = low.var_names + low.param_names
+    found = re.fullmatch(r"(.+)__p[ip]\d+", names[0]) if names else None
+    return found.group(1) if found else None
+
+
 class PyView:
     """A view value on the CUDA simulator (kernels run as Python there)."""
 
-    def __init__(self, layout: Layout, root, params, pid, err):
-        self.layout, self.root, self.pid, self.err = layout, root, pid, err
+    def __init__(self, layout: Layout, root, params, pid, err, param=None):
+        self.layout, self.root, self.pid, self.err, self.param = layout, root, pid, err, param
         for k, p in enumerate(params):
             setattr(self, f"p{k}", int(p))
 
@@ -376,18 +444,40 @@ class PyView:
     def __setitem__(self, idx, val):
         self._impl("set", idx)(self, idx, val)
 
-    def _array(self):
-        """The root of a checked array (a view, as compiled, is only subscripted)."""
+    def atomic(self, op: str, idx, *operands):
+        """hetflow.atomic's ``op`` on the root element at view index ``idx``."""
+        parts = idx if isinstance(idx, tuple) else (idx,)
+        if self.layout.is_view and (len(parts) != self.layout.rank
+                                    or not all(isinstance(p, (int, np.integer)) for p in parts)):
+            who = f"view argument {self.param!r}" if self.param is not None else "a view"
+            raise IndexError(f"hetflow.atomic.{op}: the index of {who}, a view of rank {self.layout.rank}, must "
+                             f"be {self.layout.rank} integer(s); got {idx}")
+        return self._impl(op, idx)(self, idx, *operands)
+
+    def _extent(self, attr: str):
+        """The root, whose extent a checked array's is; AttributeError for a view."""
         if self.layout.is_view:
-            raise AttributeError("a view in a kernel can only be subscripted")
+            raise AttributeError(refusal(self.param, attr))
         return self.root
 
     @property
     def shape(self):
-        return self._array().shape
+        return self._extent("shape").shape
+
+    @property
+    def size(self):
+        return self._extent("size").size
 
     def __len__(self):
-        return len(self._array())
+        return len(self._extent("len()"))
+
+    @property
+    def ndim(self):
+        return self.layout.rank if self.layout.is_view else self.root.ndim
+
+    @property
+    def dtype(self):
+        return self.root.dtype
 
 
 _layouts: dict = {}

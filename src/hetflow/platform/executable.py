@@ -174,8 +174,18 @@ def _name_error_lines(text: str, kernel) -> list[int]:
             if isinstance(n, ast.Name) and n.id == names[0]][:1]
 
 
+# The lines of a compiler message kept: the first of them, and the reason an overload
+# (hetflow's refusals among them) gave, which Numba nests under its candidates, further down.
+_KEPT_LINES = 8
+_REASON = "Rejected as the implementation raised a specific error:"
+
+
 def _compiler_message(text: str) -> str:
     # Numba prefixes messages with ANSI colours and a generic banner; keep the substance.
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)
     keep = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("During:")]
-    return " | ".join(keep[:8])
+    shown = keep[:_KEPT_LINES]
+    at = next((k for k, ln in enumerate(keep) if ln == _REASON), len(keep))
+    if _KEPT_LINES <= at + 1 < len(keep):
+        shown += ([] if at < _KEPT_LINES else ["...", _REASON]) + [keep[at + 1]]
+    return " | ".join(shown)

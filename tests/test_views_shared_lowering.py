@@ -154,7 +154,7 @@ def _rows(f):
 def test_co_map_functions_share_by_code_and_captured_values(lowered):
     assert shared_lowering(_rows(_shifter(1)), "c_") is shared_lowering(_rows(_shifter(1)), "c_")
     assert len(lowered) == 1  # a fresh function of the same code and values hits
-    distinct = [_shifter(2), _shifter(2.0), _shifter_default(1), _shifter_default(2),
+    distinct = [_shifter(2), _shifter(np.int64(2)), _shifter_default(1), _shifter_default(2),
                 _rows_reversed]
     lows = [shared_lowering(_rows(f), "c_") for f in [_shifter(1)] + distinct]
     assert len({id(low) for low in lows}) == len(lows)  # another value, type, default or code

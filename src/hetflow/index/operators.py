@@ -12,7 +12,7 @@ import numpy as np
 from hetflow.errors import ArgumentTypeError, IndexOutOfBoundsError, ShapeError
 from hetflow.index.expr import Call, cyclic
 from hetflow.index.lowering import function_key
-from hetflow.index.space import extent, index
+from hetflow.index.space import extent, index, is_integer
 from hetflow.index.views import (View, exact_params, checked_dim, extent_of, insert_at, integer_arg, make_view, rank,
                                  read_element, set_field, sparse_indices, tuple_arg,
                                  write_element)
@@ -23,6 +23,16 @@ from hetflow.index.views import (View, exact_params, checked_dim, extent_of, ins
 # extremes): its other indices are checked only where the host reads or writes them.
 CHECKED_INDICES = 1 << 22
 _CHUNK = 1 << 16  # indices per vectorised call of f: bounded temporaries
+
+
+def _check_integral(image, idx):
+    """ArgumentTypeError unless every component of f's ``image`` of the index arrays
+    ``idx`` is an integer array: NumPy would take a bool one as a mask, and refuse a float."""
+    for d, c in enumerate(image):
+        if c.dtype == bool or not np.issubdtype(c.dtype, np.integer):
+            first = tuple(x[0].item() for x in image)
+            raise ArgumentTypeError(f"co_map: f must return integer indices, but gives {c.dtype} ones "
+                                    f"on dim {d} (f gives {first} at index {tuple(int(i[0]) for i in idx)})")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -73,6 +83,7 @@ class CoMap(View):
         except (TypeError, ValueError) as exc:
             raise ArgumentTypeError(f"co_map: f must work elementwise on integer index arrays, as "
                                     f"creation calls it; it raised {type(exc).__name__}: {exc}") from exc
+        _check_integral(image, idx)
         outside = np.zeros(count, bool)
         for c, n in zip(image, pext):
             outside |= (c < 0) | (c >= n)
@@ -89,17 +100,17 @@ class CoMap(View):
             raise ArgumentTypeError(f"co_map: f must return an index tuple, got {image!r}")
         return tuple(image)
 
-    def transform_offset(self, off):
+    def _transform_offset(self, off):
         return index(self.transform(off))
 
-    def transform_extent(self, ext):
+    def _transform_extent(self, ext):
         """The extent of the smallest box holding f's image of ``ext``."""
         if not extent(ext).size:
             return extent((0,) * rank(self.parent))
         image = self.transform(sparse_indices(np, ext))
         return extent(int(np.max(c)) - int(np.min(c)) + 1 for c in image)
 
-    def cotransform_extent(self, pext):
+    def _cotransform_extent(self, pext):
         return self.size
 
     def _check_reach(self, image, pext):
@@ -156,13 +167,13 @@ class Project(View):
     def transform(self, idx):
         return insert_at(idx, self.dim, self.value)
 
-    def transform_offset(self, off):
+    def _transform_offset(self, off):
         return index(insert_at(off, self.dim, self.value))
 
-    def transform_extent(self, ext):
+    def _transform_extent(self, ext):
         return extent(insert_at(ext, self.dim, 1))
 
-    def cotransform_extent(self, pext):
+    def _cotransform_extent(self, pext):
         return extent(pext[:self.dim] + pext[self.dim + 1:])
 
     def _lower(self, idx, ctx):
@@ -192,20 +203,20 @@ class CShift(View):
     def _shifted(self, t):
         t = list(t)
         n = self._n()
-        if n:
-            t[self.dim] = (t[self.dim] + self.shift) % n
+        if n:  # the shift reduced first: index arrays add it as int64
+            t[self.dim] = (t[self.dim] + self.shift % n) % n
         return tuple(t)
 
     def transform(self, idx):
         return self._shifted(idx)
 
-    def transform_offset(self, off):
+    def _transform_offset(self, off):
         return index(self._shifted(off))
 
-    def transform_extent(self, ext):
+    def _transform_extent(self, ext):
         return extent(ext)
 
-    def cotransform_extent(self, pext):
+    def _cotransform_extent(self, pext):
         return extent(pext)
 
     def _lower(self, idx, ctx):
@@ -233,9 +244,9 @@ class Interior(View):
         return (self.delta,)
 
     def _check(self, pext):
-        try:  # one delta for every dimension, or one per dimension
+        if is_integer(self.delta):  # one delta for every dimension, or one per dimension
             delta = index._of((operator.index(self.delta),) * len(pext))
-        except TypeError:
+        else:
             delta = tuple_arg(self.op, "delta", self.delta, index)
         if len(delta) != len(pext):
             raise ShapeError(f"interior: delta {tuple(delta)} has rank {delta.rank}, "
@@ -257,14 +268,17 @@ class Interior(View):
     def transform(self, idx):
         return tuple(i + k for i, k in zip(idx, self.delta))
 
-    def transform_offset(self, off):
+    def _transform_offset(self, off):
         return index(off) + self.delta
 
-    def transform_extent(self, ext):
+    def _transform_extent(self, ext):
         return extent(ext) + 2 * self.delta
 
-    def cotransform_extent(self, pext):
-        return extent._of(_shrunk(extent(pext), self.delta))
+    def _cotransform_extent(self, pext):
+        inner = _shrunk(pext, self.delta)
+        if min(inner, default=0) < 0:
+            self._reject(self.delta, pext)
+        return extent._of(inner)
 
     def _lower(self, idx, ctx):
         ctx.note(("interior", len(idx)))
@@ -292,13 +306,13 @@ class Transpose(View):
         t[self.d1], t[self.d2] = t[self.d2], t[self.d1]
         return tuple(t)
 
-    def transform_offset(self, off):
+    def _transform_offset(self, off):
         return index(self.transform(off))
 
-    def transform_extent(self, ext):
+    def _transform_extent(self, ext):
         return extent(self.transform(ext))
 
-    def cotransform_extent(self, pext):
+    def _cotransform_extent(self, pext):
         return extent(self.transform(pext))
 
     def _lower(self, idx, ctx):
@@ -338,13 +352,13 @@ class Section(View):
     def transform(self, idx):
         return tuple(i + s for i, s in zip(idx, self.start))
 
-    def transform_offset(self, off):
+    def _transform_offset(self, off):
         return index(off) + self.start
 
-    def transform_extent(self, ext):
+    def _transform_extent(self, ext):
         return extent(ext)
 
-    def cotransform_extent(self, pext):
+    def _cotransform_extent(self, pext):
         return self.size
 
     def _lower(self, idx, ctx):

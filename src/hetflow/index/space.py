@@ -17,13 +17,19 @@ from hetflow.errors import ArgumentTypeError, ShapeError
 
 
 def _to_int(value, kind):
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ArgumentTypeError(f"{kind} components must be integers, got {value!r}") from None
+    if not isinstance(value, bool):  # see is_integer
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise ArgumentTypeError(f"{kind} components must be integers, got {value!r}")
 
 
-def _is_integer(value):
+def is_integer(value):
+    """True for Python's and NumPy's integers; False for a bool, which NumPy would take
+    as a mask and Python as 0 or 1, neither a position."""
+    if isinstance(value, bool):
+        return False
     try:
         operator.index(value)
     except TypeError:
@@ -50,7 +56,7 @@ class _IntTuple(tuple):
             only = components[0]
             if type(only) is cls:  # immutable and already checked
                 return only
-            if isinstance(only, tuple) or not _is_integer(only):
+            if isinstance(only, tuple) or not is_integer(only):
                 try:
                     components = tuple(only)
                 except TypeError:

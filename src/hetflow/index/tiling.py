@@ -13,9 +13,9 @@ from fractions import Fraction
 
 from hetflow.errors import ArgumentTypeError, IndexOutOfBoundsError, ShapeError
 from hetflow.index.operators import Section
-from hetflow.index.space import extent, index
+from hetflow.index.space import extent, index, is_integer
 from hetflow.index.views import (View, checked_dim, describe, element_extent_of, extent_of,
-                                 require_indexable, set_field, tuple_arg)
+                                 integer_arg, require_indexable, set_field, tuple_arg)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -55,13 +55,13 @@ class Tile(View):
         """Tile index -> the parent index of the tile's origin."""
         return tuple(i * t for i, t in zip(idx, self.tile_extent))
 
-    def transform_offset(self, off):
+    def _transform_offset(self, off):
         return index(off) * self.tile_extent
 
-    def transform_extent(self, ext):
+    def _transform_extent(self, ext):
         return extent(ext) * self.tile_extent
 
-    def cotransform_extent(self, pext):
+    def _cotransform_extent(self, pext):
         return extent(pext) // self.tile_extent
 
     def tile_at(self, idx):
@@ -120,7 +120,7 @@ class Partition(collections.abc.Sequence):
     def __getitem__(self, k):
         if isinstance(k, slice):
             return tuple(self[j] for j in range(*k.indices(len(self))))
-        k = operator.index(k)
+        k = integer_arg("partition", "part", k)
         if not -len(self) <= k < len(self):
             raise IndexOutOfBoundsError(f"partition: part {k} does not exist; there are "
                                         f"{len(self)} parts")
@@ -153,11 +153,10 @@ def partition(parent, parts, dim):
     n = pext[dim]
     if isinstance(parts, collections.abc.Sequence):
         return Partition(parent, dim, _apportion(parts, n))
-    try:
-        k = operator.index(parts)
-    except TypeError:
+    if not is_integer(parts):
         raise ArgumentTypeError(f"partition: parts must be a count or a list of shares, "
-                                f"got {parts!r}") from None
+                                f"got {parts!r}")
+    k = operator.index(parts)
     if not 1 <= k <= n:
         raise ShapeError(f"partition: {k} parts of dim {dim} with extent {n}: parts must be "
                          f"in [1, {n}] so that every part gets an index")
@@ -167,8 +166,8 @@ def partition(parent, parts, dim):
 
 def _apportion(shares, n):
     """Integer sizes adding up to ``n``, proportional to ``shares`` (largest remainder)."""
-    if not shares or not all(isinstance(s, numbers.Real) and math.isfinite(s) and s > 0
-                             for s in shares):
+    if not shares or not all(isinstance(s, numbers.Real) and not isinstance(s, bool)
+                             and math.isfinite(s) and s > 0 for s in shares):
         raise ShapeError(f"partition: shares must be a non-empty list of positive finite "
                          f"numbers, got {list(shares)}")
     exact = [Fraction(s) if isinstance(s, numbers.Rational) else Fraction(float(s))

@@ -22,7 +22,7 @@ import numpy as np
 from hetflow.errors import ArgumentTypeError, HetflowError, IndexOutOfBoundsError, ShapeError
 from hetflow.index.arrays import _VIEW_TYPES, array_module, is_array, is_device_array, is_view, required_cupy
 from hetflow.index.expr import LowerContext
-from hetflow.index.space import extent, index
+from hetflow.index.space import extent, index, is_integer
 
 
 # -- indexables ------------------------------------------------------------------
@@ -95,11 +95,11 @@ def checked_dim(op, dim, rank_, what="dim"):
 
 
 def integer_arg(op, what, value):
-    """``value`` as an int, else ArgumentTypeError naming the operator and argument."""
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ArgumentTypeError(f"{op}: {what} must be an integer, got {value!r}") from None
+    """``value`` as an int, else ArgumentTypeError naming the operator and argument (a
+    bool too: see ``space.is_integer``)."""
+    if not is_integer(value):
+        raise ArgumentTypeError(f"{op}: {what} must be an integer, got {value!r}")
+    return operator.index(value)
 
 
 def tuple_arg(op, what, value, kind):
@@ -311,17 +311,40 @@ class View(abc.ABC):
     def transform(self, idx):
         """View index -> parent index (components may be integer arrays)."""
 
-    @abc.abstractmethod
     def transform_offset(self, off):
         """View offset -> parent offset: where the view's origin lies in the parent."""
+        return self._transform_offset(self._transform_arg("transform_offset", off, index, self.rank))
 
-    @abc.abstractmethod
     def transform_extent(self, ext):
         """View extent -> the parent extent it spans."""
+        return self._transform_extent(self._transform_arg("transform_extent", ext, extent, self.rank))
 
-    @abc.abstractmethod
     def cotransform_extent(self, pext):
         """Parent extent -> the view's extent."""
+        prank = rank(self.parent)
+        return self._cotransform_extent(self._transform_arg("cotransform_extent", pext, extent, prank))
+
+    def _transform_arg(self, method, value, kind, rank_):
+        """``value`` as an ``index`` or ``extent`` (``kind``) of rank ``rank_``, else an
+        error naming the operator and the transform."""
+        where = f"{self.op}.{method}"
+        value = tuple_arg(where, kind.__name__, value, kind)
+        if value.rank != rank_:
+            raise ShapeError(f"{where}: {kind.__name__} {tuple(value)} has rank {value.rank}, "
+                             f"not {rank_}")
+        return value
+
+    @abc.abstractmethod
+    def _transform_offset(self, off):
+        """``transform_offset`` of an ``index`` of the view's rank."""
+
+    @abc.abstractmethod
+    def _transform_extent(self, ext):
+        """``transform_extent`` of an ``extent`` of the view's rank."""
+
+    @abc.abstractmethod
+    def _cotransform_extent(self, pext):
+        """``cotransform_extent`` of an ``extent`` of the parent's rank."""
 
     @abc.abstractmethod
     def _lower(self, idx, ctx):

@@ -10,7 +10,7 @@ import itertools
 import threading
 
 from ..errors import InvalidContextError
-from .devices import Device, device_list, devices, get_device
+from .devices import Device, device_list, devices, find_devices
 from .matching import LogicalDevice
 
 _ids = itertools.count(1)
@@ -25,15 +25,16 @@ def _as_logical(target) -> LogicalDevice:
         return target
     if isinstance(target, Device):
         return LogicalDevice((target,))
-    if isinstance(target, str):
-        return LogicalDevice((get_device(target),))
+    if isinstance(target, str):  # what forall's device= names: an id, 'all' or 'gpu'
+        return LogicalDevice(find_devices(target))
     return LogicalDevice(device_list(target, "context device", "None, a device id, a Device, a list of ids "
                                      "or Devices, or a LogicalDevice"))
 
 
 class Context:
-    """A reference-counted context on a logical device (device ids, a Device, or a list
-    naming at least one device, none twice)."""
+    """A reference-counted context on a logical device: None (every real device), what
+    ``forall``'s ``device=`` names (an id, ``'all'``, ``'gpu'``), a Device, a list naming
+    at least one device, none twice, or a LogicalDevice."""
 
     def __init__(self, logical_device=None):
         self.logical_device = _as_logical(logical_device)
@@ -86,5 +87,6 @@ def lookup(context_id: int) -> Context:
     with _lock:
         ctx = _live.get(context_id)
     if ctx is None:
-        raise InvalidContextError(f"unknown context id {context_id}")
+        raise InvalidContextError(f"unknown context id {context_id!r}: no live context has it (never "
+                                  f"created, or released)")
     return ctx

@@ -105,37 +105,65 @@ def find_devices(name: str) -> tuple[Device, ...]:
         return devices()
     if name == "gpu":
         return gpus() or (cpu_device(),)
-    return (get_device(name),)
+    try:
+        return (get_device(name),)
+    except DeviceError as exc:  # a name, not only an id, was wanted: say which names there are
+        raise DeviceError(f"{exc}; or name 'all' (every device) or 'gpu' (every GPU), or list several "
+                          f"devices: {[d.id for d in devices()]!r}") from None
 
 
-def get_device(device_id: str) -> Device:
-    """Look a device up by id ('cpu0', 'gpu0', ...)."""
-    found = _by_id.get(device_id)
-    if found is not None:
-        return found
+def get_device(device_id) -> Device:
+    """Look a device up by id ('cpu0', 'gpu0', ...); a Device gives the table's record of
+    its id. An id of no device raises DeviceError listing the devices; anything but an id
+    or a Device, ArgumentTypeError."""
+    try:
+        return _by_id[device_id]
+    except (KeyError, TypeError):  # (TypeError: unhashable, a list)
+        return _look_up(device_id)
+
+
+def _look_up(device_id) -> Device:
+    """:func:`get_device` for an id it has not seen yet (or no id at all)."""
+    if isinstance(device_id, Device):
+        return get_device(device_id.id)
+    if not isinstance(device_id, str):
+        raise ArgumentTypeError(f"a device is named by an id such as 'cpu0' or 'gpu0', or a Device; got "
+                                f"{type(device_id).__name__} {device_id!r}")
     if device_id == "cpu0":  # without enumerating GPUs (which starts CUDA)
         found = cpu_device()
     else:
         found = next((dev for dev in devices() if dev.id == device_id), None)
         if found is None:
-            known = ", ".join(d.id for d in devices())
-            raise DeviceError(f"no device with id {device_id!r}; devices are: {known}")
+            raise DeviceError(_unknown(device_id))
     _by_id[device_id] = found
     return found
+
+
+def _unknown(device_id: str) -> str:
+    """Why ``device_id`` names no device, listing those that exist."""
+    known = [d.id for d in devices()]
+    near = device_id.strip().lower()  # ids are lower case, without spaces: 'GPU0', ' cpu0 '
+    hint = f" (did you mean {near!r}?)" if near != device_id and near in known else ""
+    return f"no device with id {device_id!r}{hint}; devices are: {', '.join(known)}"
 
 
 _by_id: dict[str, Device] = {}  # ids looked up in the table in force (devices() clears it)
 
 
-def device_list(given, what: str, kinds: str) -> tuple[Device, ...]:
-    """The devices that ``given``, a list of device ids and Devices, names: at least one,
-    none twice. Messages name the argument ``what``, and say it must be one of ``kinds``
-    when ``given`` is no list."""
+def device_list(given, what: str, kinds: str, empty: bool = False) -> tuple[Device, ...]:
+    """The devices that ``given``, a list of device ids and Devices, names: none twice, and
+    at least one unless ``empty``. Messages name the argument ``what``, and say it must be
+    one of ``kinds`` when ``given`` is no list."""
+    if isinstance(given, (str, bytes)):  # not a list of ids, one per character
+        raise ArgumentTypeError(f"{what} must be {kinds}; got {type(given).__name__} {given!r}")
+    if isinstance(given, (set, frozenset)):  # devices take rows and shares in the list's order
+        raise ArgumentTypeError(f"{what} {given!r} is a set, whose order is arbitrary: give a list "
+                                f"(shares and rows go to devices in its order)")
     try:
         items = tuple(given)
     except TypeError:
         raise ArgumentTypeError(f"{what} must be {kinds}; got {type(given).__name__}") from None
-    if not items:
+    if not items and not empty:
         raise ArgumentError(f"{what} {given!r} names no device; give at least one")
     # (get_device keeps the ids it found: a list of ids is a few dict look-ups)
     found = tuple(d if isinstance(d, Device) else _listed(d, given, what) for d in items)

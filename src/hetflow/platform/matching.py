@@ -11,15 +11,24 @@ from __future__ import annotations
 import dataclasses
 import numbers
 
-from ..errors import DeviceError
-from .devices import Device, devices
+from ..errors import ArgumentError, ArgumentTypeError, DeviceError
+from .devices import Device, device_list, devices
+
+_CAPABILITIES = tuple(field.name for field in dataclasses.fields(Device))
 
 
 @dataclasses.dataclass(frozen=True)
 class LogicalDevice:
-    """A group of selected physical devices, used as one (SPEC §2)."""
+    """A group of selected physical devices, used as one (SPEC §2): Devices or device ids
+    (looked up in the table), none twice. An empty group (a selection that matched
+    nothing) is refused where it would run."""
 
     devices: tuple[Device, ...]
+
+    def __post_init__(self):
+        # Checked here, not where a launch first touches a device's fields.
+        found = device_list(self.devices, "LogicalDevice devices", "a list of device ids or Devices", empty=True)
+        object.__setattr__(self, "devices", found)
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -71,8 +80,6 @@ def _pick(require: dict, prefer: dict, candidates, strict: bool) -> Device:
         key=lambda d: (score(d, require), score(d, prefer), _speed(d)),
         reverse=True,
     )
-    if not ranked:
-        raise DeviceError("no devices are available")
     best = ranked[0]
     if strict and score(best, require) < len(require):
         lines = [f"  {d.id} ({d.name}): unmet {', '.join(unmet(d, require))}" for d in ranked]
@@ -90,10 +97,27 @@ def select(*requirement_lists: dict, require: dict | None = None, prefer: dict |
     unmet; otherwise the highest-scoring device is taken.
     """
     lists = list(requirement_lists) + ([require] if require is not None else [])
-    lists = lists or [{}]
-    prefer = prefer or {}
+    lists = [_requirements(req, "a requirement list") for req in lists] or [{}]
+    prefer = _requirements(prefer or {}, "prefer")
+    table = devices()
+    if len(lists) > len(table):
+        raise DeviceError(f"select: {len(lists)} requirement lists pick one device each, but the machine "
+                          f"has {len(table)}: {', '.join(d.id for d in table)}")
     chosen: list[Device] = []
     for req in lists:
-        remaining = [d for d in devices() if d not in chosen]
+        remaining = [d for d in table if d not in chosen]
         chosen.append(_pick(req, prefer, remaining, strict))
     return LogicalDevice(tuple(chosen))
+
+
+def _requirements(given, what: str) -> dict:
+    """``given``, checked to be a dict of capabilities: a misspelt one would match no
+    device (or, not strict, be ignored)."""
+    if not isinstance(given, dict):
+        raise ArgumentTypeError(f"select: {what} must be a dict {{capability: wanted}}; got "
+                                f"{type(given).__name__} {given!r}")
+    unknown = [repr(cap) for cap in given if cap not in _CAPABILITIES]
+    if unknown:
+        raise ArgumentError(f"select: {what} {given!r} names no capability {', '.join(unknown)}; "
+                            f"capabilities are {', '.join(_CAPABILITIES)}")
+    return given

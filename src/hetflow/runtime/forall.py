@@ -57,9 +57,9 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
     """The physical devices a call site runs on."""
     if device is None:
         return _default_devices(args)
-    if isinstance(device, Context):
-        return device.devices
-    if isinstance(device, LogicalDevice):
+    if isinstance(device, (Context, LogicalDevice)):
+        if not device.devices:
+            raise ArgumentError(f"device {device!r} holds no device; give it at least one")
         return device.devices
     if isinstance(device, str):
         return find_devices(device)

@@ -205,7 +205,7 @@ class _Core:
         sched = self.scheduler
         explicit = None
         if device is not None:
-            explicit = sched.lane(device.id if isinstance(device, Device) else device)
+            explicit = sched.lane(_device_id(device))
             if explicit is None:
                 raise ArgumentError(f"device {device!r} is not in this queue's context "
                                     f"({', '.join(lane.device.id for lane in self.lanes)})")
@@ -433,6 +433,16 @@ class _Core:
                 self._wake_all_locked()
         if self.context.refcount > 0:  # the application may have released our reference too
             self.context.release()
+
+
+def _device_id(device) -> str:
+    """The id of one device named by ``device``, an id or a Device (one lane: no list)."""
+    if isinstance(device, Device):
+        return device.id
+    if isinstance(device, str):
+        return device
+    raise ArgumentTypeError(f"device must be one device's id or a Device; got {type(device).__name__} "
+                            f"{device!r}")
 
 
 def _slots(device: Device, slots) -> int:
@@ -679,7 +689,7 @@ class Queue:
     def set_device_busy(self, device, busy: bool | None = True) -> None:
         """Mark a device of this queue busy with other work (True), free (False), or
         measured again (None); see :func:`hetflow.runtime.status.set_busy`."""
-        dev_id = device.id if isinstance(device, Device) else device
+        dev_id = _device_id(device)
         if self._core.scheduler.lane(dev_id) is None:
             raise ArgumentError(f"device {device!r} is not in this queue's context")
         status.set_busy(dev_id, busy)

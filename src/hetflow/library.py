@@ -5,6 +5,8 @@ repository, so a later process loads them instead of compiling.
 """
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from .errors import ArgumentError, ArgumentTypeError, ShapeError
@@ -83,7 +85,9 @@ def dot(x, y, *, blocks: int = 256, device=None):
     """x · y of two vectors (arrays, views of rank 1, or what ``np.asarray`` reads: a
     list), as ``np.dot`` gives it (of a view's ``numpy()``): ``dot_partial`` per block,
     then a sum of the partials, both in NumPy's result type (integers wrap as NumPy's
-    do; bools: whether some product is true)."""
+    do; bools: whether some product is true). ``blocks``: how many partials, a positive
+    integer (at most one per element)."""
+    count = _block_count(blocks)
     x, y = _vector(x, "x"), _vector(y, "y")
     n = x.shape[0]
     if y.shape[0] != n:
@@ -95,11 +99,21 @@ def dot(x, y, *, blocks: int = 256, device=None):
                                 f"(integers, floats, complex)")
     devs = resolve_devices(device, (x, y))
     x, y = compiled_operand(x, devs, "dot", "x"), compiled_operand(y, devs, "dot", "y")
-    blocks = max(1, min(blocks, n))
+    blocks = min(count, max(n, 1))
     block = -(-n // blocks) if n else 1
     partial = np.zeros(blocks, dtype=dtype)
     forall(blocks, dot_partial, x, y, n, block, partial, device=device)
     return partial.sum(dtype=dtype)  # (a sum of bools in bools: their logical or)
+
+
+def _block_count(blocks) -> int:
+    """``dot``'s ``blocks=`` as an int: ArgumentTypeError for a non-integer (a bool, 1.5),
+    ArgumentError below 1."""
+    if isinstance(blocks, (bool, np.bool_)) or not isinstance(blocks, numbers.Integral):
+        raise ArgumentTypeError(f"dot: blocks must be a positive integer, got {blocks!r}")
+    if blocks < 1:
+        raise ArgumentError(f"dot: blocks must be a positive integer, got {blocks}")
+    return int(blocks)
 
 
 def _vector(a, name: str):

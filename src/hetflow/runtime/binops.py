@@ -210,8 +210,18 @@ def reduced_dtype(ufunc: str, dtype: np.dtype) -> np.dtype:
 _BUILTIN_OPS = {alias: BinaryOp(spec.name, spec.kernel, True, spec, alias) for alias, spec in SPELLINGS.items()}
 
 
+def flag(value, name: str, site: str) -> bool:
+    """``value`` of the switch ``name`` of ``site`` as a bool; ArgumentTypeError for
+    anything but True or False (a NumPy bool too), whose truth would be a guess:
+    ``inclusive="no"`` is true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentTypeError(f"{site}: {name} must be True or False, got {value!r}")
+    return bool(value)
+
+
 def resolve(op, commutative: bool = True) -> BinaryOp:
     """A name or a two-parameter kernel, as a BinaryOp; errors name what is valid."""
+    commutative = flag(commutative, "commutative", "reduce")  # only reduce lets a user choose
     if isinstance(op, str):
         builtin = _BUILTIN_OPS.get(op)
         if builtin is not None:
@@ -229,4 +239,4 @@ def resolve(op, commutative: bool = True) -> BinaryOp:
     if len(params) != 2:
         raise ArgumentTypeError(f"op kernel {op.name!r} takes {len(params)} parameter(s) "
                                 f"({', '.join(params)}); a binary op takes exactly two elements (a, b)")
-    return BinaryOp(op.name, op, bool(commutative), None, op.name)
+    return BinaryOp(op.name, op, commutative, None, op.name)

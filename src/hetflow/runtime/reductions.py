@@ -16,6 +16,7 @@ Two paths compute a reduction:
 """
 from __future__ import annotations
 
+import cmath
 import contextlib
 import dataclasses
 import math
@@ -243,14 +244,22 @@ def array_arguments(what, args, op, axis, device):
 def identity_element(identity, dtype: np.dtype, site: str):
     """A user op's ``identity=`` as an element of ``dtype``: ArgumentTypeError where it is
     none (a string, a sequence), or where converting it would change it (1.5 or 300 for
-    int8 elements)."""
-    try:
-        value = np.asarray(identity, dtype=dtype)
-    except (TypeError, ValueError, OverflowError):
-        value = None
-    if value is None or value.ndim or dtype.kind in "biu" and value != identity:
+    int8 elements; 1e300, which float32 rounds to inf)."""
+    value = None
+    if not isinstance(identity, (str, bytes)):  # NumPy parses "1.5" into a float
+        with contextlib.suppress(TypeError, ValueError, OverflowError), np.errstate(over="ignore"):
+            value = np.asarray(identity, dtype=dtype)
+    if value is None or value.ndim or not _same_element(value, identity, dtype):
         raise ArgumentTypeError(f"{site}: identity={identity!r} is not an element of dtype {dtype}")
     return value[()]
+
+
+def _same_element(value, identity, dtype: np.dtype) -> bool:
+    """Whether ``value``, ``identity`` converted to ``dtype``, is it: integers exactly,
+    floats rounded but not overflowed to infinity."""
+    if dtype.kind in "biu":
+        return bool(value == identity)
+    return dtype.kind not in "fc" or bool(np.isfinite(value)) or not cmath.isfinite(complex(identity))
 
 
 def _scalar(value, x):

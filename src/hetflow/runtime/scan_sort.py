@@ -43,6 +43,7 @@ from .reductions import (block_plan, compiled_operand, current_gpu, element, fol
 def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
     """:func:`hetflow.scan` (which documents it), run now."""
     op = binops.resolve(op, commutative=False)  # prefixes are built strictly in index order
+    inclusive = binops.flag(inclusive, "inclusive", "scan")
     x = operand(x, "scan")
     dtype = np.dtype(x.dtype)
     op.check(dtype)
@@ -154,6 +155,7 @@ def _library_scan(x, op, dtype, axis, inclusive, init, dev):
 # -- sort -----------------------------------------------------------------------------------
 def sort(x, axis=-1, descending=False, key=None, device=None):
     """:func:`hetflow.sort` (which documents it), run now."""
+    descending = binops.flag(descending, "descending", "sort")
     x = operand(x, "sort")
     rank = len(x.shape)
     axis = normalize_axis(axis, rank, "sort")

@@ -133,6 +133,8 @@ def refusal(args, current) -> str | None:
         return (f"--size {args.size} gives {current.size} ranks {args.size} rows: every rank needs at "
                 f"least one (run at most {args.size} ranks, or a larger --size)")
     if args.gpu and not [d for d in current.devices if d != "cpu0"]:
+        if not any(d.kind == "gpu" and not d.simulated for d in hetflow.devices()):
+            return "--gpu needs a GPU, and this host has none (a simulated GPU is never a rank's own)"
         return f"rank {current.rank}: no GPU of its own (run at most one rank per GPU)"
     return None
 

@@ -36,9 +36,9 @@ def image(size=600, max_iter=200, device="cpu0", schedule="steal"):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=1500)
-    p.add_argument("--max-iter", type=int, default=256)
-    p.add_argument("--devices", default="cpu0")
+    p.add_argument("--size", type=int, default=1500, help="pixels per side (default 1500)")
+    p.add_argument("--max-iter", type=int, default=256, help="iterations per pixel at most (default 256)")
+    p.add_argument("--devices", default="cpu0", help="comma-separated device ids (default cpu0)")
     p.add_argument("--trace", nargs="?", const="mandelbrot.json", default=None, metavar="PATH",
                    help="write a Chrome trace (default mandelbrot.json) and a timeline PNG beside it")
     a = p.parse_args()

@@ -18,7 +18,8 @@ Rule keys: ``name`` (required), ``when`` (a rule expression, see
 action tables), ``priority``, ``enabled``, ``description``. Match keys: ``op``,
 ``kernel`` (a name or a non-empty list), ``chain`` (minimum length of a producer-consumer
 chain), ``max_chain``, ``same_extent``, ``dtype`` (a NumPy dtype name), ``min_size``,
-``max_size`` (not below ``min_size``), ``device_kinds``, ``place``. Actions and their keys:
+``max_size`` (finite numbers >= 0, ``max_size`` not below ``min_size``), ``device_kinds``,
+``place``. Actions and their keys:
 
 - ``fuse``
 - ``split``: ``pieces`` (1 to :data:`~hetflow.ir.actions.MAX_PIECES`, or an
@@ -28,8 +29,8 @@ chain), ``max_chain``, ``same_extent``, ``dtype`` (a NumPy dtype name), ``min_si
 - ``partition``: ``shares`` (device id or kind -> a finite number >= 0 or an
   expression), ``kinds``
 - ``compile``: ``kinds``
-- ``set``: ``var``, ``value`` (a number, a boolean or an expression; a string value is
-  written as an expression string literal: ``value = "'fast'"``)
+- ``set``: ``var``, ``value`` (a finite number, a boolean or an expression; a string value
+  is written as an expression string literal: ``value = "'fast'"``)
 - ``add_rule``: ``rule`` (a rule table); ``remove_rule``: ``name``;
   ``change_rule``: ``name`` and any of ``priority``, ``enabled``, ``when``
 
@@ -106,19 +107,20 @@ class _At:
 
 
 def load(path, kernels: dict | None = None) -> list[Rule]:
-    """The rules of a TOML rule file (UTF-8, as TOML is); RuleSyntaxError naming the
-    file, the rule and the key."""
+    """The rules of a TOML rule file (UTF-8, as TOML is, with or without a byte-order
+    mark); RuleSyntaxError naming the file, the rule and the key."""
     return loads(read(path), str(path), kernels)
 
 
 def read(path) -> str:
-    """The text of rule file ``path``; RuleError where it cannot be read, RuleSyntaxError
-    naming the line and column where it is not UTF-8."""
+    """The text of rule file ``path``, without the byte-order mark that Windows editors
+    put before UTF-8; RuleError where it cannot be read, RuleSyntaxError naming the line
+    and column where it is not UTF-8."""
     if not isinstance(path, (str, os.PathLike)):
         raise RuleError(f"a rule file is named by a path (str or os.PathLike), not {type(path).__name__}")
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")   # tomllib refuses a byte-order mark
     except OSError as exc:
         raise RuleError(f"cannot read rule file {path}: {exc}") from exc
     except UnicodeDecodeError as exc:  # TOML is UTF-8: say where it is not
@@ -256,8 +258,8 @@ def _names(value, at: _At) -> tuple | str:
 
 def _number(value, at: _At, low=0):
     value = _expect(value, (int, float), at)
-    if math.isnan(value) or value < low:
-        raise at.error(f"must be a number >= {low}; got {value!r}")
+    if not math.isfinite(value) or value < low:
+        raise at.error(f"must be a number >= {low} and finite; got {value!r}")
     return value
 
 
@@ -394,7 +396,12 @@ def _set(spec, at):
     if "var" not in spec or "value" not in spec:
         raise at.error("set needs var and value")
     var = _expect(spec["var"], str, at, "var")
-    return A.Set(var, _value(spec["value"], at / "value"))
+    value = _value(spec["value"], at / "value")
+    # TOML spells nan and inf; a nan variable never equals itself, so every round
+    # would see it changed and re-run the rules reading it.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise (at / "value").error(f"must be a finite number, a boolean or an expression; got {value!r}")
+    return A.Set(var, value)
 
 
 def _add_rule(spec, at):

@@ -97,7 +97,8 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
-from ..errors import ArgumentError, ArgumentTypeError, DeviceError, EventFailedError, IndexOutOfBoundsError, KernelRaisedError
+from ..errors import (ArgumentError, ArgumentTypeError, DeviceError, HetflowError, IndexOutOfBoundsError,
+                      KernelRaisedError)
 from .deque import (ABORT, EMPTY, OK, DequeSet, aligned_zeros, atomic_load, atomic_store,
                     fetch_add, has_empty_token, pop_bottom, push_bottom, size, steal_top,
                     steal_top_adjacent, write_empty_token)
@@ -120,6 +121,10 @@ TAIL_S = 1e-3       # the same while another worker is idle: the rest of the ran
 GIL_S = 1e-4
 _PROBE = 64         # the first piece of a large first range is 1/_PROBE of it
 _WAKE_S = 0.05      # the calling thread's longest sleep while the workers run
+# Entries of a loop's deques together (16 bytes each, 256 MiB): a forall's cores start
+# with about 64 chunks each, a GPU with 16 to a few thousand; chunks of a few indices
+# over billions would take more memory than the host has before the loop started.
+MAX_CHUNKS = 1 << 24
 
 
 @dataclasses.dataclass
@@ -366,6 +371,21 @@ def _chunk_count(lo, hi, chunk_size):
     return -(-(hi - lo) // chunk_size)
 
 
+def _too_many_chunks(n, workers, ranges, counts, spare, low_water, limit) -> str:
+    """What to change when a deque would need more than ``limit`` entries (its initial
+    chunks, ``low_water`` and ``spare``): the chunk size of the worker with the most
+    chunks, or a steal_threshold that leaves no room for them."""
+    if spare + low_water >= limit:
+        return (f"steal_threshold={low_water} leaves no room in the loop's deques ({limit} chunks "
+                f"each at most): give one below {limit - spare}")
+    q = counts.index(max(counts))
+    (lo, hi), w = ranges[q], workers[q]
+    least = -(-(hi - lo) // (limit - spare - low_water))
+    return (f"a loop of {n} indices: worker {w.name!r} would start with {counts[q]} chunks of "
+            f"chunk_size={w.chunk_size} (its {hi - lo} indices), but each of the loop's deques holds "
+            f"at most {limit}: give it a chunk_size of at least {least}")
+
+
 @njit(nogil=True, cache=True)
 def _distribute(state, buf, capacity, q, lo, hi, chunk_size):
     """Cut ``[lo, hi)`` into chunks of ``chunk_size`` onto deque ``q``, the last one on
@@ -458,8 +478,12 @@ class _Loop:
         ranges = split_range(n, shares)
         # A deque holds at most its initial chunks (or low_water of them before its
         # owner steals), one split remainder, and the ranges its owner held when it failed.
-        capacity = (max(_chunk_count(lo, hi, w.chunk_size) for (lo, hi), w in zip(ranges, workers))
-                    + self.low_water + max(w.inflight for w in workers) + 2)
+        counts = [_chunk_count(lo, hi, w.chunk_size) for (lo, hi), w in zip(ranges, workers)]
+        spare = max(w.inflight for w in workers) + 2
+        capacity = max(counts) + self.low_water + spare
+        if capacity > MAX_CHUNKS // nw:
+            raise ArgumentError(_too_many_chunks(n, workers, ranges, counts, spare, self.low_water,
+                                                 MAX_CHUNKS // nw))
         d = self.deques = DequeSet(nw, capacity)
         for q, ((lo, hi), w) in enumerate(zip(ranges, workers)):
             _distribute(d.state, d.buf, d.capacity, q, lo, hi, w.chunk_size)
@@ -631,8 +655,11 @@ class _Loop:
         d = self.deques
         if not _push_back(d.state, d.buf, d.capacity, self.ctl, me,
                           np.array(ranges, dtype=np.int64).reshape(-1, 2)):
-            raise EventFailedError(f"worker {self.workers[me].name!r}: deque of capacity "
-                                 f"{d.capacity} overflowed")
+            # The capacity (_Loop) leaves room for every push a worker makes: this is a
+            # bug, and the ranges not pushed would never run.
+            raise HetflowError(f"worker {self.workers[me].name!r}: its deque of {d.capacity} chunks "
+                               f"is full, which the capacity set for the loop rules out: a bug in "
+                               f"hetflow's work stealing (please report it)")
 
     def _fail(self, me, held, exc):
         """Give back the held ranges whose results did not land, leave the loop, and let
@@ -714,7 +741,9 @@ def run_loop(n: int, workers, *, schedule: str = "steal", shares=None,
     worker's chunks to the others (raising :class:`DeviceError` only if all fail);
     ``'raise'`` stops the loop at the first failure and raises; the exception carries
     the partial report as ``.report``. ``report=False`` skips
-    the per-chunk events (counters are always kept).
+    the per-chunk events (counters are always kept). Chunks that would not fit the
+    deques (:data:`MAX_CHUNKS` entries over all workers) are an ArgumentError naming
+    the worker and the chunk size that fits, before anything runs.
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ArgumentError(f"the loop length must be a non-negative integer, got {n!r}")

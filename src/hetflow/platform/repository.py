@@ -188,13 +188,13 @@ class CodeRepository:
 
     def entries(self, kernel=None) -> list[Path]:
         base = self.root / "kernels"
-        pattern = f"{kernel.name}-{kernel.source_hash[:16]}/*" if kernel else "*/*"
-        return sorted(p for p in base.glob(pattern) if p.is_dir())
+        folders = [base / f"{kernel.name}-{kernel.source_hash[:16]}"] if kernel else _listed(base, "*")
+        return sorted(p for folder in folders for p in _listed(folder, "*") if p.is_dir())
 
     def _find_or_build(self, kernel, device, ndim, views, variant) -> Executable:
         kdir = self.root / "kernels" / f"{kernel.name}-{kernel.source_hash[:16]}"
         prefix = f"{device.kind}-{ndim}d-{variant}-"
-        stored = sorted(kdir.glob(prefix + "*")) if kdir.exists() else []
+        stored = sorted(_listed(kdir, prefix + "*"))
         for entry in stored:
             found = self._read_or_drop(entry)
             if found is None:
@@ -374,6 +374,15 @@ class CodeRepository:
         if device.kind == "gpu" and isinstance(value, numba.core.registry.CPUDispatcher):
             return _device_wrapper(device, checked)(value.py_func)  # an @njit function, for the GPU
         return value
+
+
+def _listed(folder: Path, pattern: str) -> list[Path]:
+    """What in ``folder`` matches ``pattern``; nothing where there is no folder, or where
+    another process removes it while it is listed (evicting a kernel's last entry)."""
+    try:
+        return list(folder.glob(pattern))
+    except FileNotFoundError:  # (glob checks the folder is there, then lists it)
+        return []
 
 
 def _touch(entry: Path) -> None:

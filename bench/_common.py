@@ -1,7 +1,9 @@
-"""Shared helpers for benchmarks: timing, targets, tables, JSON output, the MPI launcher."""
+"""Shared helpers for benchmarks: options, timing, targets, tables, JSON output, the MPI launcher."""
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import operator
 import shutil
 import sys
@@ -10,6 +12,30 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hetflow.errors import CommError
+
+
+def at_least(least, kind=int):
+    """An argparse ``type``: a ``kind`` (int or float) number no smaller than ``least``;
+    another is a usage error naming it (``argument --size: must be at least 3; got -5``)."""
+    return _bounded(kind, operator.ge, least, f"at least {least}")
+
+
+def above(bound, kind=float):
+    """An argparse ``type``: a ``kind`` number larger than ``bound``, as :func:`at_least`."""
+    return _bounded(kind, operator.gt, bound, f"above {bound}")
+
+
+def _bounded(kind, compare, bound, words):
+    def parse(text):
+        value = kind(text)
+        if not (compare(value, bound) and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(
+                f"must be {'a finite number ' if kind is float else ''}{words}; got {text}")
+        return value
+
+    # argparse names the type in its message for text that is no number ("invalid int value: 'x'")
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def best_time(fn, repeat=5, warmup=1, sync=None) -> float:

@@ -37,7 +37,7 @@ import numpy as np
 from hetflow.collectives import host, launched_by_mpi, world
 
 sys.path.append(os.path.dirname(__file__))
-from _common import clause, mpiexec, verdict  # noqa: E402
+from _common import at_least, clause, mpiexec, verdict  # noqa: E402
 
 
 # Issue 20's targets on the host, on speed (native time / hetflow time): at least 0.9x at
@@ -67,11 +67,12 @@ def main(argv=None) -> int:
 def _parse(argv):
     p = argparse.ArgumentParser(prog="hetflow bench allreduce", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ranks", type=int, default=2,
+    p.add_argument("--ranks", type=at_least(1), default=2,
                    help="processes to start when not run under an MPI launcher")
-    p.add_argument("--min-bytes", type=int, default=8)
-    p.add_argument("--max-bytes", type=int, default=256 << 20)
-    p.add_argument("--segments", type=int, default=2, help="hetflow's segments per half")
+    # sizes from one float64 on, doubling
+    p.add_argument("--min-bytes", type=at_least(8), default=8)
+    p.add_argument("--max-bytes", type=at_least(8), default=256 << 20)
+    p.add_argument("--segments", type=at_least(1), default=2, help="hetflow's segments per half")
     p.add_argument("--op", choices=("sum", "prod", "min", "max"), default="sum",
                    help="the reduction on the host (default sum); MPI's MIN and MAX have no rule "
                         "for NaN, hetflow's follow NumPy's (docs/collectives.md)")
@@ -80,9 +81,9 @@ def _parse(argv):
     p.add_argument("--check-always", action="store_true",
                    help="check every call's arguments (check='always'; the default "
                         "checks each signature's first call)")
-    p.add_argument("--seconds", type=float, default=0.05,
+    p.add_argument("--seconds", type=at_least(0, float), default=0.05,
                    help="target time of one timed round per size and contender")
-    p.add_argument("--rounds", type=int, default=3, help="timed rounds; the best counts")
+    p.add_argument("--rounds", type=at_least(1), default=3, help="timed rounds; the best counts")
     p.add_argument("--no-reduce", action="store_true", help="time allreduce only")
     p.add_argument("--reduce-thread", action="store_true",
                    help="reduce in a helper thread on the pipelined path (reduce_thread)")

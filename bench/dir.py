@@ -43,7 +43,7 @@ from hetflow.ir import Interpreter, Monitor, NodePattern, Partition, Rule, RuleS
 from hetflow.cuda_compat import cuda_module, cupy_module
 
 sys.path.append(os.path.dirname(__file__))
-from _common import best_time, clause, fmt_s, per_call, report, verdict  # noqa: E402
+from _common import above, at_least, best_time, clause, fmt_s, per_call, report, verdict  # noqa: E402
 from _gpuload import GpuHog  # noqa: E402
 
 MOVE_RULES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -347,16 +347,17 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    p.add_argument("-n", type=int, default=None, help="elements (default 10^7; --quick: 10^5)")
+    p.add_argument("-n", type=at_least(1), default=None, help="elements (default 10^7; --quick: 10^5)")
     p.add_argument("--only", choices=tuple(SECTIONS), help="run one part only")
-    p.add_argument("--jacobi-size", type=int, default=4096, help="adaptive Jacobi grid side")
-    p.add_argument("--jacobi-iterations", type=int, default=300, help="adaptive Jacobi iterations")
-    p.add_argument("--period", type=float, default=0.05, help="monitor sampling period (s)")
-    p.add_argument("--hog-delay", type=float, default=0.25,
+    p.add_argument("--jacobi-size", type=at_least(3), default=4096, help="adaptive Jacobi grid side")
+    # a tenth of them times each device alone
+    p.add_argument("--jacobi-iterations", type=at_least(10), default=300, help="adaptive Jacobi iterations")
+    p.add_argument("--period", type=above(0), default=0.05, help="monitor sampling period (s)")
+    p.add_argument("--hog-delay", type=at_least(0, float), default=0.25,
                    help="load starts after this fraction of the unloaded GPU run")
-    p.add_argument("--hog-size", type=int, default=8192, help="load process's matmul side")
-    p.add_argument("--hog-copy-mb", type=int, default=256, help="load process's copies each way (MiB)")
-    p.add_argument("--rounds", type=int, default=2, help="adaptive Jacobi runs per contender")
+    p.add_argument("--hog-size", type=at_least(1), default=8192, help="load process's matmul side")
+    p.add_argument("--hog-copy-mb", type=at_least(1), default=256, help="load process's copies each way (MiB)")
+    p.add_argument("--rounds", type=at_least(1), default=2, help="adaptive Jacobi runs per contender")
     args = p.parse_args(argv)
     args.n = args.n or (10**5 if args.quick else 10**7)
     args.repeat = 2 if args.quick else 7

@@ -39,7 +39,7 @@ from hetflow.collectives import launched_by_mpi
 sys.path.append(os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 import heat_distributed as heat  # noqa: E402
-from _common import clause, fmt_s, mpiexec, report, verdict  # noqa: E402
+from _common import at_least, clause, fmt_s, mpiexec, report, verdict  # noqa: E402
 
 
 # -- the hand-written baseline ------------------------------------------------------------
@@ -234,12 +234,14 @@ def main(argv=None) -> int:
 def _parse(argv):
     p = argparse.ArgumentParser(prog="hetflow bench distributed", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ranks", type=int, default=4,
+    p.add_argument("--ranks", type=at_least(1), default=4,
                    help="processes to start when not run under an MPI launcher")
-    p.add_argument("--size", type=int, default=4096, help="grid side for strong scaling")
-    p.add_argument("--weak-size", type=int, default=2048, help="grid side per rank for weak scaling")
-    p.add_argument("--steps", type=int, default=20, help="timed steps (even)")
-    p.add_argument("--repeat", type=int, default=3, help="timed runs; the best counts")
+    # a row for each rank of the largest group (4 ranks), and an interior
+    p.add_argument("--size", type=at_least(4), default=4096, help="grid side for strong scaling")
+    # an interior; k ranks get sqrt(k) times the side, which leaves each a row
+    p.add_argument("--weak-size", type=at_least(3), default=2048, help="grid side per rank for weak scaling")
+    p.add_argument("--steps", type=at_least(2), default=20, help="timed steps (even; an odd count is rounded up)")
+    p.add_argument("--repeat", type=at_least(1), default=3, help="timed runs; the best counts")
     p.add_argument("--quick", action="store_true", help="tiny grids, one short run")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)

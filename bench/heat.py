@@ -22,7 +22,7 @@ from hetflow.cli.demo import ALPHA, heat_step
 from hetflow.cuda_compat import cuda_module, cupy_module
 
 sys.path.append(os.path.dirname(__file__))
-from _common import best_time, clause, fmt_s, race, report, verdict  # noqa: E402
+from _common import at_least, best_time, clause, fmt_s, race, report, verdict  # noqa: E402
 
 
 def hetflow_steps(u, v, steps, device):
@@ -135,10 +135,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="hetflow bench heat", description=__doc__)
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    p.add_argument("--size", type=int, default=4096)
-    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--size", type=at_least(3), default=4096, help="grid side (a border around an interior)")
+    p.add_argument("--steps", type=at_least(2), default=100,
+                   help="steps (even: they go u -> v -> u; an odd count is rounded up)")
     args = p.parse_args(argv)
-    n, steps = (130, 4) if args.quick else (args.size, args.steps)
+    n, steps = (130, 4) if args.quick else (args.size, args.steps + args.steps % 2)
     rows, t_cpu = cpu_rows(n, steps)
     rows += gpu_rows(n, steps, t_cpu)
     report(rows, args.json, f"hetflow bench heat ({n}^2 x {steps} steps, {hetflow.get_device('cpu0').name}, "

@@ -24,7 +24,7 @@ import hetflow
 from hetflow.runtime.queue import Queue
 
 sys.path.append(os.path.dirname(__file__))
-from _common import clause, fmt_s, report, verdict  # noqa: E402
+from _common import at_least, clause, fmt_s, report, verdict  # noqa: E402
 
 
 @hetflow.kernel
@@ -100,8 +100,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="hetflow bench queue", description=__doc__)
     p.add_argument("--json", action="store_true")
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    p.add_argument("--tasks", type=int, default=10_000)
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--tasks", type=at_least(1), default=10_000, help="tasks per pass")
+    p.add_argument("--repeat", type=at_least(1), default=3, help="passes; the best counts")
     args = p.parse_args(argv)
     n = 200 if args.quick else args.tasks
     repeat = 1 if args.quick else args.repeat

@@ -60,7 +60,7 @@ from hetflow.errors import HetflowError
 from hetflow.cuda_compat import cupy_module
 
 sys.path.append(os.path.dirname(__file__))
-from _common import clause, fmt_s, report, verdict  # noqa: E402
+from _common import above, at_least, clause, fmt_s, report, verdict  # noqa: E402
 from _gpuload import GpuHog  # noqa: E402
 
 IRREGULAR = (-2.0, 0.5, 0.0, 1.25)   # x_min, x_max, y_min, y_max
@@ -393,19 +393,19 @@ def _parse(argv):
     p = argparse.ArgumentParser(prog="hetflow bench steal", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", choices=("cpu", "gpu"), help="run one section")
-    p.add_argument("--size", type=int, default=2000, help="Mandelbrot image side")
-    p.add_argument("--max-iter", type=int, default=256)
-    p.add_argument("-n", type=int, default=1 << 27, help="GPU section: elements")
+    p.add_argument("--size", type=at_least(1), default=2000, help="Mandelbrot image side")
+    p.add_argument("--max-iter", type=at_least(1), default=256)
+    p.add_argument("-n", type=at_least(1), default=1 << 27, help="GPU section: elements")
     p.add_argument("--work", type=_work, default="auto",
                    help="GPU section: multiply-adds per element, or 'auto' (default)")
-    p.add_argument("--speed-ratio", type=float, default=1.5,
+    p.add_argument("--speed-ratio", type=above(0), default=1.5,
                    help="--work auto aims at this T_cpu / T_gpu")
-    p.add_argument("--hog-size", type=int, default=8192, help="GPU load: matmul side")
-    p.add_argument("--hog-copy-mb", type=int, default=1024, help="GPU load: MiB copied each way per step")
-    p.add_argument("--hog-delay", type=float, default=0.25,
+    p.add_argument("--hog-size", type=at_least(1), default=8192, help="GPU load: matmul side")
+    p.add_argument("--hog-copy-mb", type=at_least(1), default=1024, help="GPU load: MiB copied each way per step")
+    p.add_argument("--hog-delay", type=at_least(0, float), default=0.25,
                    help="GPU load starts this fraction of the unloaded static time into the loop")
-    p.add_argument("--rounds", type=int, default=5, help="timed rounds")
-    p.add_argument("--warmup", type=int, default=3,
+    p.add_argument("--rounds", type=at_least(1), default=5, help="timed rounds")
+    p.add_argument("--warmup", type=at_least(1), default=3,
                    help="checked co-executed calls per contender before timing")
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     p.add_argument("--json", action="store_true")
@@ -414,11 +414,6 @@ def _parse(argv):
         p.set_defaults(size=96, max_iter=64, rounds=1, warmup=1, n=1 << 16, hog_size=512,
                        hog_copy_mb=8)
         args = p.parse_args(argv)
-    for name in ("size", "max_iter", "n", "rounds", "warmup", "hog_size", "hog_copy_mb"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
-    if not args.speed_ratio > 0:
-        p.error("--speed-ratio must be positive")
     return args
 
 

@@ -35,7 +35,7 @@ from hetflow import cshift, interior, reduce, scan, sort
 from hetflow.cuda_compat import cuda_module, cupy_module
 
 sys.path.append(os.path.dirname(__file__))
-from _common import best_time, clause, fmt_s, race, report, verdict  # noqa: E402
+from _common import at_least, best_time, clause, fmt_s, race, report, verdict  # noqa: E402
 
 
 @hetflow.kernel
@@ -271,7 +271,7 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print results as JSON")
     p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    p.add_argument("--wavefront", type=int, metavar="N", default=None,
+    p.add_argument("--wavefront", type=at_least(2), metavar="N", default=None,
                    help="side of the p2p wavefront grid (default 4000; 256 with --quick)")
     args = p.parse_args(argv)
     if args.quick:

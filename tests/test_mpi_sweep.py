@@ -122,7 +122,7 @@ def test_ranks_given_another_grid_or_step_count_are_refused_before_the_run(tmp_p
     code, out, err = _run(*_demo("--size", "16", "--devices", "cpu0"), ":", "-n", "1",
                           sys.executable, "-m", "hetflow", "demo", "--size", "20", "--iterations", "4",
                           "--devices", "cpu0", cwd=tmp_path)
-    assert code == 1 and out == "", out + err
+    assert code == 2 and out == "", out + err
     assert _errors(err) == ["hetflow: error: the ranks were given different --size (rank 0: 16, rank 1: 20); "
                             "--iterations (rank 0: 2, rank 1: 4): they run one grid together"], err
 
@@ -130,7 +130,7 @@ def test_ranks_given_another_grid_or_step_count_are_refused_before_the_run(tmp_p
 @pytest.mark.mpi
 def test_a_demo_grid_with_fewer_rows_than_ranks_is_refused_once(tmp_path):
     code, out, err = _run(*_demo("--size", "3"), ranks=4, cwd=tmp_path)
-    assert code == 1 and out == "", out + err
+    assert code == 2 and out == "", out + err
     assert _errors(err) == ["hetflow: error: --size 3 gives 4 ranks 3 rows: every rank needs at least one "
                             "(run at most 3 ranks, or a larger --size)"], err
 

@@ -42,6 +42,19 @@ MIN_SIZE = 3  # grid points per side: a border around one interior point
 STARTUP = "start-up (compile, first transfers)"
 
 
+class UsageError(SystemExit):
+    """A command line the command cannot run, refused before it runs: the ``hetflow``
+    command says ``message`` in one line and exits with status 2, as for argparse's
+    usage errors."""
+
+    def __init__(self, message: str):
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 @kernel
 def heat_step(i, j, new, centre, north, south, west, east, alpha):
     """One explicit diffusion step on the interior, written with views."""
@@ -167,15 +180,16 @@ def print_summary(rows, title, n, iterations, startup, steady):
     Console().print(t)
     line = f"start-up (compiling, first transfers, steps 1-2): {startup:.2f} s"
     if iterations > 2 and steady > 0:
-        line += (f"; steps 3-{iterations}: {steady:.3f} s, throughput "
+        line += (f"; steps 3-{iterations}: {steady:.3g} s, throughput "
                  f"{(n - 2) ** 2 * (iterations - 2) / steady / 1e6:.1f} Mcell/s")
     print(line)
 
 
 def print_files(trace_path, picture) -> None:
     """Where the trace and the timeline ``picture`` (what plot_timeline returned) went."""
-    print(f"trace: {trace_path} ({picture.bars} chunks on {picture.lanes} lanes, {picture.steals} steals); "
-          f"timeline: {picture.path}")
+    chunks, lanes, steals = (f"{k} {what}{'s' * (k != 1)}" for k, what in
+                             ((picture.bars, "chunk"), (picture.lanes, "lane"), (picture.steals, "steal")))
+    print(f"trace: {trace_path} ({chunks} on {lanes}, {steals}); timeline: {picture.path}")
 
 
 def output_problem(path, image=False) -> str | None:
@@ -247,22 +261,21 @@ def rank_devices(args, own) -> tuple:
 def _check_arguments(args) -> None:
     """Refuse, in one line, a grid or a number of steps the demo cannot run."""
     if args.size < MIN_SIZE:
-        raise SystemExit(f"hetflow: error: --size must be at least {MIN_SIZE} (a grid with an interior "
-                         f"point); got {args.size}")
+        raise UsageError(f"--size must be at least {MIN_SIZE} (a grid with an interior point); got {args.size}")
     if args.iterations < 2 or args.iterations % 2:
-        raise SystemExit(f"hetflow: error: --iterations must be even and at least 2 (the steps go u -> v "
-                         f"-> u); got {args.iterations}")
+        raise UsageError(f"--iterations must be even and at least 2 (the steps go u -> v -> u); "
+                         f"got {args.iterations}")
 
 
 def _check_outputs(args) -> None:
     """Refuse, in one line and before the run, a trace or timeline it could not write after it."""
     if Path(args.trace).resolve() == Path(args.timeline).resolve():
-        raise SystemExit(f"hetflow: error: --trace and --timeline name one file, {args.trace}: the "
-                         f"timeline would overwrite the trace")
+        raise UsageError(f"--trace and --timeline name one file, {args.trace}: the timeline would "
+                         f"overwrite the trace")
     for option, path, image in (("--trace", args.trace, False), ("--timeline", args.timeline, True)):
         problem = output_problem(path, image)
         if problem:
-            raise SystemExit(f"hetflow: error: {option} {path}: cannot write it: {problem}")
+            raise UsageError(f"{option} {path}: cannot write it: {problem}")
 
 
 def _prepare(args) -> tuple:
@@ -274,9 +287,9 @@ def _prepare(args) -> tuple:
 
 
 def _problem(exc) -> str:
-    """What ``exc`` (a check's SystemExit or hetflow error) says, as a line after ``hetflow: error:``."""
-    if isinstance(exc, SystemExit):
-        return str(exc.code).removeprefix("hetflow: error: ")
+    """What ``exc`` (a check's UsageError or hetflow error) says, as a line after ``hetflow: error:``."""
+    if isinstance(exc, UsageError):
+        return exc.message
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -298,30 +311,32 @@ def _prepare_rank(args, ranks: int) -> tuple:
     cluster.session()
     prepared = _prepare(args)
     if args.size < ranks:
-        raise SystemExit(f"hetflow: error: --size {args.size} gives {ranks} ranks {args.size} rows: every "
-                         f"rank needs at least one (run at most {args.size} ranks, or a larger --size)")
+        raise UsageError(f"--size {args.size} gives {ranks} ranks {args.size} rows: every rank needs at "
+                         f"least one (run at most {args.size} ranks, or a larger --size)")
     return prepared
 
 
 def _prepare_ranks(args) -> tuple:
     """:func:`_prepare_rank` on every rank of an mpiexec run, its refusals said once, by
     rank 0: a problem every rank met as it is, problems that differ naming each rank.
-    Every rank stops when any rank found one (the others exit quietly with status 1)."""
+    Every rank stops when any rank found one, with one exit status (the others quietly):
+    2 for a command line every rank refused alike, else 1."""
     comm = collectives.world()
     try:
         prepared, failure = _prepare_rank(args, comm.size), None
-    except (SystemExit, HetflowError) as exc:
+    except (UsageError, HetflowError) as exc:
         prepared, failure = None, exc
     found = comm.allgather((None if failure is None else _problem(failure),
                             tuple(getattr(args, name) for name in SHARED_OPTIONS)))
     problems, options = zip(*found)
     if not any(problems) and len(set(options)) == 1:
         return prepared
-    if comm.rank != 0:
-        raise SystemExit(1)
+    alike = len(set(problems)) == 1
+    if comm.rank != 0:  # (mpiexec ORs the ranks' statuses: each must exit with rank 0's)
+        raise SystemExit(2 if not any(problems) or alike and isinstance(failure, UsageError) else 1)
     if not any(problems):
-        raise SystemExit(f"hetflow: error: {_disagreement(options)}")
-    if len(set(problems)) == 1:  # every rank met it
+        raise UsageError(_disagreement(options))
+    if alike:  # every rank met it
         raise failure
     raise SystemExit("\n".join(f"hetflow: error: rank {r}: {p}" for r, p in enumerate(problems) if p))
 
@@ -352,10 +367,11 @@ def _run_one(args, targets, rules) -> int:
     with trace.record() as rec, trace.progress(args.iterations, "diffusing") as bar:
         u, startup, steady = diffuse(setup, args.iterations, rec, bar, lambda: _finish(targets))
     rows = {(None, dev): r for dev, r in summary_rows(rec).items()}
-    print_summary(rows, f"heat diffusion {n}x{n}, {args.iterations} iterations", n, args.iterations,
-                  startup, steady)
+    what = f"heat diffusion {n}x{n}, {args.iterations} iterations"
+    print_summary(rows, what, n, args.iterations, startup, steady)
     rec.save(args.trace)
-    print_files(args.trace, rec.plot(args.timeline, zoom=zoom(args.iterations)))
+    print_files(args.trace, rec.plot(args.timeline, title=f"hetflow demo: {what} on {', '.join(targets)}",
+                                     zoom=zoom(args.iterations)))
     return 0 if check(np.asarray(u), n, args.iterations) else 1
 
 
@@ -384,7 +400,7 @@ def _run_ranks(args) -> int:
         return u, lambda: program.run(1)
 
     channel.barrier()  # the ranks begin recording together: one clock for the merged trace
-    bar_file = sys.stdout if rank == 0 else io.StringIO()  # only rank 0 draws a progress bar
+    bar_file = sys.stderr if rank == 0 else io.StringIO()  # only rank 0 draws a progress bar
     with trace.record() as rec, trace.progress(args.iterations, "diffusing", file=bar_file) as bar:
         u, startup, steady = diffuse(setup, args.iterations, rec, bar, lambda: _finish(here))
     grid = u.gather(0)
@@ -399,13 +415,13 @@ def _report_ranks(args, gathered, grid, partitions, times) -> bool:
     """Rank 0: one summary, one trace, one picture, the check."""
     n, ranks = args.size, len(gathered)
     rows = {(r, dev): row for r, (_, per_device) in enumerate(gathered) for dev, row in per_device.items()}
-    print_summary(rows, f"heat diffusion {n}x{n} on {ranks} ranks, {args.iterations} iterations",
-                  n, args.iterations, *times)
+    what = f"heat diffusion {n}x{n} on {ranks} ranks, {args.iterations} iterations"
+    print_summary(rows, what, n, args.iterations, *times)
     final = partitions[-1][1]
     print(f"rows per rank: {' + '.join(map(str, final))} = {sum(final)}; partitions (iteration: rows "
           f"per rank): " + "; ".join(f"{it}: {list(sizes)}" for it, sizes in partitions))
     merged = trace.merge_chrome_traces(t for t, _ in gathered)
     trace.write_chrome_trace(args.trace, merged)
-    print_files(args.trace, trace.plot_timeline(merged, args.timeline, title=f"{ranks} ranks",
+    print_files(args.trace, trace.plot_timeline(merged, args.timeline, title=f"hetflow demo: {what}",
                                                 zoom=zoom(args.iterations)))
     return check(grid, n, args.iterations)

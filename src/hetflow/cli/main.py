@@ -1,6 +1,8 @@
 """``hetflow`` command: devices, demo, bench, trace, precompile, forget-performance-history.
 
 Errors, warnings and Ctrl-C print one line without a traceback unless ``HETFLOW_LOG=debug``.
+Exit status: 2 for a command line it cannot run (argparse's usage errors and the checks
+before a run), 1 for a run that failed, 130 for Ctrl-C.
 """
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ from .. import collectives, cuda_compat, library
 from .._version import __version__
 from ..errors import HetflowError
 from ..platform.devices import devices
-from ..runtime.perfmodel import forget_performance_history, perf_model
+from ..platform.repository import default_root
+from ..runtime.perfmodel import FILE_NAME, PerfModel
 from ..trace import add_trace_command
-from .demo import add_arguments, run_demo
+from .demo import UsageError, add_arguments, run_demo
 
 BENCH_DIR = Path(__file__).resolve().parents[3] / "bench"
 """The source tree's bench/: there in a checkout (and an editable install), not in an
@@ -83,7 +86,7 @@ def _cmd_bench(args) -> int:
         return 0
     path = files.get(args.name)
     if path is None:
-        raise SystemExit(f"hetflow: error: no benchmark {args.name!r}; available: {', '.join(files)}")
+        raise UsageError(f"no benchmark {args.name!r}; available: {', '.join(files)}")
     spec = importlib.util.spec_from_file_location(f"hetflow_bench_{args.name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -98,9 +101,14 @@ def _cmd_precompile(args) -> int:
 
 
 def _cmd_forget_performance_history(args) -> int:
-    path = perf_model().path
+    # The file, not the process's model (which this process never used): perf_model()
+    # opens the code repository, which makes its folders, and forgetting makes nothing.
+    path = default_root() / FILE_NAME
+    if not os.path.lexists(path):  # also where the cache dir is a file: nothing was saved
+        print(f"no performance history in {path}")
+        return 0
     try:
-        forgotten = forget_performance_history()
+        forgotten = PerfModel(path).forget()
     except OSError as exc:
         raise SystemExit(f"hetflow: error: cannot remove the performance history {path}: {exc}") from None
     if not forgotten:
@@ -171,9 +179,13 @@ def _warning_line(message, category, filename, lineno, file=None, line=None) -> 
 
 
 def _run(args, debug: bool) -> int:
-    """The command, its errors, Ctrl-C and a closed output each ending it in one line or none."""
+    """The command, its errors, Ctrl-C and a closed output each ending it in one line or none;
+    a usage error with status 2, as argparse's own."""
     try:
         return args.func(args)
+    except UsageError as exc:  # the command line's fault, not the run's: no traceback even when debugging
+        print(f"hetflow: error: {exc.message}", file=sys.stderr)
+        return 2
     except HetflowError as exc:
         if debug:
             raise

@@ -1,9 +1,11 @@
 """A progress bar for long runs that costs the loop nothing it would notice.
 
 ``advance`` only adds to a counter under a lock (well under a microsecond); a background
-thread redraws the bar at most ``refresh_per_second`` times (default 10). The bar is
-drawn only on a terminal: with output to a file or a pipe (batch jobs, CI logs) it
-stays silent unless ``force=True``::
+thread redraws the bar at most ``refresh_per_second`` times (default 10). The bar goes
+to standard error, as warnings do, so that a program's output stays its own
+(``python run.py > results.txt`` still shows the bar). It is drawn only on a terminal:
+with standard error going to a file or a pipe (batch jobs, CI logs) it stays silent
+unless ``force=True``::
 
     with hetflow.trace.progress(50, "solving") as bar:
         for it in range(50):
@@ -103,10 +105,10 @@ def progress(total: float | None, description: str = "working", *, force: bool =
     """A progress bar over ``total`` units (None: unknown) shown while the block runs.
 
     Yields a :class:`Progress`; call ``advance(k)`` as work completes. Drawn to ``file``
-    (default ``sys.stdout``) only if it is a terminal, or if ``force``.
+    (default ``sys.stderr``) only if it is a terminal, or if ``force``.
     """
     _check(total, description, refresh_per_second)
-    file = sys.stdout if file is None else file
+    file = sys.stderr if file is None else file
     console = None
     visible = force or _is_terminal(file)
     if visible:

@@ -239,6 +239,18 @@ def _steals(contents, stolen: int) -> int:
     return sum(counted) if contents.loops and len(counted) == len(contents.loops) else stolen
 
 
+_NAMED_LOOPS = 3  # loop names the title lists; more would not fit on its line
+
+
+def _what_ran(loops) -> str:
+    """The loops by name, the most frequent first: ``3 loop(s): axpy ×2, scale``."""
+    counts = Counter(s.name for s in loops)
+    names = [f"{name} ×{k}" if k > 1 else name for name, k in counts.most_common(_NAMED_LOOPS)]
+    if len(counts) > _NAMED_LOOPS:
+        names.append(f"{len(counts) - _NAMED_LOOPS} other(s)")
+    return f"{len(loops)} loop(s)" + (f": {', '.join(names)}" if names else "")
+
+
 def _title(contents, span_ms, steals, stolen) -> str:
     indices = Counter()
     for c in contents.chunks:
@@ -246,7 +258,7 @@ def _title(contents, span_ms, steals, stolen) -> str:
     total = sum(indices.values())
     shares = " / ".join(f"{k} {100 * v / total:.0f}%" for k, v in sorted(indices.items())) if total else ""
     devices = len({lane.device_id for lane in contents.lanes})
-    parts = [f"{len(contents.loops)} loop(s)", f"{total} indices in {len(contents.chunks)} chunks",
+    parts = [_what_ran(contents.loops), f"{total} indices in {len(contents.chunks)} chunks",
              f"{len(contents.lanes)} workers on {devices} device(s)",
              f"{steals} steal(s)" + (f" ({stolen} stolen chunk(s))" if stolen != steals else ""),
              f"{len(contents.failures)} failure(s)", f"{span_ms:.4g} ms"]

@@ -11,6 +11,10 @@ RemoteError carrying the failed rank's message instead of hanging. A wait that o
 requests still in flight are cancelled where MPI can, and every later use raises the
 same error at once.
 
+Ranks check that they made the same call with :meth:`Channel.agreed` (one tiny native
+allreduce of a digest when they did); :func:`settle` turns a call that failed on some
+ranks only, or that differs between ranks, into the same error on every rank.
+
 :class:`LocalChannel` is the one-process channel of a run not started by an MPI
 launcher: there is nobody to wait for.
 """
@@ -21,6 +25,8 @@ import time
 
 import numpy as np
 
+from hetflow import errors
+from hetflow.collectives.agreement import digest_of
 from hetflow.errors import CommError, CommTimeoutError, RemoteError
 
 # Tags of the channel's private communicator. Halo and row-moving tags are
@@ -61,6 +67,8 @@ class Channel:
         self.timeout = timeout
         self.link = link
         self.broken: CommError | None = None
+        # agreed()'s buffers: an allreduce left behind by a timeout may still write them
+        self._stamp, self._seen = np.zeros(2, np.int64), np.zeros(2, np.int64)
 
     # -- waiting -----------------------------------------------------------------------
     def usable(self) -> None:
@@ -73,20 +81,22 @@ class Channel:
         self.usable()
         self._poll_notice(())
 
-    def wait(self, requests, what: str, expired=None, test=None) -> None:
+    def wait(self, requests, what: str, expired=None, test=None, peers=None) -> None:
         """Poll ``requests`` until all complete (``test()`` polls them, when not
         ``MPI_Testall``).
 
         RemoteError when a failure notice arrives first, CommTimeoutError after
-        ``timeout`` seconds (``expired(reason)`` raises instead, when given). ``what``
-        names the wait in the errors.
+        ``timeout`` seconds (``expired(reason)`` raises instead, when given), CommError
+        when a rank it waits for ended (``peers``: those ranks; None: a call of every
+        rank). ``what`` names the wait in the errors.
         """
         testall = self.MPI.Request.Testall
-        self._until(test or (lambda: testall(requests)), what, requests, expired)
+        self._until(test or (lambda: testall(requests)), what, requests, expired, peers)
 
-    def _until(self, ready, what: str, requests=(), expired=None):
+    def _until(self, ready, what: str, requests=(), expired=None, peers=None):
         """Call ``ready()`` until it gives something true, and return that; watch for
-        failure notices and the deadline meanwhile (cancelling ``requests`` on either)."""
+        failure notices, ended ``peers`` and the deadline meanwhile (cancelling
+        ``requests`` on any)."""
         self.usable()
         found = ready()
         if found:
@@ -102,7 +112,7 @@ class Channel:
                 continue
             self._poll_notice(requests)
             now = time.monotonic()
-            self._watch(now, requests)
+            self._watch(now, requests, peers)
             if now - start > self.timeout:
                 self._cancel(requests)
                 reason = (f"{what}: no answer within {self.timeout:g} s; "
@@ -116,13 +126,14 @@ class Channel:
             else:
                 os.sched_yield()
 
-    def _watch(self, now: float, requests) -> None:
-        """CommError (the channel broken) once the link's liveness check finds a dead peer."""
+    def _watch(self, now: float, requests, peers) -> None:
+        """CommError (the channel broken) once the link's liveness check finds a dead
+        peer, or one of ``peers`` ended (see :class:`hetflow.collectives.comm.Peers`)."""
         watch = None if self.link is None else self.link.watch
         if watch is None:
             return
         try:
-            watch(now)
+            watch(now, peers)
         except CommError as error:
             self._cancel(requests)
             self._fail(error)
@@ -187,11 +198,12 @@ class Channel:
     def send(self, obj, dest: int, tag: int = SEND_TAG) -> None:
         """Send a picklable ``obj`` to ``dest`` and wait until it has left."""
         self.usable()
-        self.wait([self.comm.isend(obj, dest, tag)], f"sending to rank {dest}")
+        self.wait([self.comm.isend(obj, dest, tag)], f"sending to rank {dest}", peers=(dest,))
 
     def recv(self, source: int, tag: int = SEND_TAG):
         """The next picklable object ``source`` sends with ``tag``."""
-        message = self._until(lambda: self.comm.improbe(source, tag), f"receiving from rank {source}")
+        message = self._until(lambda: self.comm.improbe(source, tag), f"receiving from rank {source}",
+                              peers=(source,))
         return message.recv()
 
     # Control objects are small and few (a report per rank every few iterations), so the
@@ -208,8 +220,9 @@ class Channel:
         if self.rank != root:
             return self.recv(root, BCAST_TAG)
         self.usable()
-        requests = [self.comm.isend(obj, r, BCAST_TAG) for r in range(self.size) if r != root]
-        self.wait(requests, f"broadcasting from rank {root}")
+        others = [r for r in range(self.size) if r != root]
+        self.wait([self.comm.isend(obj, r, BCAST_TAG) for r in others], f"broadcasting from rank {root}",
+                  peers=others)
         return obj
 
     def allgather(self, obj) -> list:
@@ -219,6 +232,20 @@ class Channel:
     def barrier(self) -> None:
         """Return once every rank has called it (RemoteError when one failed instead)."""
         self.bcast(self.gather(None, 0), 0)
+
+    def agreed(self, facts) -> list | None:
+        """None when every rank passed equal ``facts``, else every rank's, by rank, on
+        every rank (a call of every rank). Equal facts cost one tiny native allreduce of
+        their digests; ``facts`` (a tuple, picklable) must print alike on every rank."""
+        if self.link is not None and self.link.watch is not None:
+            self.link.watch.calls += 1  # a call of every rank, as the collectives' are
+        digest = digest_of(facts)
+        self._stamp[0], self._stamp[1] = digest, -digest
+        self.wait([self.comm.Iallreduce(self._stamp, self._seen, op=self.MPI.MAX)],
+                  "checking that all ranks made the same call")
+        if self._seen[0] == -self._seen[1]:
+            return None
+        return self.allgather(facts)
 
 
 class LocalChannel:
@@ -247,6 +274,49 @@ class LocalChannel:
 
     def barrier(self) -> None:
         return None
+
+    def agreed(self, facts) -> None:
+        """One rank always agrees with itself."""
+        return None
+
+
+def settle(channel, facts: tuple, failure: Exception | None, what: str) -> None:
+    """Raise the same error on every rank unless all ranks passed equal ``facts`` and
+    none failed (``failure``: this rank's exception, or None); a call of every rank.
+
+    Ranks that all failed alike raise their own errors. Otherwise every rank raises the
+    lowest failing rank's type of hetflow error (CommError for another type), naming the
+    failing ranks and their messages; or, where none failed, CommError naming each
+    rank's ``facts``. ``what`` names the call.
+    """
+    mine = (None, (type(failure).__name__, str(failure))) if failure is not None else (facts, None)
+    everyone = channel.agreed(mine)
+    if everyone is None:
+        if failure is not None:
+            raise failure
+        return
+    raise _disagreement(everyone, what, channel.size) from failure
+
+
+def _disagreement(everyone: list, what: str, size: int) -> CommError:
+    failed = {rank: failure for rank, (_, failure) in enumerate(everyone) if failure is not None}
+    if not failed:
+        calls = "; ".join(f"rank {rank}: {facts}" for rank, (facts, _) in enumerate(everyone))
+        return CommError(f"{what}: the ranks made different calls ({calls})")
+    ranks = ", ".join(map(str, failed))
+    kinds = set(failed.values())
+    if len(kinds) == 1:
+        detail = kinds.pop()[1]
+    else:
+        detail = "; ".join(f"rank {rank}: {kind}: {message}" for rank, (kind, message) in failed.items())
+    return _error_class(next(iter(failed.values()))[0])(
+        f"{what} failed on rank{'s' if len(failed) > 1 else ''} {ranks} (of {size}): {detail}")
+
+
+def _error_class(name: str) -> type:
+    """hetflow's error class called ``name``; CommError for a name that is none."""
+    found = getattr(errors, name, None)
+    return found if isinstance(found, type) and issubclass(found, errors.HetflowError) else CommError
 
 
 def _bytes(buf: np.ndarray) -> np.ndarray:

@@ -57,6 +57,7 @@ class Distribution:
         self.version = 0
         self.plans: dict = {}  # launch plans over these blocks' arrays (hetflow.cluster.plan)
         self._arrays: list[weakref.ref] = []
+        self.founder = None  # the name of the first array made on it: the same on every rank
 
     @property
     def min_rows(self) -> int:
@@ -89,6 +90,7 @@ class Distribution:
 
     def follow(self, arr) -> None:
         self._arrays.append(weakref.ref(arr))
+        self.founder = self.founder or arr.name
 
     def arrays(self) -> list:
         """The live arrays on this distribution, in the order they were made."""
@@ -96,8 +98,14 @@ class Distribution:
 
     def resize(self, sizes) -> bool:
         """Re-cut the blocks to ``sizes`` and move every array's rows to their new owners
-        (collective). False when nothing changed."""
-        sizes = self.checked(sizes)
+        (collective: every rank passes the same ``sizes``). False when nothing changed."""
+        try:
+            sizes, failure = self.checked(sizes), None
+        except ShapeError as exc:
+            failure = exc
+        # Rows cut differently on some rank would cross wrongly: the same error everywhere.
+        control.settle(self.session.channel, (self.dim, self.n, None if failure else sizes), failure,
+                       f"resizing the blocks of {self.n} rows")
         if sizes == self.sizes:
             return False
         old = self.bounds
@@ -161,9 +169,12 @@ class DistArray:
         self.name = f"darray{self.serial}"
         if self.device is not None and distribution.dim != 0:
             raise ShapeError("arrays on a GPU are distributed along dim 0 only")
+        # The distribution too: an array made like another on one rank only would not
+        # move with it there.
         _agree(self.session, self.name, (self.shape, self.dtype.str, distribution.dim,
                                          distribution.halo, distribution.sizes,
-                                         None if self.device is None else "gpu"))
+                                         None if self.device is None else "gpu",
+                                         f"{distribution.founder or self.name}'s"))
         self.local = self._allocate(distribution.bounds[self.session.rank])
         distribution.follow(self)
 
@@ -283,9 +294,21 @@ class DistArray:
 
     def reduce(self, op="sum"):
         """``op`` over every element of the array (on every rank): the block's own
-        reduction, then the communicator's allreduce. ``op`` as for allreduce."""
-        reduce_op = resolve_op(op)
-        reduce_op.check(self.dtype)
+        reduction, then the communicator's allreduce. ``op`` as for allreduce. An array
+        with no elements gives the op's identity, as NumPy does (a sum is 0); ShapeError
+        for an op with none (min, max, user ops)."""
+        reduce_op = failure = None
+        try:
+            reduce_op = resolve_op(op)
+            reduce_op.check(self.dtype)
+        except ArgumentError as exc:
+            failure = exc
+        # An op that differs between ranks, or fails on some, fails all of them: the
+        # others would wait for it in the allreduce.
+        control.settle(self.session.channel, (self.name, reduce_op and reduce_op.name), failure,
+                       f"{self.name}.reduce")
+        if self.size == 0:  # every block is empty (each rank has rows; a row has no elements)
+            return _identity(reduce_op, self.dtype, f"{self.name}.reduce: {self.name} {self.shape}")
         partial = _fold(self._host_block(), reduce_op, reduce_op.result_dtype(self.dtype))
         return self.session.comm.allreduce(partial, op=reduce_op)[0]
 
@@ -564,7 +587,7 @@ def _agree(current, name, description) -> None:
     if any(d != seen[0] for d in seen):
         ranks = "; ".join(f"rank {r}: {d}" for r, d in enumerate(seen))
         raise CommError(f"ranks made different distributed arrays as {name} "
-                        f"(shape, dtype, dim, halo, blocks, place): {ranks}")
+                        f"(shape, dtype, dim, halo, blocks, place, distribution): {ranks}")
 
 
 def _dtype(dtype) -> np.dtype:
@@ -587,13 +610,21 @@ def _gpu(device):
     return record
 
 
+def _identity(reduce_op, dtype: np.dtype, what: str):
+    """NumPy's reduction of no elements of ``dtype`` by ``reduce_op``: its identity, typed
+    as NumPy's (a sum of int8 is an int64 0); ShapeError where it has none."""
+    ufunc = getattr(np, getattr(reduce_op, "ufunc_name", ""), None)
+    if ufunc is None or ufunc.identity is None or dtype.names is not None:
+        raise ShapeError(f"{what} has no elements, and op {reduce_op.name!r} has no identity on {dtype} "
+                         f"to give (NumPy refuses such a reduction too)")
+    return ufunc.reduce(np.zeros(0, dtype))
+
+
 def _fold(values: np.ndarray, reduce_op, dtype) -> np.ndarray:
     """A one-element array of ``dtype``: ``reduce_op`` over all of ``values`` (pairwise
     halving, in ``dtype``: a sum of int8 widens before it adds, as NumPy's does)."""
     work = np.array(values.reshape(-1), dtype=dtype)
     n = work.size
-    if n == 0:
-        raise ShapeError("cannot reduce an empty array")
     while n > 1:
         half = n // 2
         reduce_op.combine(work[:half], work[n - half:n], work[:half])

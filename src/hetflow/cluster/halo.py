@@ -55,6 +55,7 @@ class Transfers:
         self.requests = []
         self.unpack = []  # (target slab, host buffer) to copy in after the receives
         self.keep = []  # send buffers that must live until the sends complete
+        self.peers = set()  # the ranks the batch waits for
 
     def recv(self, peer: int, tag_: int, target) -> None:
         if isinstance(target, np.ndarray) and target.flags.c_contiguous:
@@ -63,6 +64,7 @@ class Transfers:
             buffer = np.empty(target.shape, target.dtype)
             self.unpack.append((target, buffer))
         self.requests.append(self.channel.irecv(buffer, peer, tag_))
+        self.peers.add(peer)
 
     def send(self, peer: int, tag_: int, source) -> None:
         if is_device(source):
@@ -71,14 +73,15 @@ class Transfers:
             buffer = np.ascontiguousarray(source)
         self.keep.append(buffer)
         self.requests.append(self.channel.isend(buffer, peer, tag_))
+        self.peers.add(peer)
 
     def run(self, what: str) -> None:
         """Wait for every transfer (deadline, failure notices); unpack what arrived."""
         if self.requests:
-            self.channel.wait(self.requests, what)
+            self.channel.wait(self.requests, what, peers=self.peers)
         for target, buffer in self.unpack:
             store(target, buffer)
-        self.requests, self.unpack, self.keep = [], [], []
+        self.requests, self.unpack, self.keep, self.peers = [], [], [], set()
 
 
 def store(target, values) -> None:

@@ -15,13 +15,17 @@ on the other dimensions, so the generated code is the same as for a one-process 
 A plan is checked for every rank — reads within block and halo, writes within the
 block, cshifts along dim 0 wrapping only at the array's ends, and the extents as a
 one-process launch checks them, on the global arrays — so a bad launch fails the same
-way on every rank before any message is sent.
+way on every rank before any message is sent. What only a rank's own part finds (an
+element type its device cannot run, a scalar where the kernel subscripts an array, a
+kernel that does not compile or raises) and launches that differ between ranks are
+settled after the part ran (:func:`hetflow.cluster.control.settle`), and before a halo
+exchange: every rank raises the same error, also those that have no rows of the launch.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from hetflow.cluster import darray
+from hetflow.cluster import control, darray
 from hetflow.errors import ArgumentTypeError, ShapeError
 from hetflow.index import operators as _ops
 from hetflow.index.views import is_view
@@ -77,6 +81,10 @@ class LaunchPlan:
                              f"nothing says which rank runs which rows")
         self.offsets = {k: self._offset(data[k], v, k in self.written) for k, v in views.items()}
         self.offset = self.offsets[self.written[0]]
+        # what every rank must agree it launched (settle): equal on every rank for one launch
+        self.facts = (kernel.name, kernel.source_hash, extent, tuple(
+            (views[k].base.name, views[k].ops) if k in views else type(a).__name__
+            for k, a in enumerate(args)))
         # The one-process launch's checks, on the global extents: a part's own check would
         # fail only on the ranks that have rows, leaving the others to wait for them.
         check_extent(kernel, extent, tuple(views[k].proxy if k in views else a for k, a in enumerate(args)))
@@ -236,10 +244,11 @@ def plan_for(extent, kernel, args) -> LaunchPlan:
     extent = normalize_extent(extent)
     if not isinstance(kernel, Kernel):
         raise ArgumentTypeError(f"{kernel!r} is not a hetflow kernel; decorate it with @hetflow.kernel")
-    # a scalar's value does not change the plan; a host array where one was is refused
+    # a scalar's value does not change the plan (its type does: ranks agree on it); a host
+    # array where one was is refused
     key = (id(kernel), kernel.source_hash, extent,
            tuple((darray.as_view(a).base.serial, darray.as_view(a).ops)
-                 if darray.is_distributed(a) else isinstance(a, SCALARS) for a in args))
+                 if darray.is_distributed(a) else type(a) if isinstance(a, SCALARS) else None for a in args))
     first = next((a for a in args if darray.is_distributed(a)), None)
     cache = darray.as_view(first).base.distribution.plans if first is not None else {}
     if key in cache:
@@ -265,17 +274,35 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
                         schedule=schedule)
     if not any(darray.is_distributed(a) for a in args):
         return local_forall(extent, kernel, *args, device=device, schedule=schedule, shares=shares)
-    plan = plan_for(extent, kernel, args)
-    channel = plan.distribution.session.channel
+    channel = darray.as_view(next(a for a in args if darray.is_distributed(a))).base.session.channel
     channel.check()  # a safe point: stop here if another rank failed
-    bounds = plan.distribution.bounds
-    plan.check(bounds)
-    for arr in plan.halo_arrays(args, bounds):
+    what = f"distributed forall of {getattr(kernel, 'name', type(kernel).__name__)!r}"
+    plan, halos, failure = None, (), None
+    try:
+        plan = plan_for(extent, kernel, args)
+        plan.check(plan.distribution.bounds)
+        halos = plan.halo_arrays(args, plan.distribution.bounds)
+    except Exception as exc:  # a launch that differs between ranks may fail on some only
+        failure = exc
+    if failure is not None or halos:  # before transfers that would wait for a failed rank
+        control.settle(channel, None if plan is None else plan.facts, failure, what)
+    for arr in halos:
         arr.exchange_halos()
-    part = plan.localise(args, channel.rank, bounds)
+    result = None
+    try:
+        result = _run_part(plan, args, channel.rank, device, schedule, shares)
+    except Exception as exc:  # the part's own checks, compiling and running: this rank's only
+        failure = exc
+    control.settle(channel, plan.facts, failure, what)
+    return result
+
+
+def _run_part(plan, args, rank: int, device, schedule, shares):
+    """Run ``rank``'s part of the launch (nothing where it has no rows)."""
+    part = plan.localise(args, rank, plan.distribution.bounds)
     if part is None:
         return None
     if device is None:
         base = darray.as_view(args[plan.written[0]]).base
         device = base.device.id if base.device is not None else None
-    return local_forall(part[0], kernel, *part[1], device=device, schedule=schedule, shares=shares)
+    return local_forall(part[0], plan.kernel, *part[1], device=device, schedule=schedule, shares=shares)

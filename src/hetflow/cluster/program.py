@@ -17,7 +17,10 @@ a poor first guess of the capacities is not kept for long), the ranks report wha
 measured (the first iteration after each materialisation not counted); when the
 central interpreter's rules see an imbalance, they re-partition, rows move between
 neighbouring ranks, and each local interpreter materialises its part again. Between
-iterations every rank also checks whether another rank failed (RemoteError).
+iterations every rank also checks whether another rank failed (RemoteError). A rank
+whose iteration fails (its part refused, not compiled, raised) stops the run as
+:func:`hetflow.cluster.distributed` does: the others raise RemoteError naming it at their
+next wait, instead of waiting for its rows.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from hetflow.cluster.central import DEFAULT_THRESHOLD, CentralInterpreter, parti
 from hetflow.cluster.launch import session as _session
 from hetflow.cluster.local import LocalInterpreter
 from hetflow.cluster.plan import plan_for
-from hetflow.errors import ArgumentError
+from hetflow.errors import ArgumentError, RemoteError
 from hetflow.ir.rulefile import loads, read
 
 # The early report: capacities are guesses (a GPU counts its multiprocessors, which
@@ -87,8 +90,14 @@ class DistributedProgram:
             raise ArgumentError(f"iterations must be an integer >= 0; got {iterations!r}")
         self.local.first_iteration = True  # arrays may have changed since the last run
         for _ in range(iterations):
-            self._safe_point()
-            self.local.run()
+            try:
+                self._safe_point()
+                self.local.run()
+            except RemoteError:
+                raise  # another rank failed: it has told everyone
+            except Exception as exc:  # a part of this rank's only: the others wait for its rows
+                self.session.channel.abort(exc)
+                raise
             self.iteration += 1
 
     def _safe_point(self) -> None:

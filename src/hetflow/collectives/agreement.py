@@ -56,7 +56,7 @@ _seen = np.empty(2, np.int64)
 
 def agree(comm, transport, head) -> None:
     """Raise CommError on every rank unless all ranks passed the same ``head``."""
-    digest = _digest(head)
+    digest = digest_of(head)
     _stamp[0], _stamp[1] = digest, -digest
     link = transport.link
     transport.wait([link.comm.Iallreduce(_stamp, _seen, op=link.MPI.MAX)],
@@ -121,7 +121,7 @@ def _mailbox(nbytes, dtype) -> _Mailbox:
 
 
 def _rounds(comm, transport, head, reduce_op, source):
-    digest = _digest(head)
+    digest = digest_of(head)
     box = _mailbox(source.nbytes, source.dtype)
     box.payload[...] = source
     payload, arrived, heard = box.payload, box.arrived, box.heard
@@ -156,7 +156,8 @@ def _mismatch(comm, head):
     raise CommError(_describe(comm.allgather(readable)))
 
 
-def _digest(head) -> int:
+def digest_of(head) -> int:
+    """``head``'s 56-bit digest, the same on every rank for heads that print alike."""
     digest = _digests.get(head)
     if digest is None:
         text = repr(tuple(str(value) for value in head)).encode()

@@ -16,10 +16,17 @@ a word (SIGKILL, the OOM killer) while others wait for it is noticed by
 running and that the launcher is still this process's parent, and raise CommError
 naming the dead rank within about a second. (Ranks on other hosts are left to the
 launcher, which ends the run when one of its processes dies.)
+
+Ended ranks. A rank whose program ends (its script returns, or calls ``sys.exit``
+with any code) while others still wait for it would leave them waiting: MPICH keeps
+its process in ``MPI_Finalize`` until they end. On its way out it tells every other
+rank how many calls of every rank it made; a wait for it (a collective it never
+joined, a transfer with it) then raises CommError naming it within about a second.
 """
 from __future__ import annotations
 
 import abc
+import atexit
 import faulthandler
 import functools
 import os
@@ -214,6 +221,7 @@ class MPICommunicator(Communicator):
         # (Inline, not a helper: each Python call is ~2% of an 8-byte allreduce.) A key
         # that cannot be hashed (a user's op object, a list as root) has no prepared call:
         # the general path checks and runs it.
+        self.link.watch.calls += 1
         if check is True and type(x) is np.ndarray:
             try:
                 call = self._prepared.get((op, x.dtype, x.shape, segments, None))
@@ -224,6 +232,7 @@ class MPICommunicator(Communicator):
         return host.allreduce(self, x, op, out, segments, check)
 
     def reduce(self, x, op="sum", root=0, out=None, segments=2, check=True):
+        self.link.watch.calls += 1
         if check is True and type(x) is np.ndarray:
             try:
                 call = self._prepared.get((op, x.dtype, x.shape, segments, root))
@@ -243,6 +252,7 @@ class MPICommunicator(Communicator):
     def bcast(self, obj, root=0):
         host._check_root(root, self.size)
         self._ensure_usable()
+        self.link.watch.calls += 1
         payload = pickle.dumps(obj) if self.rank == root else b""
         length = np.array([len(payload)], dtype=np.int64)
         self._wait(self.link.comm.Ibcast(length, root), "bcast")
@@ -253,10 +263,12 @@ class MPICommunicator(Communicator):
 
     def barrier(self):
         self._ensure_usable()
+        self.link.watch.calls += 1
         self._wait(self.link.comm.Ibarrier(), "barrier")
 
     def allgather(self, obj) -> list:
         self._ensure_usable()
+        self.link.watch.calls += 1
         mpi = self.link.MPI
         payload = np.frombuffer(pickle.dumps(obj), np.uint8)
         lengths = np.empty(self.size, dtype=np.int64)
@@ -311,11 +323,14 @@ def _join_world(timeout: float) -> Link:
     check_launch(MPI.COMM_WORLD.Get_size())
     abort_on_uncaught(MPI)
     duplicate, request = MPI.COMM_WORLD.Idup()
+    notices, second = MPI.COMM_WORLD.Idup()  # Peers' own: no other message can match theirs
     Transport(Link(MPI, MPI.COMM_WORLD), timeout, "world()").wait(
-        [request], "the first call of world() on every rank (it is collective: every rank must make it)")
+        [request, second], "the first call of world() on every rank (it is collective: every rank must make it)")
     link = Link(MPI, duplicate)
-    link.watch = Peers(link, MPICommunicator(link, timeout).allgather(
+    link.watch = Peers(link, notices)
+    link.watch.locate(MPICommunicator(link, timeout).allgather(
         (MPI.Get_processor_name(), _pid_namespace(), os.getpid())))
+    atexit.register(link.watch.leave)
     return link
 
 
@@ -343,22 +358,42 @@ def abort_on_uncaught(mpi) -> None:
 # How often a wait checks that the ranks on this host are alive (it costs a few system
 # calls per rank).
 _LOOK_SECONDS = 0.5
+# An ended rank's last messages were sent before its notice; a wait for it gets this
+# long to take them in before it fails.
+_ENDED_GRACE = 0.5
+# How long an ending rank waits for its notices to leave (small: sent eagerly).
+_NOTICE_SECONDS = 1.0
+_ENDED_TAG = 1
 
 
 class Peers:
-    """Called during waits: CommError once a rank on this host is no longer running, or
-    the launcher that started this process is gone. ``who``: (host, pid namespace, pid)
-    per rank; only ranks whose process ids mean something here are watched."""
+    """Called during waits: CommError once a rank on this host is no longer running,
+    the launcher that started this process is gone, or a rank the wait needs ended.
 
-    def __init__(self, link: Link, who: list):
+    ``calls``: the calls of every rank (collectives, agreements) this rank has begun;
+    an ending rank sends its count on ``notices`` (:meth:`leave`), so a wait in a call
+    of every rank fails only where the ended rank never began it, and a transfer only
+    where it is with the ended rank.
+    """
+
+    def __init__(self, link: Link, notices):
         self.link = link
-        here = who[link.rank][:2]
-        self.local = [(rank, pid) for rank, (host, namespace, pid) in enumerate(who)
-                      if (host, namespace) == here and rank != link.rank]
+        self.notices = notices
+        self.calls = 0
+        self.local = []  # (rank, pid) of the other ranks on this host: locate()
         self.parent = os.getppid()
         self.next_look = 0.0
+        self.ended = {}  # rank -> (its calls, when this rank heard it ended)
 
-    def __call__(self, now: float) -> None:
+    def locate(self, who: list) -> None:
+        """Watch the processes of the ranks on this host; ``who``: (host, pid
+        namespace, pid) per rank (only ranks whose pids mean something here count)."""
+        here = who[self.link.rank][:2]
+        self.local = [(rank, pid) for rank, (host, namespace, pid) in enumerate(who)
+                      if (host, namespace) == here and rank != self.link.rank]
+
+    def __call__(self, now: float, peers=None) -> None:
+        """``peers``: the ranks the wait is for; None: a call of every rank."""
         if now < self.next_look:
             return
         self.next_look = now + _LOOK_SECONDS
@@ -367,6 +402,32 @@ class Peers:
                 self._fail(f"rank {rank} (process {pid}) died; the run cannot go on without it")
         if os.getppid() != self.parent:
             self._fail(f"the launcher (process {self.parent}) is gone")
+        self._hear(now)
+        for rank, (calls, heard) in self.ended.items():
+            missing = calls < self.calls if peers is None else rank in peers
+            if missing and now - heard > _ENDED_GRACE:
+                self._fail(f"rank {rank} ended its program (its script returned or called sys.exit) "
+                           f"while this rank waits for it; the run cannot go on without it")
+
+    def _hear(self, now: float) -> None:
+        while True:
+            message = self.notices.improbe(self.link.MPI.ANY_SOURCE, _ENDED_TAG)
+            if message is None:
+                return
+            rank, calls = message.recv()
+            self.ended.setdefault(rank, (calls, now))
+
+    def leave(self) -> None:
+        """Tell every other rank that this one's program ended, and how many calls of
+        every rank it made (at exit: a wait for it then fails, naming it)."""
+        mpi = self.link.MPI
+        if mpi.Is_finalized():
+            return
+        requests = [self.notices.isend((self.link.rank, self.calls), peer, _ENDED_TAG)
+                    for peer in range(self.link.size) if peer != self.link.rank]
+        deadline = time.monotonic() + _NOTICE_SECONDS
+        while not mpi.Request.Testall(requests) and time.monotonic() < deadline:
+            time.sleep(1e-3)
 
     def _fail(self, reason: str):
         self.link.broken = reason

@@ -34,3 +34,22 @@ def gpu_device():
     if not gpus:
         pytest.skip("no GPU device")
     return gpus[0]
+
+
+@pytest.fixture
+def tiny_chunks(monkeypatch):
+    """Chunks of a few rows on both devices (stealing happens at these sizes), and every
+    launch co-executed (never one device alone by the performance model's choice)."""
+    import dataclasses
+
+    from hetflow.runtime import coexec, cpu
+
+    monkeypatch.setattr(cpu, "INLINE_LIMIT", 2)
+    gpu_worker = coexec._gpu_worker
+
+    def small(launch, held=()):
+        worker, chunks = gpu_worker(launch, held)
+        return dataclasses.replace(worker, chunk_size=2), chunks
+
+    monkeypatch.setattr(coexec, "_gpu_worker", small)
+    monkeypatch.setattr(coexec, "_alone", lambda *args: None)

@@ -7,7 +7,6 @@ of either, equal NumPy's result, and run every index exactly once. Wavefronts of
 tiles over rectangular grids equal the sequential row-major loop. Atomics of every
 element type equal NumPy on cpu0, the simulated GPU, co-executed and as plain Python.
 """
-import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,26 +18,11 @@ from numba.cuda.simulator.kernelapi import FakeCUDAAtomic
 import hetflow
 from hetflow import atomic, co_map, cshift, interior, section
 from hetflow.kernels import atomic as atomic_impl
-from hetflow.runtime import coexec, cpu, staging
+from hetflow.runtime import staging
 from hetflow.runtime import wavefront as wavefront_rt
 
 SLOW = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 BOTH = ["cpu0", "gpu0"]
-
-
-@pytest.fixture
-def tiny_chunks(monkeypatch):
-    """Chunks of a few rows on both devices (stealing happens at these sizes), and every
-    launch co-executed (never one device alone by the performance model's choice)."""
-    monkeypatch.setattr(cpu, "INLINE_LIMIT", 2)
-    gpu_worker = coexec._gpu_worker
-
-    def small(launch, held=()):
-        worker, chunks = gpu_worker(launch, held)
-        return dataclasses.replace(worker, chunk_size=2), chunks
-
-    monkeypatch.setattr(coexec, "_gpu_worker", small)
-    monkeypatch.setattr(coexec, "_alone", lambda *args: None)
 
 
 # -- co-execution: random kernels, extents and arguments ------------------------------------

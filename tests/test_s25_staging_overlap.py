@@ -3,7 +3,6 @@
 GPU and co-executed: one GPU copy of the bytes they span, each argument a strided view of
 it, so every device gives the sequential loop's result (NumPy oracles) or, where a written
 element is touched through another argument at another index, the same ShapeError."""
-import dataclasses
 
 import numpy as np
 import pytest
@@ -13,10 +12,9 @@ from hypothesis import strategies as st
 import hetflow
 from hetflow import co_map, interior
 from hetflow.errors import ShapeError
-from hetflow.runtime import coexec, cpu
 
 # every test on the simulated GPU (CI) and on a real one (pytest -m gpu)
-pytestmark = pytest.mark.usefixtures("gpu_kind")
+pytestmark = pytest.mark.usefixtures("gpu_kind", "tiny_chunks")
 
 
 @pytest.fixture(params=[pytest.param("simulated", marks=pytest.mark.simgpu),
@@ -32,20 +30,6 @@ RACE = r"which overlap in one array at different indices: the result would depen
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
-
-
-@pytest.fixture(autouse=True)
-def tiny_chunks(monkeypatch):
-    """Chunks of two rows on the GPU, every launch co-executed (none alone by the model)."""
-    monkeypatch.setattr(cpu, "INLINE_LIMIT", 2)
-    gpu_worker = coexec._gpu_worker
-
-    def small(launch, held=()):
-        worker, chunks = gpu_worker(launch, held)
-        return dataclasses.replace(worker, chunk_size=2), chunks
-
-    monkeypatch.setattr(coexec, "_gpu_worker", small)
-    monkeypatch.setattr(coexec, "_alone", lambda *args: None)
 
 
 @hetflow.kernel

@@ -10,6 +10,7 @@ that packages import one way (the layers: ``docs/architecture.md``).
 from __future__ import annotations
 
 import numbers
+import sys
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from .ir.values import concrete
 from .kernels import Kernel
 from .runtime import binops, reductions, scan_sort
 from .runtime import wavefront as _wavefront
-from .runtime.forall import run_forall
+from .runtime.forall import resolve_devices, run_forall
 from .runtime.mapreduce import kernel_op, map_reduce
 
 
@@ -113,8 +114,10 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
         g = current_graph()
         if g is None:
             return reductions.reduce(x, op, axis=axis, device=device, commutative=commutative, identity=identity)
+        _check_axis(x, axis, "reduce")
         call, options = (x, op), dict(axis=axis, device=device, commutative=commutative, identity=identity)
     binops.resolve(op, commutative)  # a bad op fails here, not when the graph runs
+    _check_device(device)
     return g.record("reduce", fn=reduce, args=call, kwargs=options)
 
 
@@ -144,6 +147,9 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
     if g is None:
         return scan_sort.scan(x, op, axis, inclusive, device, identity=identity)
     binops.resolve(op)  # a bad op fails here, not when the graph runs
+    binops.flag(inclusive, "inclusive", "scan")
+    _check_axis(x, axis, "scan")
+    _check_device(device)
     return g.record("scan", fn=scan, args=(x, op), kwargs=dict(
         axis=axis, inclusive=inclusive, device=device, identity=identity))
 
@@ -166,6 +172,11 @@ def sort(x, axis=-1, descending=False, key=None, device=None):
     g = current_graph()
     if g is None:
         return scan_sort.sort(x, axis, descending, key, device)
+    binops.flag(descending, "descending", "sort")
+    _check_axis(x, axis, "sort")
+    if key is not None and not (isinstance(key, Kernel) and len(key.params) == 1):
+        scan_sort._key_dtype(key, None)  # refuses it before it needs the elements' dtype
+    _check_device(device)
     return g.record("sort", fn=sort, args=(x,), kwargs=dict(axis=axis, descending=descending, key=key,
                                                             device=device))
 
@@ -182,7 +193,23 @@ def wavefront(extent, kernel, *args, tile=None, device=None):
     g = current_graph()
     if g is None:
         return _wavefront.wavefront(extent, kernel, *args, tile=tile, device=device)
+    _check_device(device)
     return g.record("wavefront", fn=wavefront, args=(extent, kernel, *args), kwargs=dict(tile=tile, device=device))
+
+
+def _check_axis(x, axis, site: str) -> None:
+    """What ``site`` run now would refuse of ``axis``, refused while recording, with the
+    same message: a Handle has no shape until its graph runs, so its axis's type is
+    checked now and its range then."""
+    shape = getattr(x, "shape", None)
+    reductions.normalize_axis(axis, sys.maxsize if shape is None else len(shape), site)
+
+
+def _check_device(device) -> None:
+    """A ``device=`` that the call run now would refuse (an unknown id, an empty list),
+    refused while recording, with the same message."""
+    if device is not None:
+        resolve_devices(device)
 
 
 def zeros(shape, dtype=np.float64, device=None):

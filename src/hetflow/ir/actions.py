@@ -339,7 +339,8 @@ class Compile(Action):
 
 @dataclasses.dataclass(frozen=True)
 class Set(Action):
-    """Set a variable to a value or an expression's value (rules reading it re-run)."""
+    """Set a variable to a value or an expression's value (rules reading it re-run);
+    a float value must be finite, when the action is made and when it runs."""
 
     var: str
     value: object = None
@@ -347,13 +348,26 @@ class Set(Action):
     def __post_init__(self):
         if not isinstance(self.var, str) or not self.var:
             raise RuleError(f"set needs a variable name; got {self.var!r}")
+        if _non_finite(self.value):
+            raise RuleError(f"set {self.var!r}: value must be a finite number, a boolean or an expression; "
+                            f"got {self.value!r}")
         object.__setattr__(self, "value", _expr(self.value))
 
     def names(self):
         return _names(self.value)
 
     def apply(self, ctx, match):
-        ctx.variables[self.var] = ctx.evaluate(self.value, match)
+        value = ctx.evaluate(self.value, match)
+        if _non_finite(value):  # an expression that overflowed ('x * 1e308'), or read a nan
+            raise RuleError(f"{_origin(self.value)}set {self.var!r}: {self.value} gave {value!r}, "
+                            f"not a finite number")
+        ctx.variables[self.var] = value
+
+
+def _non_finite(value) -> bool:
+    """Whether ``value`` is a float (NumPy's too) that is nan or infinite: a variable
+    holding nan never equals itself, so the rules reading it would never settle."""
+    return isinstance(value, (float, np.floating)) and not math.isfinite(value)
 
 
 @dataclasses.dataclass(frozen=True)

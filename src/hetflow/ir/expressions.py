@@ -4,7 +4,7 @@ Rules are written by other people and loaded from files, so their expressions ar
 never handed to Python's ``eval``. :func:`parse` reads the text with ``ast.parse``,
 accepts only
 
-- constants: numbers, strings, ``True``, ``False``;
+- constants: finite numbers (``1e400`` overflows to inf: refused), strings, ``True``, ``False``;
 - variables by name, dotted names meaning one variable (``gpu.utilization``,
   ``throughput.cpu0``, ``node.pieces``);
 - ``+ - * / // %`` (``+`` also joins strings), unary ``-``, ``+``;
@@ -291,6 +291,9 @@ class _Compiler:
         value = node.value
         if not isinstance(value, (bool, int, float, str)):
             raise self.error(f"the constant {value!r} is not allowed (numbers, strings, True, False)", node)
+        if isinstance(value, float) and not math.isfinite(value):  # a literal beyond the float range
+            written = ast.get_source_segment(self.text[self.shift:], node)
+            raise self.error(f"the number {written} overflows to {value!r} (numbers must be finite)", node)
         return lambda env, value=value: value
 
     def _Name(self, node, depth):

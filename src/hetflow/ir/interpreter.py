@@ -277,7 +277,9 @@ class Interpreter:
             rules.restore(saved_rules)
             raise
         for name, value in ctx.variables.items():
-            if name not in variables or freeze(variables[name]) != freeze(value):
+            # A value the rules left alone is not set again: a nan the monitor holds never
+            # equals itself, and setting it at every safe point would make the next one due.
+            if name not in variables or (value is not variables[name] and freeze(variables[name]) != freeze(value)):
                 self.monitor.set(name, value)
         result_nodes = ctx.nodes
         for child in self.children:

@@ -98,6 +98,9 @@ def _parse(argv):
     if args.quick:
         args.max_bytes = min(args.max_bytes, 64 << 10)
         args.seconds, args.rounds = 0.005, 1
+    if args.min_bytes > args.max_bytes:  # no size to time: the table would be empty
+        largest = "--quick's largest size" if args.quick else "--max-bytes"
+        p.error(f"--min-bytes {args.min_bytes} is above {largest}, {args.max_bytes}: no message size to time")
     return args
 
 

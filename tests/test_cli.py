@@ -376,8 +376,8 @@ def test_a_command_help_says_what_it_does(capsys, command, says):
 
 
 @pytest.mark.parametrize("argv, status, message", [
-    (["--devices", "cpu0,cpu0"], 1,
-     "hetflow: error: ArgumentError: --devices ['cpu0', 'cpu0'] names cpu0 more than once"),
+    (["--devices", "cpu0,cpu0"], 2,  # the command line alone is at fault
+     "hetflow: error: --devices cpu0,cpu0: names cpu0 more than once (each device runs its share once)"),
     (["--trace", "same.png", "--timeline", "same.png"], 2,  # the command line alone is at fault
      "hetflow: error: --trace and --timeline name one file, same.png: the timeline would overwrite the trace"),
     (["--rules", "bad.toml"], 1, "hetflow: error: RuleSyntaxError: bad.toml:1:7: Expected ']"),

@@ -234,11 +234,17 @@ def _finish(targets) -> None:
 
 def device_ids(text: str | None) -> list | None:
     """The device ids of a ``--devices`` option (comma-separated), each one this machine
-    has, named once; None without one. A bad list raises hetflow's error naming it."""
+    has, named once; None without one. An id named twice is a UsageError (the command
+    line alone is at fault), an id this machine lacks a DeviceError naming it."""
     if not text:
         return None
+    ids = [d.strip() for d in text.split(",")]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise UsageError(f"--devices {text}: names {', '.join(twice)} more than once (each device runs "
+                         f"its share once)")
     try:
-        found = device_list([d.strip() for d in text.split(",")], "--devices", "a comma-separated list of device ids")
+        found = device_list(ids, "--devices", "a comma-separated list of device ids")
     except DeviceError as exc:  # an id this machine lacks: the message names the option too
         raise DeviceError(f"--devices {text}: {exc}") from None
     return [d.id for d in found]

@@ -470,20 +470,28 @@ def zeros_like(a: DistArray, dtype=None, shape=None) -> DistArray:
     return out
 
 
+# empty's keywords whose default is None
+_NONE_BY_DEFAULT = ("parts", "comm", "device")
+
+
 def asarray(x, *, root=None, like=None, **kwargs) -> DistArray:
     """A distributed copy of the global array ``x``.
 
     ``root=None``: every rank passes the same ``x`` and keeps its block of it (no
     messages). ``root=r``: only rank r's ``x`` counts (others may pass None); each rank
-    is sent its block. ``like``: use that array's distribution; other keywords as for
+    is sent its block. ``like``: use that array's distribution (with it, ``parts``,
+    ``comm`` and ``device`` may only be None, their default); other keywords as for
     :func:`empty`.
     """
     if like is not None:
         if not isinstance(like, DistArray):
             raise ArgumentTypeError(f"cluster.asarray: like must be a DistArray, not {type(like).__name__}")
-        if kwargs:  # they would be ignored: the array takes like's distribution and place
+        # They would be ignored: the array takes like's distribution and place. None, their
+        # default, asks for nothing (a caller passing its own comm=None on).
+        given = sorted(k for k, v in kwargs.items() if v is not None or k not in _NONE_BY_DEFAULT)
+        if given:
             raise ArgumentError(f"cluster.asarray: like= gives the distribution; "
-                                f"{', '.join(sorted(kwargs))} cannot be given with it")
+                                f"{', '.join(given)} cannot be given with it")
     current = _session(like.session if like is not None else kwargs.get("comm"))
     if root is not None:
         _same_root(current.channel, root, "cluster.asarray")

@@ -394,9 +394,14 @@ def interior(parent, delta):
     return make_view(Interior, parent, (delta,), type(delta) is int or exact_params((delta,)))
 
 
-def transpose(parent, d1, d2):
-    """Swaps dimensions ``d1`` and ``d2``: NumPy's ``np.swapaxes(a, d1, d2)``."""
-    return Transpose(parent, d1, d2)
+def transpose(parent, *dims):
+    """``transpose(a, d1, d2)`` swaps dimensions ``d1`` and ``d2``: NumPy's
+    ``np.swapaxes(a, d1, d2)``."""
+    if len(dims) != 2:  # NumPy's transpose(a, axes) spelling, or its transpose(a)
+        given = "".join(f", {d!r}" for d in dims)
+        raise ArgumentTypeError(f"transpose swaps two dims, transpose(a, d1, d2) (NumPy's np.swapaxes(a, d1, "
+                                f"d2)); got transpose(a{given})")
+    return Transpose(parent, *dims)
 
 
 def section(parent, offset, extent):

@@ -143,7 +143,8 @@ def tile(parent, tile_extent):
 def partition(parent, parts, dim):
     """Cut ``dim`` of ``parent`` into disjoint covering sections.
 
-    ``parts`` is a count (sizes then differ by at most 1, larger parts first) or a list
+    ``parts`` is a count (sizes then differ by at most 1, larger parts first; an empty
+    dim is one empty part, as in NumPy's ``array_split``) or a list
     of relative shares such as ``[0.7, 0.3]``, rounded to integer sizes by largest
     remainder (a share too small may get an empty part).
     """
@@ -157,7 +158,10 @@ def partition(parent, parts, dim):
         raise ArgumentTypeError(f"partition: parts must be a count or a list of shares, "
                                 f"got {parts!r}")
     k = operator.index(parts)
-    if not 1 <= k <= n:
+    if n == 0 and k != 1:  # an empty dim is one empty part, as in NumPy's array_split(a, 1)
+        raise ShapeError(f"partition: {k} parts of dim {dim} with extent 0: an empty dim is cut into "
+                         f"one empty part; parts must be 1")
+    if n and not 1 <= k <= n:
         raise ShapeError(f"partition: {k} parts of dim {dim} with extent {n}: parts must be "
                          f"in [1, {n}] so that every part gets an index")
     q, r = divmod(n, k)

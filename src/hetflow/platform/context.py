@@ -23,8 +23,8 @@ def _as_logical(target) -> LogicalDevice:
         return LogicalDevice(tuple(d for d in devices() if not d.simulated))
     if isinstance(target, LogicalDevice):
         return target
-    if isinstance(target, Device):
-        return LogicalDevice((target,))
+    if isinstance(target, Device):  # checked as a list of one: a refusal names the context
+        target = (target,)
     if isinstance(target, str):  # what forall's device= names: an id, 'all' or 'gpu'
         return LogicalDevice(find_devices(target))
     return LogicalDevice(device_list(target, "context device", "None, a device id, a Device, a list of ids "

@@ -64,11 +64,14 @@ _table: tuple[Device, ...] | None = None
 
 
 def devices(refresh: bool = False) -> tuple[Device, ...]:
-    """Return the device table, rebuilding it when ``refresh`` is true."""
+    """Return the device table, rebuilding it when ``refresh`` is True."""
     global _table
     table = _table  # built once: read without the lock (a tuple, replaced whole)
-    if table is not None and not refresh:
+    if table is not None and refresh is False:
         return table
+    if not isinstance(refresh, bool):  # "no" or "false" would rebuild it
+        raise ArgumentTypeError(f"devices: refresh must be True or False; got {type(refresh).__name__} "
+                                f"{refresh!r}")
     with _lock:
         if _table is None or refresh:
             if refresh:
@@ -166,7 +169,7 @@ def device_list(given, what: str, kinds: str, empty: bool = False) -> tuple[Devi
     if not items and not empty:
         raise ArgumentError(f"{what} {given!r} names no device; give at least one")
     # (get_device keeps the ids it found: a list of ids is a few dict look-ups)
-    found = tuple(d if isinstance(d, Device) else _listed(d, given, what) for d in items)
+    found = tuple(_recorded(d, what) if isinstance(d, Device) else _listed(d, given, what) for d in items)
     if len(found) > 1:  # each device runs its share once (ids: hashed once, unlike a Device)
         ids = [d.id for d in found]
         if len(set(ids)) < len(ids):
@@ -180,6 +183,23 @@ def _listed(item, given, what: str) -> Device:
     if not isinstance(item, str):
         raise ArgumentTypeError(f"{what} {given!r} holds {item!r}, which is neither a device id nor a Device")
     return get_device(item)
+
+
+def _recorded(device: Device, what: str) -> Device:
+    """``device``, a record of the device table: one the table lacks, or holds with other
+    fields (made up, or changed with ``dataclasses.replace``), would run with what no
+    device has and fail only inside the launch."""
+    table = devices()
+    if device in table:  # (identity first: the table's own records compare no fields)
+        return device
+    record = next((d for d in table if d.id == device.id), None)
+    if record is None:
+        raise DeviceError(f"{what}: Device {device.id!r} is not in the device table; devices are: "
+                          f"{', '.join(d.id for d in table)}")
+    differ = [f"{f.name} {getattr(device, f.name)!r} (the table's: {getattr(record, f.name)!r})"
+              for f in dataclasses.fields(Device) if getattr(device, f.name) != getattr(record, f.name)]
+    raise DeviceError(f"{what}: Device {device.id!r} differs from the device table's record in "
+                      f"{', '.join(differ)}; take devices from hetflow.devices() or hetflow.get_device()")
 
 
 @functools.lru_cache(maxsize=1)

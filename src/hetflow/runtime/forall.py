@@ -63,10 +63,8 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
         return device.devices
     if isinstance(device, str):
         return find_devices(device)
-    if isinstance(device, Device):
-        return (device,)
-    return device_list(device, "device", "an id, 'all', 'gpu', a Device, a list of ids or Devices, "
-                       "a LogicalDevice or a Context")
+    return device_list((device,) if isinstance(device, Device) else device, "device",
+                       "an id, 'all', 'gpu', a Device, a list of ids or Devices, a LogicalDevice or a Context")
 
 
 def _device_shares(shares, targets) -> np.ndarray:

@@ -128,7 +128,7 @@ def _script(name, *args):
     (["--devices", "gpu7"], "--devices gpu7: no device with id 'gpu7'; devices are: "),
     (["--devices", "nonsense"], "--devices nonsense: no device with id 'nonsense'; devices are: "),
     (["--devices", "cpu0,"], "--devices cpu0,: no device with id ''; devices are: "),
-    (["--devices", "cpu0,cpu0"], "--devices ['cpu0', 'cpu0'] names cpu0 more than once"),
+    (["--devices", "cpu0,cpu0"], "--devices cpu0,cpu0: names cpu0 more than once (each device runs its share once)"),
 ])
 def test_jacobi_script_refuses_bad_options_in_one_line(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
@@ -177,7 +177,7 @@ def test_kmeans_script_matches_numpy(capsys):
     ("mandelbrot", ["--size", "0"], "--size must be at least 1, got 0"),
     ("mandelbrot", ["--max-iter", "-1"], "--max-iter must be at least 1, got -1"),
     ("mandelbrot", ["--devices", "gpu7"], "--devices gpu7: no device with id 'gpu7'; devices are: "),
-    ("mandelbrot", ["--devices", "cpu0,cpu0"], "--devices ['cpu0', 'cpu0'] names cpu0 more than once"),
+    ("mandelbrot", ["--devices", "cpu0,cpu0"], "--devices cpu0,cpu0: names cpu0 more than once (each device runs its share once)"),
     ("mandelbrot", ["--trace", "m.png"], "--trace m.png: cannot write it: the timeline goes beside it, "
                                          "with the suffix .png: name the trace .json"),
     ("heat_distributed", ["--size", "2"], "--size must be at least 3 (a grid with an interior point), got 2"),

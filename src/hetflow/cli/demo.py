@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import cluster, collectives, trace
 from ..index import cshift, interior
-from ..errors import DeviceError, HetflowError, RemoteError
+from ..errors import ArgumentError, DeviceError, HetflowError, RemoteError
 from ..ir import RuleSet, graph
 from ..kernels import kernel
 from ..platform.devices import device_list, devices, get_device
@@ -234,15 +234,15 @@ def _finish(targets) -> None:
 
 def device_ids(text: str | None) -> list | None:
     """The device ids of a ``--devices`` option (comma-separated), each one this machine
-    has, named once; None without one. An id named twice is a UsageError (the command
-    line alone is at fault), an id this machine lacks a DeviceError naming it."""
+    has, named once; None without one. An id named twice is an ArgumentError, an id this
+    machine lacks a DeviceError naming it."""
     if not text:
         return None
     ids = [d.strip() for d in text.split(",")]
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:
-        raise UsageError(f"--devices {text}: names {', '.join(twice)} more than once (each device runs "
-                         f"its share once)")
+        raise ArgumentError(f"--devices {text}: names {', '.join(twice)} more than once (each device "
+                            f"runs its share once)")
     try:
         found = device_list(ids, "--devices", "a comma-separated list of device ids")
     except DeviceError as exc:  # an id this machine lacks: the message names the option too
@@ -251,7 +251,12 @@ def device_ids(text: str | None) -> list | None:
 
 
 def _targets(args) -> list | None:
-    return device_ids(args.devices)
+    """:func:`device_ids` of ``--devices``; an id named twice is the command line's fault
+    alone (UsageError)."""
+    try:
+        return device_ids(args.devices)
+    except ArgumentError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def rank_devices(args, own) -> tuple:

@@ -273,10 +273,16 @@ def _period(period) -> float:
 
 
 def _same(a, b) -> bool:
+    """Is ``b`` the value ``a`` was (a nan is the same as a nan: a source that keeps
+    sampling one would otherwise make the rules due at every sample)."""
     try:
-        return bool(a == b) and type(a) is type(b)
+        return type(a) is type(b) and (bool(a == b) or _nan(a) and _nan(b))
     except (TypeError, ValueError):
         return a is b
+
+
+def _nan(value) -> bool:
+    return isinstance(value, numbers.Real) and math.isnan(value)
 
 
 def _device_id(data, kind) -> str:

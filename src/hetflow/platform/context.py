@@ -66,9 +66,20 @@ class Context:
     def release(self) -> None:
         with _lock:
             self.check()
-            self._refs -= 1
-            if self._refs == 0:
-                _live.pop(self.id, None)
+            self._drop_locked()
+
+    def release_if_alive(self) -> None:
+        """:meth:`release`, or nothing where the context was released already: an owner
+        dropping its own reference, which the application may have released too (checked
+        and dropped under one lock: another thread may release the last one meanwhile)."""
+        with _lock:
+            if self._refs > 0:
+                self._drop_locked()
+
+    def _drop_locked(self) -> None:
+        self._refs -= 1
+        if self._refs == 0:
+            _live.pop(self.id, None)
 
     def __enter__(self):
         self.check()

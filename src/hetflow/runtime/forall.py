@@ -67,6 +67,22 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
                        "an id, 'all', 'gpu', a Device, a list of ids or Devices, a LogicalDevice or a Context")
 
 
+def check_options(device, schedule, shares) -> None:
+    """What :func:`run_forall` refuses of ``device``, ``schedule`` and ``shares`` before it
+    binds any argument (a graph checks a launch it records; ``shares`` where the devices
+    are named)."""
+    _check_schedule(schedule)
+    if device is not None:
+        targets = resolve_devices(device)
+        if shares is not None:
+            _device_shares(shares, targets)
+
+
+def _check_schedule(schedule) -> None:
+    if schedule not in (None, "steal", "static"):
+        raise ArgumentError(f"schedule must be 'steal' or 'static', got {schedule!r}")
+
+
 def _device_shares(shares, targets) -> np.ndarray:
     """``shares`` as fractions summing to 1, checked to be one finite, non-negative number
     per device of ``targets``, in order, not all zero."""
@@ -93,6 +109,5 @@ def run_forall(extent, kernel, args, device, schedule, shares, snapshot):
         shares = _device_shares(shares, targets)
     if schedule is None and len(targets) == 1:
         return run_on(bind(kernel, extent, args, targets[0]))
-    if schedule not in (None, "steal", "static"):
-        raise ArgumentError(f"schedule must be 'steal' or 'static', got {schedule!r}")
+    _check_schedule(schedule)
     return co_forall(extent, kernel, args, targets, schedule=schedule or "steal", shares=shares)

@@ -431,8 +431,7 @@ class _Core:
                 self._submit_locked(inst, time.perf_counter())
             if self.outstanding == 0:
                 self._wake_all_locked()
-        if self.context.refcount > 0:  # the application may have released our reference too
-            self.context.release()
+        self.context.release_if_alive()  # the application may have released our reference too
 
 
 def _device_id(device) -> str:

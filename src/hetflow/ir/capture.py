@@ -36,7 +36,7 @@ import numpy as np
 
 from ..errors import ArgumentError, ArgumentTypeError
 from ..kernels.kernel import Kernel
-from ..runtime.forall import check_options
+from ..runtime.forall import check_schedule
 from ..runtime.launch import normalize_extent
 from . import graph as _graph
 from .graph import Node, Version
@@ -173,7 +173,7 @@ class Graph:
             raise ArgumentTypeError(
                 f"kernel {kernel.name!r} takes {len(data)} data argument(s) ({', '.join(data)}) after its "
                 f"{ndim} index parameter(s), but {len(args)} were given")
-        check_options(device, schedule, shares)  # what the launch refuses, refused now
+        check_schedule(schedule)  # (its devices may be the interpreter topology's: checked when it runs)
         access = kernel.access(ndim)
         attrs = {}
         if device is not None:

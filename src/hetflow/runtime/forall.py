@@ -67,18 +67,10 @@ def resolve_devices(device, args=()) -> tuple[Device, ...]:
                        "an id, 'all', 'gpu', a Device, a list of ids or Devices, a LogicalDevice or a Context")
 
 
-def check_options(device, schedule, shares) -> None:
-    """What :func:`run_forall` refuses of ``device``, ``schedule`` and ``shares`` before it
-    binds any argument (a graph checks a launch it records; ``shares`` where the devices
-    are named)."""
-    _check_schedule(schedule)
-    if device is not None:
-        targets = resolve_devices(device)
-        if shares is not None:
-            _device_shares(shares, targets)
-
-
-def _check_schedule(schedule) -> None:
+def check_schedule(schedule) -> None:
+    """ArgumentError unless ``schedule`` is None, 'steal' or 'static' (also where a graph
+    records a launch: its devices, though, may be a planning topology's, checked when it
+    runs)."""
     if schedule not in (None, "steal", "static"):
         raise ArgumentError(f"schedule must be 'steal' or 'static', got {schedule!r}")
 
@@ -109,5 +101,5 @@ def run_forall(extent, kernel, args, device, schedule, shares, snapshot):
         shares = _device_shares(shares, targets)
     if schedule is None and len(targets) == 1:
         return run_on(bind(kernel, extent, args, targets[0]))
-    _check_schedule(schedule)
+    check_schedule(schedule)
     return co_forall(extent, kernel, args, targets, schedule=schedule or "steal", shares=shares)

@@ -8,6 +8,7 @@ import pytest
 import hetflow
 from hetflow.errors import ArgumentError
 from hetflow.ir.monitor import Monitor
+from test_s25_staging_overlap import twice2
 
 
 @hetflow.kernel
@@ -55,11 +56,6 @@ def test_release_if_alive_drops_one_reference_and_none_of_a_released_context():
     assert ctx.refcount == 0
     with pytest.raises(hetflow.errors.InvalidContextError):
         ctx.release()
-
-
-@hetflow.kernel
-def twice2(i, j, out, x):
-    out[i, j] = 2.0 * x[i, j] + 1.0
 
 
 @pytest.mark.simgpu

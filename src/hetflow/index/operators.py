@@ -162,7 +162,7 @@ class Project(View):
         if not 0 <= self.value < n:
             raise ShapeError(f"project: value {self.value} is out of range [0, {n}) "
                              f"of dim {self.dim} (parent extent {tuple(pext)})")
-        return self.cotransform_extent(pext)
+        return self._cotransform_extent(pext)
 
     def transform(self, idx):
         return insert_at(idx, self.dim, self.value)
@@ -299,7 +299,7 @@ class Transpose(View):
     def _check(self, pext):
         set_field(self, "d1", checked_dim(self.op, self.d1, pext.rank, "d1"))
         set_field(self, "d2", checked_dim(self.op, self.d2, pext.rank, "d2"))
-        return self.cotransform_extent(pext)
+        return self._cotransform_extent(pext)
 
     def transform(self, idx):
         t = list(idx)

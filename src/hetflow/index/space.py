@@ -17,12 +17,9 @@ from hetflow.errors import ArgumentTypeError, ShapeError
 
 
 def _to_int(value, kind):
-    if not isinstance(value, bool):  # see is_integer
-        try:
-            return operator.index(value)
-        except TypeError:
-            pass
-    raise ArgumentTypeError(f"{kind} components must be integers, got {value!r}")
+    if not is_integer(value):
+        raise ArgumentTypeError(f"{kind} components must be integers, got {value!r}")
+    return operator.index(value)
 
 
 def is_integer(value):

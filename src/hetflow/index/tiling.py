@@ -45,7 +45,7 @@ class Tile(View):
                                  f"extent {tuple(pext)}: dim {d} ({n} = {n // t}*{t} + {n % t}) "
                                  f"would leave a partial tile of {n % t}")
         set_field(self, "tile_extent", te)
-        return self.cotransform_extent(pext)
+        return self._cotransform_extent(pext)
 
     @property
     def element_extent(self):

@@ -385,7 +385,7 @@ class View(abc.ABC):
         """The root index of the view's origin (``transform_offset`` chained upward)."""
         off, node = index.zeros(self.rank), self
         while is_view(node):
-            off, node = node.transform_offset(off), node.parent
+            off, node = node._transform_offset(off), node.parent
         return off
 
     @cached_property
@@ -396,7 +396,7 @@ class View(abc.ABC):
         the view covers; an interior adds its border back (the halo its elements see)."""
         ext, node = self.extent, self
         while is_view(node):
-            ext, node = node.transform_extent(ext), node.parent
+            ext, node = node._transform_extent(ext), node.parent
         return ext
 
     # -- element access -------------------------------------------------------

@@ -25,9 +25,7 @@ def run_on(launch, wait: bool = False) -> LaunchReport:
                 raise
             staging.raise_failure(launch, exc, [])  # nothing of it ran
     t0, pieces = perf_counter(), None
-    if 0 in launch.extent:  # no index to run (a GPU would still copy its arrays in and out)
-        pass
-    elif dev.kind == "cpu":
+    if dev.kind == "cpu":
         pieces = cpu.run(launch, dev.compute_units)
     else:
         staging.run(launch)

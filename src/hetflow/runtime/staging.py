@@ -66,7 +66,10 @@ def hint_residency(launch: Launch, name: str, host: np.ndarray) -> None:
 
 def run(launch: Launch) -> None:
     """Run a whole launch on its GPU: on device data only enqueued (:func:`gpu.run`);
-    host arrays are copied in, and the written ones back, before it returns."""
+    host arrays are copied in, and the written ones back, before it returns. A launch
+    without an index does nothing (copying an empty strided array in fails)."""
+    if 0 in launch.extent:
+        return
     warn_scattered(launch)
     if not launch.device.simulated and not launch.plan.host_arrays:
         try:

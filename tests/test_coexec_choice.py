@@ -36,7 +36,7 @@ def _teach(kernel, rates: dict, overhead: float, n: int, alone=None):
     """Give the model the history of ``kernel`` over ``n`` rows: rates in co-execution
     beside a GPU, and alone (default: the same)."""
     model = coexec.perf_model()
-    key = coexec._kernel_key(kernel, 1)
+    key = coexec.history_key(kernel, 1, (np.zeros(1),), 1)  # NumPy arrays beside a GPU
     for dev, rate in rates.items():
         model.observe(key, _names([hetflow.get_device(dev)])[0], rate)
     for dev, rate in (rates if alone is None else alone).items():
@@ -86,6 +86,7 @@ def test_a_gpu_runs_alone_once_then_the_fastest_alone_runs(gpu_device):
     key = _teach(thrice, {"cpu0": 1e7, gpu_device.id: 1e6}, 1e-3, n, alone={})
     model = coexec.perf_model()
     solo = {d: coexec._device_key(hetflow.get_device(d)) + coexec.ALONE for d in ("cpu0", gpu_device.id)}
+    hetflow.forall(n, thrice, x, out, device=gpu_device.id)  # compiled: its time alone is the GPU's own
     first = hetflow.forall(n, thrice, x, out, device=["cpu0", gpu_device.id]).workers[0].device_id
     assert first == gpu_device.id and model.throughput(key, solo[gpu_device.id]) > 0
     assert model.throughput(key, solo["cpu0"]) is None  # never ran alone: not needed to decide
@@ -186,3 +187,43 @@ def test_a_launch_alone_by_a_small_margin_is_probed_again_within_a_few_launches(
     model = coexec.perf_model()
     decisions = [coexec._alone(model, key, targets, _names(targets), [1, 1], n) for _ in range(5)]
     assert decisions == [gpu_device] * 3 + [None, gpu_device]
+
+
+@hetflow.kernel
+def septuple(i, x, out):
+    out[i] = 7.0 * x[i]
+
+
+@pytest.mark.simgpu
+def test_a_launch_alone_that_compiles_teaches_no_rate_the_next_one_does(gpu_device):
+    """A GPU's first launch of a kernel compiles its entry: timed, it would tell a GPU
+    seconds slow alone, and the model would co-execute the kernel for good (the demo
+    did, after an example had run the same kernel). The next launch alone is timed."""
+    n = 4096
+    x, out = np.random.default_rng(7).random(n), np.zeros(n)
+    key = _teach(septuple, {"cpu0": 1e6, gpu_device.id: 1e6}, 1e-3, n, alone={})
+    model = coexec.perf_model()
+    solo = coexec._device_key(gpu_device) + coexec.ALONE
+    devices = ["cpu0", gpu_device.id]
+    assert hetflow.forall(n, septuple, x, out, device=devices).workers[0].device_id == gpu_device.id
+    assert model.throughput(key, solo) is None  # it compiled: measured again next time
+    assert hetflow.forall(n, septuple, x, out, device=devices).workers[0].device_id == gpu_device.id
+    assert model.throughput(key, solo) > 0
+    np.testing.assert_array_equal(out, 7.0 * x)
+
+
+@hetflow.kernel
+def octuple(i, x, out):
+    out[i] = 8.0 * x[i]
+
+
+def test_host_arrays_beside_a_gpu_keep_a_history_apart_from_resident_data():
+    """A GPU copies host NumPy arrays in and out each launch; coherent arrays stay on it.
+    Their histories are kept apart, so a NumPy run cannot teach a coherent one that its
+    GPU is slow alone."""
+    x = np.zeros(8)
+    plain = perfmodel.kernel_key(octuple, 1)
+    resident = coexec.history_key(octuple, 1, (hetflow.array(x), 2.0), 1)
+    staged = coexec.history_key(octuple, 1, (hetflow.interior(x, 1), hetflow.array(x)), 1)
+    assert resident == plain and staged == plain + coexec.STAGED
+    assert coexec.history_key(octuple, 1, (x,), 0) == plain  # no GPU: nothing is staged

@@ -52,6 +52,7 @@ import math
 import threading
 import time
 
+import numpy as np
 
 from ..errors import DeviceError
 from ..index import views as _views
@@ -219,6 +220,7 @@ _probe_cost: dict[str, float] = {}    # kernel key -> wall time of its last co-e
 
 
 ALONE = "/alone"     # model entries of a device's rate running a whole launch by itself
+STAGED = "/staged"   # the history of launches whose host arrays a GPU copies in and out
 TIME_GPU_EVERY = 8   # a GPU launch run alone is waited for (and timed) once in this many
 
 
@@ -257,17 +259,40 @@ def _alone(model, key, targets, names, counts, rows):
     return targets[best]
 
 
+def history_key(kernel, ndim: int, args, n_gpus: int) -> str:
+    """The model's key of a launch of ``kernel`` over ``args`` (rank ``ndim``) beside
+    ``n_gpus`` GPUs: the kernel's own, apart for launches over host NumPy arrays, which a
+    GPU copies in and out each time. A GPU's time alone there includes those copies,
+    which data kept on it does not pay: one history for both would teach a program over
+    coherent arrays that its GPU is slow alone (after a NumPy run of the same kernel), and
+    it would co-execute for good."""
+    key = _kernel_key(kernel, ndim)
+    if n_gpus and any(isinstance(_views.root_of(a) if type(a) in _views._VIEW_TYPES else a, np.ndarray)
+                      for a in args):
+        return key + STAGED
+    return key
+
+
+def _compiles(launch) -> bool:
+    """Whether running ``launch`` first compiles (or loads) its entry there: the first
+    launch of its plan on that device, whose time teaches nothing of the device's speed."""
+    plan = launch.plan
+    return plan.fast_entry is False if launch.device.kind == "gpu" else not plan.compiled
+
+
 _timings: dict = {}  # kernel key -> (rows, gpu.Timing) of a GPU launch alone being timed
 
 
 def _run_alone(model, key, launch):
     """Run ``launch`` on its device alone and learn that device's rate alone: every time
     on a CPU; on a GPU the first time (waiting for it) and then once in ``TIME_GPU_EVERY``
-    launches, by CUDA events read at a later launch, so the host never waits."""
+    launches, by CUDA events read at a later launch, so the host never waits. A launch
+    that compiles its entry teaches nothing: the next one is timed instead."""
     name = _device_key(launch.device) + ALONE
     if launch.device.kind == "cpu" or model.throughput(key, name) is None:
+        compiles = _compiles(launch)  # (a GPU timed alone once, compiling, stayed "slow" for good)
         report = run_on(launch, wait=True)
-        if report.wall_s > 0:
+        if report.wall_s > 0 and not compiles:
             model.observe(key, name, launch.extent[0] / report.wall_s)
         return report
     pending = _timings.get(key)
@@ -470,7 +495,7 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
     counts = [1 if team else c for c in cores]  # workers per device
     names = [_device_key(d) + (TEAM if team and d.kind == "cpu" else "") for d in targets]
     model = perf_model()
-    key = _kernel_key(kernel, len(extent))
+    key = history_key(kernel, len(extent), args, n_gpus)
     if shares is None and schedule == "steal" and len(targets) > 1:
         alone = _alone(model, key, targets, names, counts, rows)
         if alone is not None:  # decided before binding: the other devices' launches cost time

@@ -227,3 +227,35 @@ def test_host_arrays_beside_a_gpu_keep_a_history_apart_from_resident_data():
     staged = coexec.history_key(octuple, 1, (hetflow.interior(x, 1), hetflow.array(x)), 1)
     assert resident == plain and staged == plain + coexec.STAGED
     assert coexec.history_key(octuple, 1, (x,), 0) == plain  # no GPU: nothing is staged
+
+
+@hetflow.kernel
+def nonuple(i, x, out):
+    out[i] = 9.0 * x[i]
+
+
+@pytest.mark.simgpu
+def test_a_history_that_tells_a_gpu_slow_alone_is_rechecked_at_a_small_cost(gpu_device):
+    """A GPU timed alone while another program loaded it looks slow alone for good: the
+    kernel co-executes, and nothing would time the GPU alone again. Now and then it runs
+    alone once more and is timed; where the history was right, that costs at most
+    PROBE_SHARE of the time co-executing."""
+    n = 4096
+    targets = [hetflow.get_device("cpu0"), gpu_device]
+    key = _teach(nonuple, {"cpu0": 1e6, gpu_device.id: 1e6}, 0.0, n, alone={"cpu0": 5e5, gpu_device.id: 8e5})
+    coexec._launches_together.pop(key, None)
+    model = coexec.perf_model()
+    together, alone = n / 2e6, n / 8e5
+    decisions = [coexec._alone(model, key, targets, _names(targets), [1, 1], n) for _ in range(2000)]
+    rechecks = [k for k, d in enumerate(decisions) if d is not None]
+    assert rechecks and all(decisions[k] is gpu_device for k in rechecks)
+    gap = rechecks[1] - rechecks[0] if len(rechecks) > 1 else rechecks[0] + 1
+    assert (alone - together) / (gap * together) <= coexec.PROBE_SHARE  # what rechecking costs
+    assert (alone - together) / ((gap - 1) * together) > coexec.PROBE_SHARE  # and no rarer than that
+    # the recheck is timed (a GPU with a figure alone is otherwise timed once in 8 launches)
+    x, out = np.random.default_rng(9).random(n), np.zeros(n)
+    hetflow.forall(n, nonuple, x, out, device=gpu_device.id)  # compiled: a time alone is the GPU's
+    coexec._retime.add(key)
+    coexec._run_alone(model, key, hetflow.runtime.launch.bind(nonuple, n, (x, out), gpu_device))
+    assert key not in coexec._retime and model.throughput(key, coexec._device_key(gpu_device) + coexec.ALONE) != 8e5
+    np.testing.assert_array_equal(out, 9.0 * x)

@@ -216,6 +216,8 @@ def _worker_shares(shares, targets, workers) -> list[float]:
 PROBE_SHARE = 0.01
 PROBE_SECONDS = 10.0
 _launches_alone: dict[str, int] = {}  # kernel key -> launches alone since it last co-executed
+_launches_together: dict[str, int] = {}  # kernel key -> co-executed since its fastest last ran alone
+_retime: set = set()  # kernel keys whose next launch alone is timed (recheck_alone)
 _probe_cost: dict[str, float] = {}    # kernel key -> wall time of its last co-executed launch
 
 
@@ -240,7 +242,7 @@ def _alone(model, key, targets, names, counts, rows):
     if overhead is None or not all(r for d, r in zip(targets, rates) if d.kind == "cpu"):
         return None  # co-execute: that is how rates and overhead are learnt
     # A CPU alone runs as its workers do together: its rate in co-execution tells it. A
-    # GPU alone must be measured once (a first launch there also compiles nothing new).
+    # GPU alone must be measured (a launch that compiles there is timed again: _run_alone).
     solo = [s if s is not None or d.kind != "cpu" else r * c for d, s, r, c in
             zip(targets, model.throughputs(key, [_device_key(d) + ALONE for d in targets]), rates, counts)]
     if not all(solo):
@@ -250,7 +252,7 @@ def _alone(model, key, targets, names, counts, rows):
     best = min(range(len(targets)), key=alone.__getitem__)
     together = rows / sum(r * c for r, c in zip(rates, counts)) + overhead
     if together < alone[best]:
-        return None
+        return recheck_alone(key, targets[best], together, alone[best])
     seen = _launches_alone.get(key, 0) + 1
     if seen >= probe_interval(max(together, _probe_cost.get(key, 0.0)), alone[best]):
         _launches_alone[key] = 0
@@ -280,6 +282,21 @@ def _compiles(launch) -> bool:
     return plan.fast_entry is False if launch.device.kind == "gpu" else not plan.compiled
 
 
+def recheck_alone(key, device, together: float, alone: float):
+    """None (co-execute), or now and then ``device``, the fastest alone, to run alone once
+    and be timed again: a history that tells it slower alone than it is (timed while
+    another program loaded it) would otherwise co-execute the kernel for good, never
+    running it alone to learn otherwise. Rechecking costs at most ``PROBE_SHARE`` of the
+    time co-executing where the history is right (a recheck costs ``alone - together``)."""
+    seen = _launches_together.get(key, 0) + 1
+    if seen * together * PROBE_SHARE < alone - together:
+        _launches_together[key] = seen
+        return None
+    _launches_together[key] = 0
+    _retime.add(key)
+    return device
+
+
 _timings: dict = {}  # kernel key -> (rows, gpu.Timing) of a GPU launch alone being timed
 
 
@@ -289,7 +306,8 @@ def _run_alone(model, key, launch):
     launches, by CUDA events read at a later launch, so the host never waits. A launch
     that compiles its entry teaches nothing: the next one is timed instead."""
     name = _device_key(launch.device) + ALONE
-    if launch.device.kind == "cpu" or model.throughput(key, name) is None:
+    if launch.device.kind == "cpu" or model.throughput(key, name) is None or key in _retime:
+        _retime.discard(key)
         compiles = _compiles(launch)  # (a GPU timed alone once, compiling, stayed "slow" for good)
         report = run_on(launch, wait=True)
         if report.wall_s > 0 and not compiles:

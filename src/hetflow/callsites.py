@@ -14,15 +14,21 @@ import sys
 
 import numpy as np
 
+from . import library
 from .index import arrays
 from .errors import ArgumentTypeError
 from .ir.capture import current_graph
-from .ir.values import concrete
+from .ir.values import Handle, LazyArray, concrete
 from .kernels import Kernel
-from .runtime import binops, reductions, scan_sort
+from .runtime import binops, mapreduce, reductions, scan_sort
 from .runtime import wavefront as _wavefront
 from .runtime.forall import resolve_devices, run_forall
+from .runtime.launch import normalize_extent
 from .runtime.mapreduce import kernel_op, map_reduce
+
+# hetflow.library's functions (dot) record inside a capture as these call sites do; the
+# library is a layer below the IR, so it is handed the IR's question here.
+library.record_with(current_graph)
 
 
 def forall(extent, kernel, *args, device=None, schedule=None, shares=None, snapshot=False):
@@ -108,15 +114,21 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
         g = current_graph()
         if g is None:
             return map_reduce(x, what, args, op, device, commutative, identity)
+        mapreduce.check_kernel(what, len(normalize_extent(x)), args)  # as map_reduce checks first
         call, options = (x, what, *args), dict(op=op, device=device, commutative=commutative, identity=identity)
+        dtype = None  # what the kernel returns: known once it is compiled, when the graph runs
     else:
         op, axis, device = reductions.array_arguments(what, args, op, axis, device)
         g = current_graph()
         if g is None:
             return reductions.reduce(x, op, axis=axis, device=device, commutative=commutative, identity=identity)
+        dtype = _dtype(x, "reduce")
         _check_axis(x, axis, "reduce")
         call, options = (x, op), dict(axis=axis, device=device, commutative=commutative, identity=identity)
-    binops.resolve(op, commutative)  # a bad op fails here, not when the graph runs
+    op_ = binops.resolve(op, commutative)  # a bad op fails here, not when the graph runs
+    if dtype is not None:
+        op_.check(dtype)
+    reductions.check_identity(op_, identity, dtype, "reduce")
     _check_device(device)
     return g.record("reduce", fn=reduce, args=call, kwargs=options)
 
@@ -146,9 +158,13 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
     g = current_graph()
     if g is None:
         return scan_sort.scan(x, op, axis, inclusive, device, identity=identity)
-    binops.resolve(op)  # a bad op fails here, not when the graph runs
-    binops.flag(inclusive, "inclusive", "scan")
+    op_ = binops.resolve(op)  # a bad op fails here, not when the graph runs
+    inclusive = binops.flag(inclusive, "inclusive", "scan")
     _check_axis(x, axis, "scan")
+    dtype = _dtype(x, "scan")
+    if dtype is not None:
+        op_.check(dtype)
+        scan_sort.scan_init(op_, dtype, inclusive, identity)  # the identity the run would refuse
     _check_device(device)
     return g.record("scan", fn=scan, args=(x, op), kwargs=dict(
         axis=axis, inclusive=inclusive, device=device, identity=identity))
@@ -173,9 +189,9 @@ def sort(x, axis=-1, descending=False, key=None, device=None):
     if g is None:
         return scan_sort.sort(x, axis, descending, key, device)
     binops.flag(descending, "descending", "sort")
+    dtype = _dtype(x, "sort")
     _check_axis(x, axis, "sort")
-    if key is not None and not (isinstance(key, Kernel) and len(key.params) == 1):
-        scan_sort._key_dtype(key, None)  # refuses it before it needs the elements' dtype
+    scan_sort.check_elements(dtype, key)  # compiles the key for the elements, where they are known
     _check_device(device)
     return g.record("sort", fn=sort, args=(x,), kwargs=dict(axis=axis, descending=descending, key=key,
                                                             device=device))
@@ -193,6 +209,7 @@ def wavefront(extent, kernel, *args, tile=None, device=None):
     g = current_graph()
     if g is None:
         return _wavefront.wavefront(extent, kernel, *args, tile=tile, device=device)
+    _wavefront.check(extent, kernel, args, tile)
     _check_device(device)
     return g.record("wavefront", fn=wavefront, args=(extent, kernel, *args), kwargs=dict(tile=tile, device=device))
 
@@ -203,6 +220,16 @@ def _check_axis(x, axis, site: str) -> None:
     checked now and its range then."""
     shape = getattr(x, "shape", None)
     reductions.normalize_axis(axis, sys.maxsize if shape is None else len(shape), site)
+
+
+def _dtype(x, site: str):
+    """The element type of ``x``, refusing what ``site`` run now refuses of ``x`` (no array,
+    a view of tiles); None for a Handle, whose result the graph has not computed yet."""
+    if isinstance(x, Handle):
+        return None
+    if not isinstance(x, LazyArray):
+        x = reductions.operand(x, site)
+    return np.dtype(x.dtype)
 
 
 def _check_device(device) -> None:

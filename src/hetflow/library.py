@@ -81,13 +81,51 @@ def get(name: str):
         raise ArgumentError(f"no library kernel {name!r}; the library has {sorted(KERNELS)}") from None
 
 
+# The graph being captured, asked as the call sites ask it: the IR's current_graph,
+# handed over by hetflow.callsites (the IR is a layer above the library).
+_current_graph = None
+
+
+def record_with(current_graph) -> None:
+    """Make :func:`dot` ask ``current_graph()`` for the graph being captured, and record
+    itself there instead of running, as hetflow's call sites do."""
+    global _current_graph
+    _current_graph = current_graph
+
+
 def dot(x, y, *, blocks: int = 256, device=None):
     """x · y of two vectors (arrays, views of rank 1, or what ``np.asarray`` reads: a
     list), as ``np.dot`` gives it (of a view's ``numpy()``): ``dot_partial`` per block,
     then a sum of the partials, both in NumPy's result type (integers wrap as NumPy's
     do; bools: whether some product is true). ``blocks``: how many partials, a positive
-    integer (at most one per element)."""
+    integer (at most one per element).
+
+    Inside ``with hetflow.graph()`` the product is recorded, not computed: the result is
+    a handle, readable after ``g.run()``, which reads ``x`` and ``y`` as they are then.
+    What the call run now would refuse of ``blocks``, ``device`` and the vectors' shapes
+    and types is refused while recording (a result the graph has not computed yet is
+    checked when it runs)."""
     count = _block_count(blocks)
+    g = _current_graph() if _current_graph is not None else None
+    if g is not None:
+        # A result of the graph (read through __array__, no shape) has none until it runs.
+        if all(hasattr(a, "shape") or not hasattr(a, "__array__") for a in (x, y)):
+            _vectors(x, y)
+        if device is not None:
+            resolve_devices(device)
+        return g.record("dot", fn=dot, args=(x, y), kwargs=dict(blocks=count, device=device))
+    x, y, n, dtype = _vectors(x, y)
+    devs = resolve_devices(device, (x, y))
+    x, y = compiled_operand(x, devs, "dot", "x"), compiled_operand(y, devs, "dot", "y")
+    blocks = min(count, max(n, 1))
+    block = -(-n // blocks) if n else 1
+    partial = np.zeros(blocks, dtype=dtype)
+    forall(blocks, dot_partial, x, y, n, block, partial, device=device)
+    return partial.sum(dtype=dtype)  # (a sum of bools in bools: their logical or)
+
+
+def _vectors(x, y):
+    """(x, y, their length, the result type) for :func:`dot`, or its error."""
     x, y = _vector(x, "x"), _vector(y, "y")
     n = x.shape[0]
     if y.shape[0] != n:
@@ -97,13 +135,7 @@ def dot(x, y, *, blocks: int = 256, device=None):
     if dtype.kind not in "biufc":
         raise ArgumentTypeError(f"dot: x and y hold {x.dtype} and {y.dtype}; dot takes bools and numbers "
                                 f"(integers, floats, complex)")
-    devs = resolve_devices(device, (x, y))
-    x, y = compiled_operand(x, devs, "dot", "x"), compiled_operand(y, devs, "dot", "y")
-    blocks = min(count, max(n, 1))
-    block = -(-n // blocks) if n else 1
-    partial = np.zeros(blocks, dtype=dtype)
-    forall(blocks, dot_partial, x, y, n, block, partial, device=device)
-    return partial.sum(dtype=dtype)  # (a sum of bools in bools: their logical or)
+    return x, y, n, dtype
 
 
 def _block_count(blocks) -> int:

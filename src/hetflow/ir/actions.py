@@ -23,7 +23,7 @@ from ..errors import RuleError
 from ..kernels.kernel import Kernel
 from ..platform.repository import repository
 from . import codegen, fusion
-from .expressions import Expr, parse
+from .expressions import Expr, finite, parse
 from .graph import Node
 from .patterns import Match
 from .topology import description
@@ -52,8 +52,8 @@ def _origin(source) -> str:
 
 def _pieces(count, source) -> int:
     """``count`` as a number of pieces, or RuleError naming ``source`` (the expression)."""
-    if (isinstance(count, bool) or not isinstance(count, (int, float)) or not math.isfinite(count)
-            or count != int(count) or not 1 <= count <= MAX_PIECES):
+    if (isinstance(count, bool) or not isinstance(count, (int, float))
+            or not finite(count) or count != int(count) or not 1 <= count <= MAX_PIECES):
         given = "got" if source is None else f"{source} gave"
         raise RuleError(f"{_origin(source)}split needs a whole number of pieces from 1 to {MAX_PIECES}; "
                         f"{given} {count!r}")
@@ -63,7 +63,7 @@ def _pieces(count, source) -> int:
 def check_share(key, share, source=None) -> float:
     """``share`` when it is a finite number >= 0, else RuleError naming the device ``key``
     (and ``source``, the expression that gave it)."""
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not (math.isfinite(share) and share >= 0):
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not (finite(share) and share >= 0):
         raise RuleError(f"{_origin(source)}partition: share of {key!r} must be a finite number >= 0; "
                         f"got {share!r}" + (f" from {source}" if source is not None else ""))
     return share

@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import ArgumentError, ArgumentTypeError
 from ..kernels.kernel import Kernel
 from ..runtime.forall import check_schedule
-from ..runtime.launch import normalize_extent
+from ..runtime.launch import normalize_extent, with_defaults
 from . import graph as _graph
 from .graph import Node, Version
 from .interpreter import Interpreter
@@ -136,6 +136,9 @@ class Graph:
 
     def __exit__(self, exc_type, exc, tb):
         _current.reset(self._token)
+        for node in self._pending:  # captured, even by a capture that raised: a read says why it has no value
+            if isinstance(node.result, Handle):
+                node.result.capturing = False
         if exc_type is not None:
             self._state = "failed"
             return False
@@ -144,9 +147,6 @@ class Graph:
         self.current = self.versions[0]
         for lazy in self._lazy:
             lazy._state = "pending"
-        for node in self._pending:
-            if isinstance(node.result, Handle):
-                node.result.capturing = False
         return False
 
     def _new_id(self) -> int:
@@ -169,10 +169,11 @@ class Graph:
         extent = normalize_extent(extent)
         ndim = len(extent)
         data = kernel.params[ndim:]
+        args = with_defaults(kernel, ndim, tuple(args))  # the parameters left out take their defaults, as at once
         if len(data) != len(args):
             raise ArgumentTypeError(
                 f"kernel {kernel.name!r} takes {len(data)} data argument(s) ({', '.join(data)}) after its "
-                f"{ndim} index parameter(s), but {len(args)} were given")
+                f"{ndim} index parameter(s) ({', '.join(kernel.params[:ndim])}), but {len(args)} were given")
         check_schedule(schedule)  # (its devices may be the interpreter topology's: checked when it runs)
         access = kernel.access(ndim)
         attrs = {}

@@ -4,7 +4,8 @@ Rules are written by other people and loaded from files, so their expressions ar
 never handed to Python's ``eval``. :func:`parse` reads the text with ``ast.parse``,
 accepts only
 
-- constants: finite numbers (``1e400`` overflows to inf: refused), strings, ``True``, ``False``;
+- constants: finite numbers (``1e400`` overflows to inf: refused; integers of at most
+  :data:`MAX_INT_BITS` bits), strings, ``True``, ``False``;
 - variables by name, dotted names meaning one variable (``gpu.utilization``,
   ``throughput.cpu0``, ``node.pieces``);
 - ``+ - * / // %`` (``+`` also joins strings), unary ``-``, ``+``;
@@ -60,6 +61,7 @@ NODE_FIELDS = ("id", "op", "kernel", "size", "ndim", "dtype", "place", "pieces",
 MAX_INT_BITS = 1024
 MAX_STRING = 65536
 ROUND_DIGITS = 400
+SHOWN_TEXT = 200  # characters of an expression quoted in a message; longer ones are cut
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +81,7 @@ class UnknownName(RuleError, NameError):
     """An expression read a variable that nobody has set."""
 
     def __init__(self, name: str, text: str):
-        super().__init__(f"unknown variable {name!r} in expression {text!r}")
+        super().__init__(f"unknown variable {name!r} in expression {shown(text)}")
         self.name = name
 
 
@@ -123,10 +125,10 @@ class Expr:
             return self._run(env)
         except _Failure as exc:
             msg, column = exc.args
-            raise RuleError(f"{self._origin()}{msg} at column {column} of {self.text!r}") from exc.__cause__
+            raise RuleError(f"{self._origin()}{msg} at column {column} of {shown(self.text)}") from exc.__cause__
         except RecursionError:  # evaluated from a stack already near Python's limit
             raise RuleError(f"{self._origin()}nested too deeply for the stack it is evaluated on: "
-                            f"{self.text!r}") from None
+                            f"{shown(self.text)}") from None
 
     def _origin(self) -> str:
         return f"{self.where}: " if self.where is not None else "expression: "
@@ -151,10 +153,27 @@ def parse(text, where: Where | None = None) -> Expr:
     return Expr(text, where)
 
 
+def shown(text: str) -> str:
+    """``text`` quoted for a message, cut to :data:`SHOWN_TEXT` characters: a rule file
+    may hold an expression of a megabyte, which no message should repeat."""
+    if len(text) <= SHOWN_TEXT:
+        return repr(text)
+    return f"{text[:SHOWN_TEXT]!r}... ({len(text)} characters)"
+
+
+def finite(value) -> bool:
+    """Whether the number ``value`` is finite as a float: an integer too large for one
+    (up to :data:`MAX_INT_BITS` bits) is not, where ``math.isfinite`` would raise."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _syntax(msg: str, text: str, column: int | None, where: Where | None) -> RuleSyntaxError:
     origin = f"{where}: " if where is not None else ""
     at = f" at column {column}" if column is not None else ""
-    err = RuleSyntaxError(f"{origin}{msg}{at} of expression {text!r}",
+    err = RuleSyntaxError(f"{origin}{msg}{at} of expression {shown(text)}",
                           (where.filename if where else "<expression>", None, column, text))
     err.rule, err.key = (where.rule, where.key) if where else (None, None)
     return err
@@ -179,6 +198,8 @@ def _compiled(text: str) -> tuple[Callable, frozenset]:
         tree = ast.parse(body, mode="eval")
     except SyntaxError as exc:
         msg, column = exc.msg, (exc.offset or 0) + shift
+        if "integer string conversion" in msg:  # Python's own bound on decimal literals
+            msg = f"an integer literal of more than {MAX_INT_BITS} bits is not allowed (integers are bounded)"
         if not exc.offset:  # Python reports an expression that stops too early at offset 0
             msg = "incomplete expression" if msg == "invalid syntax" else msg
             column = len(text.rstrip()) + 1
@@ -294,6 +315,9 @@ class _Compiler:
         if isinstance(value, float) and not math.isfinite(value):  # a literal beyond the float range
             written = ast.get_source_segment(self.text[self.shift:], node)
             raise self.error(f"the number {written} overflows to {value!r} (numbers must be finite)", node)
+        if _bits(value) > MAX_INT_BITS:  # as large as evaluation may make: refused before it runs
+            raise self.error(f"the integer literal of {value.bit_length()} bits is beyond the bound of "
+                             f"{MAX_INT_BITS} bits on integers", node)
         return lambda env, value=value: value
 
     def _Name(self, node, depth):

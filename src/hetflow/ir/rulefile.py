@@ -47,6 +47,7 @@ import gc
 import math
 import os
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -55,7 +56,7 @@ import numpy as np
 from .. import library
 from ..errors import RuleError, RuleSyntaxError
 from . import actions as A
-from .expressions import Expr, Where, parse
+from .expressions import MAX_INT_BITS, Expr, Where, finite, parse
 from .patterns import Chain, NodePattern
 from .rules import Rule
 
@@ -155,6 +156,8 @@ def _loads(text: str, filename: str, kernels: dict | None) -> list[Rule]:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _toml_error(exc, text, filename) from None
+    except ValueError as exc:  # an integer with more digits than Python converts
+        raise _long_integer(exc, text, filename) from None
     except RecursionError:  # tomllib parses nested tables recursively
         raise RuleSyntaxError(f"{filename}: tables nested too deeply", (filename, None, None, None)) from None
     top = _At(filename, None, "", kernels or {})
@@ -190,6 +193,49 @@ def _toml_error(exc, text: str, filename: str) -> RuleSyntaxError:
                            (filename, line, col, lines[line - 1] if 0 < line <= len(lines) else ""))
 
 
+# A TOML string standing in for an over-long integer, to find where it sits in the file.
+_STAND_IN = "\x00hetflow-long-integer"
+_STAND_IN_TOML = '"\\u0000hetflow-long-integer"'  # _STAND_IN written in TOML
+
+
+def _long_integer(exc: ValueError, text: str, filename: str) -> RuleSyntaxError:
+    """tomllib's ValueError for a decimal integer longer than ``sys.get_int_max_str_digits()``
+    says no place: the rule and key of the literal (found by parsing again with a string
+    in its place), or its line and column."""
+    limit = sys.get_int_max_str_digits()
+    msg = f"an integer of more than {limit} digits is beyond the bound of {MAX_INT_BITS} bits on integers"
+    runs = list(re.finditer(r"\d(?:_?\d){%d,}" % limit, text)) if limit else []
+    for run in runs:
+        try:
+            doc = tomllib.loads(text[:run.start()] + _STAND_IN_TOML + text[run.end():])
+        except (tomllib.TOMLDecodeError, ValueError, RecursionError):
+            continue  # digits inside a string, or another long integer after this one
+        at = _where_is(_STAND_IN, doc.get("rule"), _At(filename, None, "", {}).named(1))
+        if at is not None:
+            return at.error(msg)
+    if not runs:
+        return RuleSyntaxError(f"{filename}: {exc}", (filename, None, None, None))
+    line = text.count("\n", 0, runs[0].start()) + 1
+    col = runs[0].start() - (text.rfind("\n", 0, runs[0].start()) + 1) + 1
+    return RuleSyntaxError(f"{filename}:{line}:{col}: {msg}", (filename, line, col, None))
+
+
+def _where_is(target, value, at: _At) -> _At | None:
+    """The place of ``target`` in the parsed rule tables ``value`` (rules named as the
+    loader names them), or None."""
+    if value == target:
+        return at
+    if isinstance(value, dict):
+        if at.key == "" and isinstance(value.get("name"), str):
+            at = at.named(value["name"])
+        return next((found for k, v in value.items() if (found := _where_is(target, v, at / k))), None)
+    if isinstance(value, list):
+        if at.key == "":  # the [[rule]] tables: each names its rule
+            return next((found for k, v in enumerate(value) if (found := _where_is(target, v, at.named(k + 1)))), None)
+        return next((found for k, v in enumerate(value) if (found := _where_is(target, v, at / k))), None)
+    return None
+
+
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list",
                dict: "a table"}
 
@@ -199,13 +245,21 @@ def _expect(value, types, at: _At, *path):
     ``at / path``; the place is spelled out only on error, so checks cost little."""
     types = types if isinstance(types, tuple) else (types,)
     if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
+        if type(value) is int and value.bit_length() > MAX_INT_BITS:
+            raise _at(at, path).error(f"an integer of {value.bit_length()} bits is beyond the bound of "
+                                      f"{MAX_INT_BITS} bits on integers")
         return value
-    for step in path:
-        at = at / step
+    at = _at(at, path)
     wanted = " or ".join(dict.fromkeys(_TYPE_NAMES.get(t, t.__name__) for t in types))
     if isinstance(value, bool):
         raise at.error(f"must be {wanted}, not a boolean")
     raise at.error(f"must be {wanted}, not {type(value).__name__} {value!r}")
+
+
+def _at(at: _At, path) -> _At:
+    for step in path:
+        at = at / step
+    return at
 
 
 def _expression(value, at: _At) -> Expr:
@@ -258,7 +312,7 @@ def _names(value, at: _At) -> tuple | str:
 
 def _number(value, at: _At, low=0):
     value = _expect(value, (int, float), at)
-    if not math.isfinite(value) or value < low:
+    if not finite(value) or value < low:
         raise at.error(f"must be a number >= {low} and finite; got {value!r}")
     return value
 

@@ -38,7 +38,7 @@ from ..platform.repository import repository
 from . import binops, blockgen
 from .forall import forall, resolve_devices
 from .launch import _arg_key as arg_key, check_extent, element_problem, is_device_array, normalize_extent, refuse_masked
-from .reductions import block_plan, current_gpu, folder, identity_element, planner
+from .reductions import block_plan, check_identity, current_gpu, folder, identity_element, planner
 
 
 # CPU blocks of a map-reduce: at most this many per core.
@@ -59,15 +59,14 @@ def map_reduce(extent, kernel, args, op, device, commutative, identity):
     op = binops.resolve(op, commutative)
     ext = normalize_extent(extent)
     rank = len(ext)
-    _check_kernel(kernel, rank, args)
+    check_kernel(kernel, rank, args)
     _check_elements(kernel, args)
     dtypes = value_types(kernel, args, rank)
     check_extent(kernel, ext, args)  # the launch over blocks checks only the generated kernel's
     fields = 0 if isinstance(dtypes, np.dtype) else len(dtypes)
     value = dtypes if fields == 0 else np.dtype([(f"f{k}", d) for k, d in enumerate(dtypes)])
     op.check(value)
-    if identity is not None and op.builtin:
-        raise ArgumentTypeError(f"reduce: identity= is for user-defined ops; {op.label!r} has its own")
+    check_identity(op, identity, None, "reduce")  # converted where the extent is empty (per field for tuples)
     size = math.prod(ext)
     if size == 0:
         return _empty(op, value, identity, ext)
@@ -131,7 +130,9 @@ def _identity_value(identity, value: np.dtype):
     return tuple(identity_element(v, value[n], "reduce") for v, n in zip(identity, value.names))
 
 
-def _check_kernel(kernel, rank: int, args) -> None:
+def check_kernel(kernel, rank: int, args) -> None:
+    """ArgumentTypeError unless ``kernel`` is a hetflow kernel with readable source taking
+    ``rank`` index parameters and then ``args``: what map-reduce refuses first."""
     if not isinstance(kernel, Kernel):
         raise ArgumentTypeError(f"reduce(extent, kernel, *args): kernel must be a hetflow kernel, "
                                 f"not {type(kernel).__name__}")

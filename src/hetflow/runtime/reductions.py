@@ -203,10 +203,7 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
     rank = len(x.shape)
     axis = normalize_axis(axis, rank, "reduce")
     devs = targets(device, x, "reduce")
-    if identity is not None:
-        if op.builtin:
-            raise ArgumentTypeError(f"reduce: identity= is for user-defined ops; {op.label!r} has its own")
-        identity = identity_element(identity, dtype, "reduce")
+    identity = check_identity(op, identity, dtype, "reduce")
     if rank == 0:
         value = element(x) if dtype.names is not None else op.result_dtype(dtype).type(element(x))
         return _scalar(value, x)
@@ -239,6 +236,17 @@ def array_arguments(what, args, op, axis, device):
                                     f"{name}={given[name]!r})")
         given[name] = value
     return op, given["axis"], given["device"]
+
+
+def check_identity(op: binops.BinaryOp, identity, dtype: np.dtype | None, site: str):
+    """``site``'s ``identity=`` for ``op``: None if not given; ArgumentTypeError for a
+    built-in op (it has its own); else the identity as an element of ``dtype``
+    (:func:`identity_element`), or as given where ``dtype`` is None (not known yet)."""
+    if identity is None:
+        return None
+    if op.builtin:
+        raise ArgumentTypeError(f"{site}: identity= is for user-defined ops; {op.label!r} has its own")
+    return identity if dtype is None else identity_element(identity, dtype, site)
 
 
 def identity_element(identity, dtype: np.dtype, site: str):

@@ -35,7 +35,7 @@ from . import binops, blockgen
 from .coexec import fastest_device
 from .forall import forall
 from .launch import coherent, is_device_array
-from .reductions import (block_plan, compiled_operand, current_gpu, element, fold_blocks, folder, identity_element,
+from .reductions import (block_plan, check_identity, compiled_operand, current_gpu, element, fold_blocks, folder,
                          normalize_axis, operand, planner, targets)
 
 
@@ -53,7 +53,7 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
     if axis == 0 and rank > 1 and len(devs) > 1:
         devs = (fastest_device(devs),)  # rows cannot split its column scans
     with current_gpu(devs):  # temporaries and results on the GPU the launches run on
-        init = _scan_init(op, dtype, inclusive, identity)
+        init = scan_init(op, dtype, inclusive, identity)
         xp = array_module(_views.root_of(x))
         if rank == 0:
             out = xp.empty(1, op.result_dtype(dtype))
@@ -80,17 +80,17 @@ def scan(x, op, axis=None, inclusive=True, device=None, *, identity=None):
         return out
 
 
-def _scan_init(op, dtype, inclusive, identity):
+def scan_init(op, dtype: np.dtype, inclusive: bool, identity):
+    """What a scan by ``op`` of elements of ``dtype`` starts from: the op's identity (a
+    built-in's own, or ``identity=`` checked by :func:`reductions.check_identity`), or
+    None for an inclusive scan with none; an exclusive scan with a user op needs one."""
+    identity = check_identity(op, identity, dtype, "scan")
     if op.builtin:
-        if identity is not None:
-            raise ArgumentTypeError(f"scan: identity= is for user-defined ops; {op.label!r} has its own")
         return None if inclusive else op.identity(dtype)
-    if identity is None:
-        if inclusive:
-            return None
+    if identity is None and not inclusive:
         raise ArgumentTypeError(f"scan: an exclusive scan with the user op {op.name!r} needs its "
                                 f"identity element: pass identity=")
-    return identity_element(identity, dtype, "scan")
+    return identity
 
 
 def _scan_flat(x, op, acc, res, inclusive, init, devs, xp):
@@ -159,13 +159,10 @@ def sort(x, axis=-1, descending=False, key=None, device=None):
     x = operand(x, "sort")
     rank = len(x.shape)
     axis = normalize_axis(axis, rank, "sort")
-    if key is None and x.dtype.names is not None:
-        raise ArgumentTypeError("sort: structured elements have no order of their own; pass key=, a kernel "
-                                "returning each element's sort key")
     devs = targets(device, x, "sort")
     if key is not None or _views.is_view(x):  # generated kernels read it: the keys' or a view's copy
         x = compiled_operand(x, devs, "sort")
-    key_dtype = _key_dtype(key, np.dtype(x.dtype)) if key is not None else None
+    key_dtype = check_elements(np.dtype(x.dtype), key)
     with current_gpu(devs):
         xp = array_module(_views.root_of(x))
         a = _materialized(x, devs, xp)
@@ -233,17 +230,31 @@ def _argsorted(xp, keys, axis, descending):
     return xp.flip((n - 1) - perm, axis)
 
 
-def _key_dtype(key, dtype: np.dtype) -> np.dtype:
-    """The element type ``key`` returns for elements of ``dtype`` (compiled to find out)."""
+def check_elements(dtype: np.dtype | None, key) -> np.dtype | None:
+    """The element type of the sort keys of elements of ``dtype``: what ``key`` returns
+    for them, or None without a key. ArgumentTypeError for structured elements without
+    a key, or a key that is no kernel of one element; ``dtype`` None (not known yet):
+    only the key's kind is checked."""
+    if key is None:
+        if dtype is not None and dtype.names is not None:
+            raise ArgumentTypeError("sort: structured elements have no order of their own; pass key=, a kernel "
+                                    "returning each element's sort key")
+        return None
     if not isinstance(key, Kernel):
         raise ArgumentTypeError(f"sort: key must be a hetflow kernel of one element, not "
                                 f"{type(key).__name__} {key!r}; decorate it with @hetflow.kernel")
     if len(key.params) != 1:
         raise ArgumentTypeError(f"sort: key kernel {key.name!r} takes {len(key.params)} parameter(s) "
                                 f"({', '.join(key.params)}); a key takes exactly one element")
+    # Keys read the elements as compiled code does: in native byte order (compiled_operand).
+    return None if dtype is None else _key_dtype(key, dtype.newbyteorder("="))
+
+
+def _key_dtype(key: Kernel, dtype: np.dtype) -> np.dtype:
+    """The element type ``key`` returns for elements of ``dtype`` (compiled to find out)."""
     fn = repository().device_function(key, get_device("cpu0"))
-    args = (numba.from_dtype(dtype),)
     try:
+        args = (numba.from_dtype(dtype),)  # (long double and raw bytes, V, have no Numba type)
         fn.compile(args)
     except (NumbaError, NotImplementedError) as exc:  # (float16: Numba's CPU target has no such type)
         raise KernelCompileError(f"sort: key kernel {key.name!r} does not compile for elements of "

@@ -59,11 +59,7 @@ GPU_TILE = (8, 8)
 
 def wavefront(extent, kernel, *args, tile=None, device=None):
     """:func:`hetflow.wavefront` (which documents it), run now."""
-    ext = normalize_extent(extent)
-    if len(ext) != 2:
-        raise ShapeError(f"wavefront: the extent must have rank 2 (rows, columns); got {ext}")
-    args = _check_arguments(kernel, ext, args)
-    tile = _check_tile(tile)
+    ext, args, tile = check(extent, kernel, args, tile)
     shared = _share_memory(args)  # only then can two arguments alias
     if shared:
         _check_aliasing(kernel, ext, args)
@@ -88,6 +84,16 @@ def wavefront(extent, kernel, *args, tile=None, device=None):
         return _cpu_sweep(kernel, launch, ext, size)
     finally:  # what ran wrote the host copies, in a sweep that raised too
         wrote(launch, launch.written)
+
+
+def check(extent, kernel, args: tuple, tile) -> tuple:
+    """``(extent, args, tile)`` of a sweep, checked before anything runs: a 2-D extent as
+    a tuple, ``args`` as :func:`_check_arguments` completes them, ``tile`` as :func:`_check_tile`
+    gives it."""
+    ext = normalize_extent(extent)
+    if len(ext) != 2:
+        raise ShapeError(f"wavefront: the extent must have rank 2 (rows, columns); got {ext}")
+    return ext, _check_arguments(kernel, ext, args), _check_tile(tile)
 
 
 def _check_arguments(kernel, ext: tuple, args: tuple) -> tuple:

@@ -84,6 +84,9 @@ def _call(idx, args) -> str:
     return f"{BODY}({', '.join([f'{NONNEG}({i})' for i in idx] + args)})"
 
 
+GROUP = 24  # parameters per tuple handed to a piece of the parallel entry (_cpu_wrapper)
+
+
 def _cpu_wrapper(ndim: int, params: list, setup: list, args: list) -> str:
     idx = _index_names(ndim)
     extents = [f"__e{d}" for d in range(1, ndim)]
@@ -108,16 +111,23 @@ def _cpu_wrapper(ndim: int, params: list, setup: list, args: list) -> str:
     # Numba's threads lose what a piece raises (only the calling thread's comes out), so
     # each piece catches it, and the entry returns the first piece that raised (-1:
     # none), whose rows the runtime runs again to raise it.
+    #
+    # A piece runs the entry's loops itself, and takes the parameters in tuples of at most
+    # GROUP: Python compiles a call of more than 30 arguments (a kernel of many views) as
+    # a list turned into a tuple (LIST_TO_TUPLE), an op-code Numba refuses.
     tail = ", ".join(["__lo", "__hi", *extents, *params])
+    groups = [params[k:k + GROUP] for k in range(0, len(params), GROUP)]
+    names = [f"__g{k}" for k in range(len(groups))]
     piece = (f"{PIECE}(__lo + (__hi - __lo) * __p // __parts, __lo + (__hi - __lo) * (__p + 1) // __parts, "
-             f"{', '.join([*extents, *params])})")
-    lines += ["", "", f"def {PIECE}({tail}):",
-              "    try:",
-              f"        {ENTRY}({tail})",
+             f"{', '.join([*extents, *names])})")
+    lines += ["", "", f"def {PIECE}({', '.join(['__lo', '__hi', *extents, *names])}):",
+              "    try:"] + [f"        {', '.join(g)}, = {n}" for g, n in zip(groups, names)] + [
+              f"    {line}" for line in lines[1:]] + [
               "    except Exception:",
               "        return True",
               "    return False",
-              "", "", f"def {PARALLEL}(__parts, __claim, {tail}):",
+              "", "", f"def {PARALLEL}(__parts, __claim, {tail}):"] + [
+              f"    {n} = ({', '.join(g)},)" for g, n in zip(groups, names)] + [
               "    __failed = __hf_np.zeros(__parts, __hf_np.bool_)",
               "    if __claim:",
               "        __next = __hf_np.zeros(1, __hf_np.int64)",

@@ -169,7 +169,8 @@ def _squared_into(i, x, out):
         return
 
 
-@pytest.mark.parametrize("devices", ["cpu0", "gpu0", ["cpu0", "gpu0"]])
+@pytest.mark.parametrize("devices", ["cpu0", pytest.param("gpu0", marks=pytest.mark.simgpu),
+                                     pytest.param(["cpu0", "gpu0"], marks=pytest.mark.simgpu)])
 def test_a_launch_of_a_kernel_that_only_returns_values_is_refused(devices):
     x = np.arange(6.0)
     message = (r"kernel '_squared' returns a value and writes no argument: a launch discards what its kernel "

@@ -1,11 +1,14 @@
 """Arrays as indexables: NumPy on the host, CuPy (or any ``__cuda_array_interface__``
 object) on a GPU, with zero-copy interop between them and DLPack producers.
 
-A ``device`` argument names where an array should live: ``None`` (leave it where it
-is; new arrays go to the host), ``"cpu"``/``"host"``, ``"gpu"``/``"cuda"`` or
-``"cuda:N"``/``"gpu:N"``, an integer GPU ordinal, or a device object with a ``kind``
-attribute (``"cpu"`` or ``"gpu"``) and optionally an ``ordinal``. New arrays may also
-go to ``"managed"`` memory (see :mod:`hetflow.index.managed`).
+A ``device`` argument names where an array should live as ``device=`` names devices
+elsewhere in hetflow: ``None`` (leave it where it is; new arrays go to the host), a
+device id (``"cpu0"``, ``"gpuN"``, as ``hetflow.devices()`` lists them), ``"gpu"`` (the
+current GPU), ``"cpu"`` or ``"host"`` (host memory, as for distributed arrays), or a
+device object with a ``kind`` attribute (``"cpu"`` or ``"gpu"``) and optionally an
+``ordinal``. New arrays may also go to ``"managed"`` memory (see
+:mod:`hetflow.index.managed`). Under Numba's CUDA simulator, whose GPU works on host
+memory, an array placed on a GPU is a NumPy array (as a managed one is).
 """
 import contextlib
 import re
@@ -13,7 +16,7 @@ import re
 import numpy as np
 
 from hetflow.errors import ArgumentTypeError, DeviceError, ShapeError
-from hetflow.cuda_compat import cupy_module
+from hetflow.cuda_compat import cuda_module, cupy_module, simulated
 from hetflow.index.managed import managed
 from hetflow.index.space import extent
 
@@ -100,30 +103,49 @@ def _placement(device):
     """(``"cpu"`` | ``"gpu"`` | None, GPU ordinal or None) for a ``device`` argument."""
     if device is None:
         return None, None
-    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
-        return "gpu", device
     if isinstance(device, str):
-        # 'cuda:1' and 'gpu1' (the ids hetflow.devices() prints) name the same GPU.
-        kind, ordinal = re.fullmatch(r"([a-z]*):?(.*)", device.lower()).groups()
-        kinds = {"cpu": "cpu", "host": "cpu", "gpu": "gpu", "cuda": "gpu"}
-        if kind in kinds and (not ordinal or ordinal.isdigit()):
-            return kinds[kind], int(ordinal) if ordinal and kinds[kind] == "gpu" else None
+        if device in ("cpu", "host", "cpu0"):
+            return "cpu", None
+        gpu = re.fullmatch(r"gpu(0|[1-9][0-9]*)?", device)  # 'gpu', or an id as get_device spells it
+        if gpu:
+            return "gpu", None if gpu[1] is None else int(gpu[1])
     elif getattr(device, "kind", None) in ("cpu", "gpu"):
         return device.kind, getattr(device, "ordinal", None)
-    raise ArgumentTypeError(f"unknown device {device!r}: use None, 'cpu', 'gpu', 'cuda:N', 'gpuN', "
-                            "a GPU ordinal, or a device with kind 'cpu' or 'gpu'")
+    raise ArgumentTypeError(f"unknown device {device!r}: use None, a device id ('cpu0', 'gpu0', ...), 'gpu' "
+                            f"(the current GPU), 'cpu' or 'host', 'managed' (new arrays), or a "
+                            f"Device{_hint(device)}")
+
+
+def _hint(device) -> str:
+    """A "did you mean" for other libraries' names of a GPU ('cuda:1', 1) and cased ids."""
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+        return f" (did you mean 'gpu{device}'?)"
+    if isinstance(device, str):
+        found = re.fullmatch(r"\s*(cuda|gpu|cpu|host)\s*:?\s*(\d*)\s*", device.lower())
+        if found:
+            kind, ordinal = found.groups()
+            near = "cpu0" if kind in ("cpu", "host") else f"gpu{int(ordinal)}" if ordinal else "gpu"
+            return f" (did you mean {near!r}?)"
+    return ""
 
 
 def _on_gpu(ordinal):
-    """Context that makes ``ordinal`` (None: the current GPU) current for CuPy."""
+    """(the array module of GPU ``ordinal`` (None: the current GPU), a context making it
+    current): CuPy's; NumPy's and none under the simulator, whose GPU works on host memory."""
+    if simulated() and cuda_module() is not None:
+        _check_ordinal(ordinal, len(cuda_module().gpus))
+        return np, contextlib.nullcontext()
     cupy = required_cupy("placing an array on a GPU")
     if ordinal is None:
         return cupy, contextlib.nullcontext()
-    count = cupy.cuda.runtime.getDeviceCount()
-    if ordinal >= count:
+    _check_ordinal(ordinal, cupy.cuda.runtime.getDeviceCount())
+    return cupy, cupy.cuda.Device(ordinal)
+
+
+def _check_ordinal(ordinal, count: int) -> None:
+    if ordinal is not None and ordinal >= count:
         raise DeviceError(f"no GPU {ordinal} to place an array on: this machine has {count} "
                           f"(ordinals 0..{count - 1})")
-    return cupy, cupy.cuda.Device(ordinal)
 
 
 def _from_dlpack(x):
@@ -146,7 +168,7 @@ def asarray(x, device=None, dtype=None):
     """
     kind, ordinal = _placement(device)
     if is_view(x):
-        x = x.cupy() if kind == "gpu" else x.numpy()
+        x = x.cupy() if kind == "gpu" and not simulated() else x.numpy()
     elif hasattr(x, "__dlpack__") and not is_array(x):
         x = _from_dlpack(x)
     if kind == "gpu" or (kind is None and is_device_array(x)):

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
+import sys
 from pathlib import Path
 
 import numba
 from numba.core.errors import NumbaError
 
-from ..errors import KernelCompileError
+from ..errors import HetflowError, KernelCompileError
 from ..kernels import atomic, checks, codegen, viewtypes
 
 
@@ -127,7 +129,34 @@ class Executable:
         where = self.user_file if line is None else f"{self.user_file}:{line}"
         return KernelCompileError(
             f"kernel {self.description.kernel!r} ({where}) failed to compile for {device.id} "
-            f"({device.kind}, {device.arch}): {_compiler_message(text)}")
+            f"({device.kind}, {device.arch}): {_compiler_message(_constants_said(text, kernel))}")
+
+
+def compiler_failure(exc: BaseException) -> bool:
+    """``exc`` is a failure of the compiler's: raised inside Numba or numba-cuda (a
+    TypeError, KeyError or AssertionError of their internals, while compiling), neither
+    hetflow's own error nor a fault of the device (the CUDA driver's errors, memory)."""
+    if isinstance(exc, (HetflowError, MemoryError)) or any(
+            c.__name__ in _DEVICE_FAULTS and c.__module__.startswith("numba.cuda.cudadrv") for c in type(exc).__mro__):
+        return False
+    places = _compiler_folders()
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(places):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+# numba-cuda's errors of the device and its driver (NVVM's, NVRTC's and the linker's are
+# the compiler's).
+_DEVICE_FAULTS = ("CudaDriverError", "CudaRuntimeError", "CudaSupportError", "DeadMemoryError")
+
+
+def _compiler_folders() -> tuple:
+    """The folders of Numba's and (once imported) numba-cuda's code."""
+    modules = (numba, sys.modules.get("numba.cuda"))
+    return tuple(f"{Path(m.__file__).parent}{os.sep}" for m in modules if getattr(m, "__file__", None))
 
 
 # Numba's banner for a place it lost ("location: unknown location (0:0)" stays).
@@ -172,6 +201,51 @@ def _name_error_lines(text: str, kernel) -> list[int]:
     offset = kernel.source.firstlineno - 1
     return [n.lineno + offset for n in ast.walk(kernel.definition)
             if isinstance(n, ast.Name) and n.id == names[0]][:1]
+
+
+# Numba's words where a global or captured value has no constant form: it lowers the
+# value's type and names the table it found nothing in; inlined into the entry (the CPU's
+# default), it checks the entry's globals for the name, and calls a value it cannot type
+# undefined.
+_NO_CONSTANT = re.compile(r"<numba\.core\.base\.OverloadSelector object at 0x[0-9a-f]+>, \((.+),\)")
+_LOWERED_NAME = re.compile(r"During: lowering \".* = (?:freevar|global)\((\w+): ")
+_UNDEFINED = re.compile(r"NameError: name '(\w+)' is not defined")
+_CONSTANTS = ("compiled code holds a global or captured value as a constant, and has constants of numbers, "
+              "tuples, NumPy arrays, kernels and Numba's functions only: pass it as an argument, or make it "
+              "a tuple or an array")
+
+
+def _constants_said(text: str, kernel) -> str:
+    """``text`` with Numba's words for a global or captured value it has no constant of
+    (``_NO_CONSTANT``, ``_UNDEFINED`` where ``kernel`` or a kernel it calls reads the
+    name) replaced by what they mean."""
+    found = _NO_CONSTANT.search(text)
+    if found:
+        name = _LOWERED_NAME.search(text)
+        what = f"{name[1]!r}" if name else "a global or captured value"
+        said = f"{what} (of Numba type {found[1]}) cannot be a constant: {_CONSTANTS}"
+        return _NO_CONSTANT.sub(lambda _: said, text, count=1)
+    found = _UNDEFINED.search(text)
+    reader = _reader(kernel, found[1]) if found and kernel is not None else None
+    if reader is None:
+        return text
+    by = "" if reader is kernel else f", read by kernel {reader.name!r}"
+    what = type(reader.namespace()[found[1]]).__name__
+    said = f"{found[1]!r} (a Python {what}{by}) has no Numba type: {_CONSTANTS}"
+    return _UNDEFINED.sub(lambda _: said, text, count=1)
+
+
+def _reader(kernel, name: str):
+    """``kernel``, or the first kernel it calls, that reads the global or captured
+    ``name``; None where none does."""
+    stack, seen = [kernel], set()
+    while stack:
+        k = stack.pop()
+        if name in k.namespace():
+            return k
+        seen.add(id(k))
+        stack.extend(sub for sub in k.subkernels.values() if id(sub) not in seen)
+    return None
 
 
 # The lines of a compiler message kept: the first of them, and the reason an overload

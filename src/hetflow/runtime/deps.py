@@ -10,7 +10,8 @@ all queues (like StarPU's sequential consistency), an instance that
   since (write-after-read).
 
 A datum is a :class:`~hetflow.Buffer`, or the array that owns an argument's memory:
-a view stands for its root array, and NumPy slices of one array are one datum, so
+a view stands for its root array, and NumPy views of one array (slices, reshapes,
+``as_strided``, ``sliding_window_view``, ``np.frombuffer(x.data)``) are one datum, so
 instances touching disjoint parts of one array are still ordered (conservative).
 
 **Explicit** dependencies are ``wait_for`` events.
@@ -96,7 +97,13 @@ def datum(arg):
     """The object whose identity names the data ``arg`` accesses."""
     root = arg if type(arg) is ndarray else getattr(arg, "root", arg)
     base = getattr(root, "base", None)
-    while base is not None and type(base) is type(root):  # slices share their base's memory
+    while base is not None:  # slices share their base's memory
+        if type(base) is not type(root):
+            # NumPy's views through another object: as_strided's and sliding_window_view's
+            # holder (its .base), a memoryview (np.frombuffer(x.data): its .obj)
+            base = base.obj if type(base) is memoryview else getattr(base, "base", None)
+            if type(base) is not type(root):
+                break
         root, base = base, getattr(base, "base", None)
     return root
 
@@ -272,9 +279,10 @@ def _apart(args) -> bool:
         and (type(b) in _SCALAR_TYPES or type(b) is ndarray and b.base is None)
 
 
-def untrack_locked(inst, complete: bool) -> None:
+def untrack_locked(inst, complete: bool) -> tuple | None:
     """``inst`` is done (``complete``: successfully): let go of the data it holds (caller
-    holds LOCK, and ``inst`` its arguments, so none of them is freed meanwhile).
+    holds LOCK, and ``inst`` its arguments, so none of them is freed meanwhile). Failed,
+    the keys of the records it poisons are returned (for :func:`unpoison_locked`).
 
     A completed last writer is forgotten (it orders nothing and poisons nothing), and so
     are finished readers at the end of the list of readers (the last reader to finish
@@ -285,8 +293,9 @@ def untrack_locked(inst, complete: bool) -> None:
     held, inst.held = inst.held, None
     if complete and type(held) is not tuple and _data.get(id(held)) is inst:
         del _data[id(held)]  # the common case first: a lone writer done (each fan-out output)
-        return
-    for obj in (held if type(held) is tuple else (held,)):
+        return None
+    held = held if type(held) is tuple else (held,)
+    for obj in held:
         key = id(obj)
         rec = _data.get(key)
         if rec is inst:
@@ -310,6 +319,25 @@ def untrack_locked(inst, complete: bool) -> None:
         elif rec.writer is not None or rec.readers:
             continue
         del _data[key]
+    if not complete:  # the records it poisons, for unpoison_locked
+        return tuple(key for key in map(id, held) if type(rec := _data.get(key)) in _RECORDS
+                     and rec.writer is inst) or None
+    return None
+
+
+def unpoison_locked(inst, keys) -> None:
+    """The failure of ``inst``, a failed or cancelled writer, was reported: the records of
+    the data it poisoned (``keys``, from :func:`untrack_locked`) forget it, as they forget
+    a completed writer (caller holds LOCK). It poisons nothing any more (:func:`poisoned`),
+    and kept, it would keep what its error now holds: the frames of the raise that
+    reported it, whose locals often hold the data itself, which then kept its own record,
+    and itself, alive for good."""
+    for key in keys:
+        rec = _data.get(key)
+        if type(rec) in _RECORDS and rec.writer is inst:
+            rec.writer = None
+            if type(rec) is _Datum and all(r.status in DONE for r in rec.readers or ()):
+                del _data[key]
 
 
 def accesses(args, modes) -> list:

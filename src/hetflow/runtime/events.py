@@ -109,7 +109,9 @@ class Event:
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """Block until done; return the EventFailedError (raised or cancelled), or None."""
         self._block(timeout)
-        self._retrieved = True
+        if self._error is not None and not self._retrieved:
+            with LOCK:
+                self._reported_locked()
         return self._error
 
     def _block(self, timeout: float | None) -> None:
@@ -127,6 +129,11 @@ class Event:
     def _retire_locked(self, status: str) -> None:
         """Hook: the event is done (an execution instance lets go of its resources)."""
 
+    def _reported_locked(self) -> None:
+        """Its failure has reached the application: ``exception`` returned it, ``wait`` or
+        a queue's ``finish`` raised it (caller holds LOCK)."""
+        self._retrieved = True
+
     def __repr__(self):
         return f"<hetflow event {self.id} ({self.label}) {self.status}>"
 
@@ -136,15 +143,16 @@ class Event:
 
 def timeout_seconds(timeout, what) -> float | None:
     """The ``timeout`` of a wait on ``what`` (an event, or words for messages) as threading
-    takes it: None or a non-negative number of seconds, infinity meaning None (threading
-    overflows on it); else an ArgumentTypeError (no number) or ArgumentError."""
+    takes it: None or a non-negative number of seconds, any beyond ``threading.TIMEOUT_MAX``
+    (some 292 years; infinity too) meaning None (threading overflows on them); else an
+    ArgumentTypeError (no number) or ArgumentError."""
     if timeout is None:
         return None
     kind_ok = isinstance(timeout, numbers.Real) and not isinstance(timeout, bool)
     if not kind_ok or not timeout >= 0:
         error = ArgumentError if kind_ok else ArgumentTypeError
         raise error(f"{what}: timeout must be None or a non-negative number of seconds, not {timeout!r}")
-    return None if timeout == float("inf") else float(timeout)
+    return None if timeout > threading.TIMEOUT_MAX else float(timeout)
 
 
 class UserEvent(Event):

@@ -65,7 +65,7 @@ from ..platform.devices import Device
 from . import coexec, cpu, gpu, staging, status
 from .buffers import Buffer, acquired, wrote
 from .deps import (READ, WRITE, check_cycle_locked, clear_locked, depend_locked, drop_locked, track_locked,
-                   untrack_locked)
+                   unpoison_locked, untrack_locked)
 from .events import (COMPLETE, FAILED, LOCK, RUNNING, Event, UserEvent, failed_error, locked,
                      release_locked, settle_locked, start_locked, timeout_seconds)
 from .forall import holding_gpu
@@ -132,7 +132,7 @@ class Instance(Event):
     event that stands for it (one object: a runtime with thousands of pending instances
     is bound by Python's per-object costs)."""
 
-    __slots__ = ("core", "launch", "modes", "priority", "pending", "doomed", "held", "lanes",
+    __slots__ = ("core", "launch", "modes", "priority", "pending", "doomed", "held", "poisons", "lanes",
                  "pinned", "splittable", "buffers")
 
     def __init__(self, core, label, launch, modes, priority, lanes, pinned, buffers):
@@ -145,6 +145,7 @@ class Instance(Event):
         self.doomed = None       # its error, if it depends strongly on a failure: cancelled
                                  # instead of run once it waits for nothing else
         self.held = None         # data it lets go of when done (deps.track_locked)
+        self.poisons = None      # failed: keys of the records of the data it poisons (deps.untrack_locked)
         self.lanes = lanes       # where it may run, home first
         self.pinned = pinned
         self.buffers = buffers   # positions of Buffer arguments, or None
@@ -156,15 +157,22 @@ class Instance(Event):
         if core is None:
             return
         if status is not COMPLETE:
-            core.failures.append(self)
+            core.failed_locked(self)
         if self.held is not None:  # before the launch goes: its arguments keep the data alive
-            untrack_locked(self, status is COMPLETE)
+            self.poisons = untrack_locked(self, status is COMPLETE)
         if self.submitted is None:
             core.deferred.discard(self)
         self.core = self.launch = None
         core.outstanding -= 1
         if core.outstanding == 0:
             core.idle_locked()
+
+    def _reported_locked(self) -> None:
+        """Its failure was reported: the data it poisoned forget it (deps.unpoison_locked)."""
+        self._retrieved = True
+        if self.poisons is not None:
+            unpoison_locked(self, self.poisons)
+            self.poisons = None
 
 
 # -- the runtime state behind a queue ---------------------------------------------------
@@ -189,7 +197,8 @@ class _Core:
         self.ready_locked = self.single.push_locked if self.single else self.scheduler.place_locked
         self.outstanding = 0
         self.deferred: set[Instance] = set()
-        self.failures: list[Event] = []
+        self.failures: list[Event] = []  # failures and cancellations finish() may report
+        self.prune_failures_at = 32
         self.closed = False
         self.idle_cond = threading.Condition(LOCK)
         self.finishing = 0  # threads in finish(), waiting on idle_cond
@@ -240,6 +249,17 @@ class _Core:
             lane.idle = 0
             lane.cond.notify_all()
 
+    def failed_locked(self, event: Event) -> None:
+        """Keep ``event``, failed or cancelled, for ``finish`` to report. Whenever the list
+        doubles, those already reported through ``wait``/``exception`` go (finish has
+        nothing left to do with them): a program that waits on each event and never calls
+        finish must not keep every failed instance as long as the queue lives."""
+        failures = self.failures
+        failures.append(event)
+        if len(failures) >= self.prune_failures_at:
+            failures[:] = [e for e in failures if not e._retrieved]
+            self.prune_failures_at = max(32, 2 * len(failures))
+
     def done_locked(self, lane: Lane, inst: Instance, split, error, shape) -> None:
         """``inst`` ran on ``lane`` (``ended`` set), or over the ``split`` lanes: record
         where and how, settle its event."""
@@ -286,7 +306,7 @@ class _Core:
         if inst.core is not None:  # not retired yet: retired now, as failed (its data poisoned)
             inst._retire_locked(FAILED)
         elif inst not in self.failures:  # retired as complete
-            self.failures.append(inst)
+            self.failed_locked(inst)
         if inst._needs is not None or inst._after is not None:
             release_locked(inst)
 
@@ -309,6 +329,8 @@ class _Core:
                     except Exception as exc:  # noqa: BLE001  (a fault of hetflow's, not the kernel's)
                         self.salvage_locked(lane, inst, exc)
                     lane.claims = 0
+                    # Idle, hold no failure: its traceback's frames hold the launch's arrays.
+                    inst = error = None
                 while not heap:
                     if self.closed and self.outstanding == 0:
                         return
@@ -665,7 +687,7 @@ class Queue:
                 core.finishing -= 1
             unseen = [e for e in core.failures if _unreported(e)]
             for e in core.failures:  # reported now, with the cancellations they caused
-                e._retrieved = True
+                e._reported_locked()
             core.failures = []
         if unseen:  # a failure first: the cancellations it caused name it
             raise min(unseen, key=lambda e: e.status is not FAILED)._error.with_traceback(None)

@@ -5,8 +5,10 @@ Each process of a run owns one :class:`Channel` over a private duplicate of the 
 communicator, so its messages (halo rows, moved rows, control objects, abort notices)
 never match the collectives' or the user's. Every wait polls its requests *and* the
 abort notices: when a rank fails it posts a notice to every other rank
-(:meth:`Channel.abort`), and a rank waiting anywhere in a distributed run raises
-RemoteError carrying the failed rank's message instead of hanging. A wait that outlasts
+(:meth:`Channel.abort`), and a rank waiting anywhere in a distributed run raises the
+failed rank's error instead of hanging: a RemoteError that is also of the failed rank's
+hetflow class (``except ShapeError`` catches a ShapeError raised on another rank), naming
+that rank and carrying its message (:func:`remote_error`). A wait that outlasts
 ``timeout`` seconds raises CommTimeoutError. Either way the channel is then *broken*:
 requests still in flight are cancelled where MPI can, and every later use raises the
 same error at once.
@@ -20,6 +22,7 @@ launcher: there is nobody to wait for.
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -77,7 +80,8 @@ class Channel:
             raise type(self.broken)(str(self.broken))
 
     def check(self) -> None:
-        """A safe point: RemoteError when another rank has failed."""
+        """A safe point: the failed rank's error (:func:`remote_error`) when another
+        rank has failed."""
         self.usable()
         self._poll_notice(())
 
@@ -85,7 +89,7 @@ class Channel:
         """Poll ``requests`` until all complete (``test()`` polls them, when not
         ``MPI_Testall``).
 
-        RemoteError when a failure notice arrives first, CommTimeoutError after
+        :func:`remote_error` when a failure notice arrives first, CommTimeoutError after
         ``timeout`` seconds (``expired(reason)`` raises instead, when given), CommError
         when a rank it waits for ended (``peers``: those ranks; None: a call of every
         rank). ``what`` names the wait in the errors.
@@ -136,15 +140,19 @@ class Channel:
             watch(now, peers)
         except CommError as error:
             self._cancel(requests)
-            self._fail(error)
+            if self.broken is None:  # (another rank's notice, heard there, broke it already)
+                self._break(error)
+            raise
 
     def _poll_notice(self, requests) -> None:
         message = self.comm.improbe(self.MPI.ANY_SOURCE, ABORT_TAG)
         if message is None:
             return
-        rank, kind, text = message.recv()
+        error = remote_error(*message.recv())
         self._cancel(requests)
-        self._fail(RemoteError(f"rank {rank} raised {kind}: {text}"))
+        # Later uses refuse with a plain RemoteError: they are not the failed call.
+        self._break(RemoteError(str(error)))
+        raise error
 
     def _cancel(self, requests) -> None:
         # Receives cancel reliably; a large send whose receiver is gone may not, and is
@@ -164,14 +172,11 @@ class Channel:
         if self.link is not None:
             self.link.broken = str(error)
 
-    def _fail(self, error: CommError):
-        self._break(error)
-        raise error
-
     # -- failure -----------------------------------------------------------------------
     def abort(self, exc: BaseException) -> None:
         """Tell every other rank that this one failed with ``exc`` (they raise
-        RemoteError at their next wait or safe point); the channel is broken after."""
+        :func:`remote_error` at their next wait or safe point); the channel is broken
+        after. Nothing to tell when this rank's failure was another rank's."""
         if self.broken is not None and isinstance(self.broken, RemoteError):
             return  # another rank failed first: everyone has been told
         notice = (self.rank, type(exc).__name__, str(exc))
@@ -311,6 +316,29 @@ def _disagreement(everyone: list, what: str, size: int) -> CommError:
         detail = "; ".join(f"rank {rank}: {kind}: {message}" for rank, (kind, message) in failed.items())
     return _error_class(next(iter(failed.values()))[0])(
         f"{what} failed on rank{'s' if len(failed) > 1 else ''} {ranks} (of {size}): {detail}")
+
+
+def remote_error(rank: int, kind: str, text: str) -> RemoteError:
+    """The error that rank ``rank``'s failure (an exception of class ``kind``, message
+    ``text``) raises on the other ranks: a RemoteError that is also of hetflow's class
+    ``kind``, so that every rank can catch the failing rank's type; a plain RemoteError
+    where ``kind`` is no hetflow class (the message says which it was)."""
+    return _remote_class(kind)(f"rank {rank} raised {kind}: {text}")
+
+
+@functools.cache
+def _remote_class(kind: str) -> type:
+    found = _error_class(kind)
+    if issubclass(RemoteError, found):  # CommError or no hetflow class: RemoteError says it all
+        return RemoteError
+    return type(found.__name__, (found, RemoteError), {
+        "__doc__": f"A {found.__name__} raised on another rank (see control.remote_error).",
+        "__module__": __name__, "__reduce__": _reduce_remote})
+
+
+def _reduce_remote(error):
+    # The class is made at run time: pickle rebuilds the error from its hetflow class.
+    return _error_class(type(error).__name__), (str(error),)
 
 
 def _error_class(name: str) -> type:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import weakref
+import zlib
 
 import numpy as np
 
@@ -151,7 +152,8 @@ def apportion(n: int, weights, min_rows: int) -> tuple:
 class DistArray:
     """An array distributed over the ranks of a session; see the module docstring.
 
-    Made by :func:`empty`, :func:`zeros`, :func:`asarray` and the ``*_like`` functions.
+    Made by :func:`empty`, :func:`zeros`, :func:`asarray` and the ``*_like`` functions
+    (which check ``dtype`` and ``device``).
     ``device``: None keeps blocks in host memory; a GPU id ('gpu0') or GPU device record
     keeps them on that GPU (numba-cuda device arrays; distributed along dim 0 only).
     """
@@ -162,13 +164,9 @@ class DistArray:
         self.distribution = distribution
         self.session = distribution.session
         self.shape = tuple(int(s) for s in shape)
-        self.dtype = _dtype(dtype)
-        check_transferable(self.dtype)  # its rows cross between ranks as raw bytes
-        self.device = _gpu(device)
+        self.dtype, self.device = dtype, device
         self.serial = self.session.serial()
         self.name = f"darray{self.serial}"
-        if self.device is not None and distribution.dim != 0:
-            raise ShapeError("arrays on a GPU are distributed along dim 0 only")
         # The distribution too: an array made like another on one rank only would not
         # move with it there.
         _agree(self.session, self.name, (self.shape, self.dtype.str, distribution.dim,
@@ -425,12 +423,17 @@ def empty(shape, dtype=np.float64, *, dim=0, halo=1, parts=None, comm=None, devi
     three quarters); ``halo``: rows kept on each side of a block for views that reach
     into the neighbours' rows; ``comm``: a hetflow communicator (default: all processes).
     """
+    current = _session(comm)
+    return _made(current, lambda: (*_distribution(current, shape, dim, halo, parts), dtype, device))
+
+
+def _distribution(current, shape, dim, halo_rows, parts) -> tuple:
+    """(its Distribution over ``current``'s ranks, the shape): :func:`empty`'s checks."""
     shape = _shape(shape)
     if not shape:
         raise ShapeError("a distributed array needs at least one dimension")
     dim = checked_dim("distributed array", dim, len(shape))
-    halo_rows = _count("halo", halo)
-    current = _session(comm)
+    halo_rows = _count("halo", halo_rows)
     if parts is None:  # partition's even cut, which may leave a rank no rows: checked below
         q, r = divmod(shape[dim], current.size)
         sizes = (q + 1,) * r + (q,) * (current.size - r)
@@ -440,7 +443,7 @@ def empty(shape, dtype=np.float64, *, dim=0, halo=1, parts=None, comm=None, devi
         if len(parts) != current.size:
             raise ShapeError(f"parts must give one share per rank ({current.size}); got {list(parts)}")
         sizes = cut(shape[dim], list(parts))
-    return DistArray(Distribution(current, shape[dim], sizes, dim, halo_rows), shape, dtype, device)
+    return Distribution(current, shape[dim], sizes, dim, halo_rows), shape
 
 
 def zeros(shape, dtype=np.float64, **kwargs) -> DistArray:
@@ -456,11 +459,16 @@ def empty_like(a: DistArray, dtype=None, shape=None) -> DistArray:
     distributed dimension."""
     if not isinstance(a, DistArray):
         raise ArgumentTypeError(f"empty_like needs a DistArray, not {type(a).__name__}")
+    return _made(a.session, lambda: (a.distribution, _shape_like(a, shape),
+                                     a.dtype if dtype is None else dtype, a.device))
+
+
+def _shape_like(a: DistArray, shape) -> tuple:
     shape = a.shape if shape is None else _shape(shape)
     if len(shape) <= a.dim or shape[a.dim] != a.shape[a.dim]:
         raise ShapeError(f"an array on {a.name}'s distribution needs extent {a.shape[a.dim]} "
                          f"along dim {a.dim}; got shape {shape}")
-    return DistArray(a.distribution, shape, a.dtype if dtype is None else dtype, a.device)
+    return shape
 
 
 def zeros_like(a: DistArray, dtype=None, shape=None) -> DistArray:
@@ -477,9 +485,11 @@ _NONE_BY_DEFAULT = ("parts", "comm", "device")
 def asarray(x, *, root=None, like=None, **kwargs) -> DistArray:
     """A distributed copy of the global array ``x``.
 
-    ``root=None``: every rank passes the same ``x`` and keeps its block of it (no
-    messages). ``root=r``: only rank r's ``x`` counts (others may pass None); each rank
-    is sent its block. ``like``: use that array's distribution (with it, ``parts``,
+    ``root=None``: every rank passes the same ``x`` and keeps its block of it (no rows
+    cross; one small allgather checks that every rank's ``x`` has the same shape, dtype
+    and values, by a CRC-32 of its bytes, and raises CommError on every rank naming the
+    ranks that differ). ``root=r``: only rank r's ``x`` counts (others may pass None);
+    each rank is sent its block. ``like``: use that array's distribution (with it, ``parts``,
     ``comm`` and ``device`` may only be None, their default); other keywords as for
     :func:`empty`.
     """
@@ -511,10 +521,11 @@ def _source(current, x, root) -> tuple:
     is: the others would wait for its rows."""
     if root is None:
         x, why = _as_array(x)
-        whys = current.channel.allgather(why)
-        if any(whys):
-            raise ArgumentTypeError("cluster.asarray: x is not an array on "
-                                    + "; ".join(f"rank {r} ({w})" for r, w in enumerate(whys) if w))
+        facts = current.channel.allgather(why or (x.shape, x.dtype.str, _checksum(x)))
+        whys = [f"rank {r} ({f})" for r, f in enumerate(facts) if isinstance(f, str)]
+        if whys:
+            raise ArgumentTypeError("cluster.asarray: x is not an array on " + "; ".join(whys))
+        _same_source(facts)
         return x, x.shape, x.dtype
     facts = None
     if current.rank == root:
@@ -524,6 +535,35 @@ def _source(current, x, root) -> tuple:
     if isinstance(facts, str):
         raise ArgumentTypeError(f"cluster.asarray: x on rank {root}, the root, is not an array ({facts})")
     return x, facts[0], facts[1]
+
+
+def _same_source(facts: list) -> None:
+    """CommError unless every rank's (shape, dtype, checksum) of x is the same: ranks with
+    different x would make a mix of their blocks, or fail apart, each on its own shape."""
+    if all(f == facts[0] for f in facts):
+        return
+    advice = "; pass root=r to take rank r's x only"
+    if any(f[:2] != facts[0][:2] for f in facts):
+        each = "; ".join(f"rank {r}: {shape} {np.dtype(dtype)}" for r, (shape, dtype, _) in enumerate(facts))
+        raise CommError(f"cluster.asarray: every rank must pass the same x, but its shape or dtype "
+                        f"differs between ranks ({each}){advice}")
+    groups = [[r for r, f in enumerate(facts) if f == kind] for kind in dict.fromkeys(facts)]
+    alike = " | ".join(("ranks " if len(g) > 1 else "rank ") + ", ".join(map(str, g)) for g in groups)
+    raise CommError(f"cluster.asarray: every rank must pass the same x, but its values differ between "
+                    f"ranks ({alike}; alike within each group, by a CRC-32 of x's bytes){advice}")
+
+
+def _checksum(x: np.ndarray, crc: int = 0) -> int | None:
+    """CRC-32 of ``x``'s values in C order, continuing ``crc`` (field by field for
+    structured elements, whose padding may hold anything); None for Python objects,
+    which asarray refuses when it makes the array."""
+    if x.dtype.hasobject:
+        return None
+    if x.dtype.names is None:
+        return zlib.crc32(np.ascontiguousarray(x).reshape(-1).view(np.uint8), crc)
+    for name in x.dtype.names:
+        crc = _checksum(x[name], crc)
+    return crc
 
 
 def _as_array(x) -> tuple:
@@ -587,6 +627,31 @@ def _is_rank(root, size) -> bool:
 def _check_root(root, size) -> None:
     if not _is_rank(root, size):
         raise ArgumentError(f"root must be a rank in 0..{size - 1}, not {root!r}")
+
+
+def _made(current, make) -> DistArray:
+    """A new array of ``make()``'s (distribution, shape, dtype, device), checked on this
+    rank; a call of every rank. Where the checks fail on some ranks only, every rank
+    raises their error (control.settle), rather than the others waiting for them in
+    the array's agreement."""
+    try:
+        distribution, shape, dtype, device = make()
+        dtype, device = _element_and_place(dtype, device, distribution.dim)
+        failure = None
+    except Exception as exc:  # whatever it is, the other ranks must hear of it
+        failure = exc
+    control.settle(current.channel, (), failure, "making a distributed array")
+    return DistArray(distribution, shape, dtype, device)
+
+
+def _element_and_place(dtype, device, dim) -> tuple:
+    """(the dtype, the GPU or None) of a new array distributed along ``dim``."""
+    dtype = _dtype(dtype)
+    check_transferable(dtype)  # its rows cross between ranks as raw bytes
+    device = _gpu(device)
+    if device is not None and dim != 0:
+        raise ShapeError("arrays on a GPU are distributed along dim 0 only")
+    return dtype, device
 
 
 def _agree(current, name, description) -> None:

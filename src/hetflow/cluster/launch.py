@@ -14,8 +14,9 @@ a process decides its share; sessions over sub-communicators made later keep it.
 GPU g of a host goes to the host's rank ``g mod (ranks on the host)``.
 
 Failure: inside :func:`distributed` (or :func:`run_distributed`), an exception on one
-rank is sent to all the others as an abort notice; they raise RemoteError naming that
-rank and its message at their next wait or safe point, so no rank hangs.
+rank is sent to all the others as an abort notice; at their next wait or safe point they
+raise an error of its hetflow class (and RemoteError; a plain RemoteError for another
+class) naming that rank and carrying its message, so no rank hangs.
 """
 from __future__ import annotations
 
@@ -130,6 +131,9 @@ def _start(comm) -> Session:
         link = comm.link
         # A private duplicate: our tags can never match the collectives' or the user's.
         channel = Channel(link.MPI, link.comm.Dup(), comm.timeout, link)
+        if link.watch is not None:  # (a link of one's own over a sub-communicator has none)
+            # A wait in any collective on this link (world()'s too) hears abort notices.
+            link.watch.stopped = channel.check
         guarded = GuardedCommunicator(link, comm.timeout, channel)
         host = link.MPI.Get_processor_name()
         # A setting one rank refuses stops every rank here, not that rank alone (the
@@ -196,7 +200,8 @@ def distributed(comm=None):
     """Run the ``with`` block on every rank; if it raises on one, stop them all.
 
     The raising rank tells the others and re-raises its exception; the others raise
-    RemoteError naming it and its message at their next wait or safe point. When the
+    its error naming it (:func:`hetflow.cluster.control.remote_error`) at their next
+    wait or safe point. When the
     block ends normally, every rank waits for the others to end it too, so no rank
     leaves while another is still failing. Yields the :class:`Session`.
     """

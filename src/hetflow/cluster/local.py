@@ -115,12 +115,14 @@ class LocalInterpreter:
     ``rules``: its RuleSet (default :func:`local_rules`); ``monitor``: its monitor
     (default: one over ``devices`` with no sampled sources — feedback comes from run
     reports and ``monitor.inject``/``set``); ``blocks_on``: the GPU (device record)
-    holding the rank's blocks, None for host memory.
+    holding the rank's blocks, None for host memory; ``graph``: the captured program's
+    name, which its errors give.
     """
 
     def __init__(self, rank: int, devices, *, rules: RuleSet | None = None, monitor: Monitor | None = None,
-                 blocks_on=None):
+                 blocks_on=None, graph: str = "graph"):
         self.rank = rank
+        self.graph = graph
         records = [get_device(d) if isinstance(d, str) else d for d in devices]
         self.monitor = monitor if monitor is not None else Monitor(Topology(records), sources=[])
         # Launches over blocks in a GPU's memory return once enqueued: run() waits for that
@@ -200,7 +202,7 @@ class LocalInterpreter:
         """Run the current version once (one iteration of the program)."""
         halo_before = self.halo_seconds
         start = time.perf_counter()
-        run_version(self.current, self.monitor)
+        run_version(self.current, self.monitor, self.graph)
         if self.blocks_on is not None:  # (the next halo exchange would wait for it anyway)
             self.blocks_on.synchronize()
         compute = time.perf_counter() - start - (self.halo_seconds - halo_before)

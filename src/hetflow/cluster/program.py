@@ -19,8 +19,8 @@ central interpreter's rules see an imbalance, they re-partition, rows move betwe
 neighbouring ranks, and each local interpreter materialises its part again. Between
 iterations every rank also checks whether another rank failed (RemoteError). A rank
 whose iteration fails (its part refused, not compiled, raised) stops the run as
-:func:`hetflow.cluster.distributed` does: the others raise RemoteError naming it at their
-next wait, instead of waiting for its rows.
+:func:`hetflow.cluster.distributed` does: the others raise its error naming it at their
+next wait (:func:`hetflow.cluster.control.remote_error`), instead of waiting for its rows.
 """
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ class DistributedProgram:
                                               threshold=threshold, local_rules=shipped)
         blocks_on = _blocks_device(self.nodes)
         self.local = LocalInterpreter(rank, devices or ((blocks_on.id,) if blocks_on else self.session.devices),
-                                      rules=local_rules, monitor=monitor, blocks_on=blocks_on)
+                                      rules=local_rules, monitor=monitor, blocks_on=blocks_on,
+                                      graph=graph.name)
         self.partial = None  # the central version this rank runs its part of
         self.materialised_on = None  # the distribution's version the parts were made on
         self.partitions = []  # (iteration, rows per rank) each time the partition changed

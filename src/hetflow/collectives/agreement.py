@@ -50,6 +50,14 @@ def header(name, shape, dtype, reduce_op, root, segments, buffers, path):
     return (name, math.prod(shape), shape, dtype, reduce_op.name, root, segments, buffers, path)
 
 
+def object_header(name, root):
+    """The header of a collective of picklable objects (bcast, allgather, barrier),
+    checked on every call: it has no length, dtype or op, but meets the reductions'
+    headers in :func:`agree`, so ranks that call collectives in other orders fail there,
+    naming each rank's (where the reductions' call is checked: its first)."""
+    return (name, None, None, None, None, root, None, "host", "objects")
+
+
 _stamp = np.empty(2, np.int64)  # [digest, -digest], reduced by MAX to [max, -min]
 _seen = np.empty(2, np.int64)
 
@@ -153,7 +161,7 @@ def _rounds(comm, transport, head, reduce_op, source):
 
 def _mismatch(comm, head):
     readable = tuple(str(value) for value in head)
-    raise CommError(_describe(comm.allgather(readable)))
+    raise CommError(_describe(comm._gather_all(readable)))  # every rank is here: in step
 
 
 def digest_of(head) -> int:
@@ -169,6 +177,11 @@ def digest_of(head) -> int:
 
 
 def _describe(headers) -> str:
+    calls = [h[0] for h in headers]
+    if len(set(calls)) > 1:  # their other fields differ too, as a consequence
+        ranks = ", ".join(f"rank {r}: {c}" for r, c in enumerate(calls))
+        return (f"ranks called different collectives ({ranks}); every rank must make the same "
+                f"collective calls in the same order")
     parts = []
     for i, field in enumerate(HEADER_FIELDS):
         values = [h[i] for h in headers]

@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-from hetflow.collectives import host, native
+from hetflow.collectives import agreement, host, native
 from hetflow.collectives.transport import Link, Transport
 from hetflow.errors import ArgumentError, CommError
 
@@ -174,6 +174,8 @@ class Communicator(abc.ABC):
         self._agreed.clear()
         self._drop_prepared()
 
+    # bcast, barrier and allgather check on every call that all ranks made the same one
+    # (agreement.object_header): CommError on every rank, naming each rank's call.
     @abc.abstractmethod
     def bcast(self, obj, root=0):
         """``root``'s picklable ``obj``, on every process."""
@@ -253,6 +255,7 @@ class MPICommunicator(Communicator):
         host._check_root(root, self.size)
         self._ensure_usable()
         self.link.watch.calls += 1
+        self._agree("bcast", root)
         payload = pickle.dumps(obj) if self.rank == root else b""
         length = np.array([len(payload)], dtype=np.int64)
         self._wait(self.link.comm.Ibcast(length, root), "bcast")
@@ -264,11 +267,17 @@ class MPICommunicator(Communicator):
     def barrier(self):
         self._ensure_usable()
         self.link.watch.calls += 1
+        self._agree("barrier")
         self._wait(self.link.comm.Ibarrier(), "barrier")
 
     def allgather(self, obj) -> list:
         self._ensure_usable()
         self.link.watch.calls += 1
+        self._agree("allgather")
+        return self._gather_all(obj)
+
+    def _gather_all(self, obj) -> list:
+        """:meth:`allgather` without the check (the ranks know they are in step)."""
         mpi = self.link.MPI
         payload = np.frombuffer(pickle.dumps(obj), np.uint8)
         lengths = np.empty(self.size, dtype=np.int64)
@@ -279,6 +288,12 @@ class MPICommunicator(Communicator):
         self._wait(self.link.comm.Iallgatherv(
             [payload, mpi.BYTE], [data, (lengths, offsets), mpi.BYTE]), "allgather")
         return [pickle.loads(data[o:o + m].tobytes()) for o, m in zip(offsets, lengths)]
+
+    def _agree(self, name, root=None):
+        # Every call, unlike the reductions' repetitions: these carry pickles, not
+        # latency-bound vectors, and one trusted call meeting another collective would
+        # read its numbers as lengths.
+        agreement.ensure_agreed(self, self._transport(name), agreement.object_header(name, root), always=True)
 
     def _transport(self, collective):
         return Transport(self.link, self.timeout, collective)
@@ -373,7 +388,10 @@ class Peers:
     ``calls``: the calls of every rank (collectives, agreements) this rank has begun;
     an ending rank sends its count on ``notices`` (:meth:`leave`), so a wait in a call
     of every rank fails only where the ended rank never began it, and a transfer only
-    where it is with the ended rank.
+    where it is with the ended rank. ``stopped``: None, or called at every look of a
+    wait to raise once the run was stopped elsewhere (hetflow.cluster's control channel
+    sets it: another rank's failure then ends any collective's wait on this link, not
+    only those of the cluster's own communicator).
     """
 
     def __init__(self, link: Link, notices):
@@ -384,6 +402,7 @@ class Peers:
         self.parent = os.getppid()
         self.next_look = 0.0
         self.ended = {}  # rank -> (its calls, when this rank heard it ended)
+        self.stopped = None
 
     def locate(self, who: list) -> None:
         """Watch the processes of the ranks on this host; ``who``: (host, pid
@@ -394,6 +413,8 @@ class Peers:
 
     def __call__(self, now: float, peers=None) -> None:
         """``peers``: the ranks the wait is for; None: a call of every rank."""
+        if self.stopped is not None:
+            self.stopped()
         if now < self.next_look:
             return
         self.next_look = now + _LOOK_SECONDS

@@ -163,7 +163,7 @@ def test_cupy_round_trip_and_views():
     assert float(g[1, 2]) == -5.0
     v.assign(0.0)
     assert not cupy.any(g[1:3, 2:5])
-    z = zeros((2, 2), np.float32, device="cuda:0")
+    z = zeros((2, 2), np.float32, device="gpu0")
     assert isinstance(z, cupy.ndarray) and z.dtype == np.float32
 
 

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import re
-import sys
 from pathlib import Path
 
 import numba
 from numba.core.errors import NumbaError
 
-from ..errors import HetflowError, KernelCompileError
+from ..errors import KernelCompileError
 from ..kernels import atomic, checks, codegen, viewtypes
 
 
@@ -130,33 +128,6 @@ class Executable:
         return KernelCompileError(
             f"kernel {self.description.kernel!r} ({where}) failed to compile for {device.id} "
             f"({device.kind}, {device.arch}): {_compiler_message(_constants_said(text, kernel))}")
-
-
-def compiler_failure(exc: BaseException) -> bool:
-    """``exc`` is a failure of the compiler's: raised inside Numba or numba-cuda (a
-    TypeError, KeyError or AssertionError of their internals, while compiling), neither
-    hetflow's own error nor a fault of the device (the CUDA driver's errors, memory)."""
-    if isinstance(exc, (HetflowError, MemoryError)) or any(
-            c.__name__ in _DEVICE_FAULTS and c.__module__.startswith("numba.cuda.cudadrv") for c in type(exc).__mro__):
-        return False
-    places = _compiler_folders()
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename.startswith(places):
-            return True
-        tb = tb.tb_next
-    return False
-
-
-# numba-cuda's errors of the device and its driver (NVVM's, NVRTC's and the linker's are
-# the compiler's).
-_DEVICE_FAULTS = ("CudaDriverError", "CudaRuntimeError", "CudaSupportError", "DeadMemoryError")
-
-
-def _compiler_folders() -> tuple:
-    """The folders of Numba's and (once imported) numba-cuda's code."""
-    modules = (numba, sys.modules.get("numba.cuda"))
-    return tuple(f"{Path(m.__file__).parent}{os.sep}" for m in modules if getattr(m, "__file__", None))
 
 
 # Numba's banner for a place it lost ("location: unknown location (0:0)" stays).

@@ -23,7 +23,7 @@ from numba.core.errors import NumbaError
 
 from ..errors import HetflowError, KernelRaisedError
 from ..cuda_compat import cuda_module, cupy_module
-from ..platform.executable import BLOCK_THREADS, compiler_failure
+from ..platform.executable import BLOCK_THREADS
 from ..platform.repository import gpu_entry_jit
 from .launch import Launch, is_device_array
 
@@ -192,9 +192,7 @@ _UNBOUNDED: dict = {}  # a bounded entry's dispatcher -> the same entry without 
 @contextlib.contextmanager
 def compile_errors(launch: Launch):
     """numba-cuda's failures to compile the launch's GPU entry, raised as hetflow's
-    compile error naming kernel and device: its errors, and on a real GPU whatever else
-    its internals raise while compiling (a KeyError, a TypeError: ``compiler_failure``).
-    The simulator compiles nothing: what the kernel's Python raises there is its own."""
+    compile error naming kernel and device."""
     try:
         yield
     except NumbaError as exc:
@@ -202,10 +200,6 @@ def compile_errors(launch: Launch):
     except NotImplementedError as exc:  # numba-cuda cannot lower something (a ufunc's integer loop)
         raise launch.executable.compile_error(NumbaError(f"NotImplementedError: {exc}"), launch.device,
                                               launch.kernel) from exc
-    except Exception as exc:
-        if launch.device.simulated or not compiler_failure(exc):
-            raise
-        raise launch.executable.compile_error(exc, launch.device, launch.kernel) from exc
 
 
 class FastEntry:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hetflow
-from hetflow import atomic, section
+from hetflow import atomic, project
 from hetflow.errors import KernelCompileError
 
 
@@ -26,6 +26,6 @@ def test_an_overloads_refusal_reaches_the_message():
     assert re.search(r"\| TypingError: hetflow\.atomic\.add: needs an array of int32, .*; got array\(int16, 1d, C\)$",
                      str(info.value)), str(info.value)
     with pytest.raises(KernelCompileError, match=r"\| \.\.\. \| Rejected as the implementation raised a specific "
-                                                 r"error: \| TypingError: view argument 'a' .*: its len\(\) is not "
-                                                 r"known inside a kernel"):
-        hetflow.forall(4, view_length, section(np.arange(8.0), (2,), (4,)), np.zeros(4), device="cpu0")
+                                                 r"error: \| TypingError: a view argument \(hetflow\.view\d+_cpu\("
+                                                 r"array\(float64, 1d, C\)\)\): len\(\) of a rank-0 view"):
+        hetflow.forall(4, view_length, project(np.arange(8.0), 0, 3), np.zeros(4), device="cpu0")

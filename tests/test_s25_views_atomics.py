@@ -129,7 +129,7 @@ def test_co_executed_atomics_through_a_view_give_numpys_sum(gpu_device):
 
 def test_an_element_type_atomics_do_not_take_fails_to_compile_naming_the_view():
     with pytest.raises(KernelCompileError, match=r"kernel 'histogram'.*add\(hetflow\.view\d+_cpu\(array\(int16, "
-                                                 r"1d, C\), h\)"):
+                                                 r"1d, C\)\)"):
         hetflow.forall(4, histogram, _samples(4, 0), section(np.zeros(8, np.int16), (2,), (BINS,)), device="cpu0")
 
 
@@ -143,7 +143,7 @@ def test_a_view_index_of_the_wrong_rank_is_refused_on_the_simulated_gpu(gpu_devi
 
 def test_a_view_index_of_the_wrong_rank_fails_to_compile_on_the_cpu():
     with pytest.raises(KernelCompileError, match=r"kernel 'one_index'.*add\(hetflow\.view\d+_cpu\(array\(float64, "
-                                                 r"2d, C\), h\), int64, Literal\[int\]\(1\)\)"):
+                                                 r"2d, C\)\), int64, Literal\[int\]\(1\)\)"):
         hetflow.forall(2, one_index, transpose(np.zeros((2, 2)), 0, 1), device="cpu0")
 
 

@@ -34,7 +34,10 @@ class Lowering:
     ``globals``: co-map functions by the names the expressions call them;
     ``exprs``: the root index expressions over the variables ``var_names``, which run
     over ``shape`` (the view's extent, then its element extent); ``root_name``: the
-    generated parameter holding the root when another view of the launch passes it.
+    generated parameter holding the root when another view of the launch passes it;
+    ``extent``: the positions in ``params`` of a view's ``shape``, its last ones (a
+    kernel's ``v.shape`` reads them, so one compiled kernel serves views of every
+    extent; none for an array, which carries its own).
     """
 
     root: object
@@ -46,6 +49,7 @@ class Lowering:
     var_names: tuple
     shape: tuple
     root_name: str | None = None
+    extent: tuple = ()
 
     def bound(self, root):
         """This lowering with ``root`` as the array it indexes."""
@@ -241,5 +245,10 @@ def _lower(view, prefix, root=None):
     # rendered index expressions are part of it.
     names = dict(zip(var_names, var_names))
     key = (len(shape), rank(node), tuple(ctx.key), tuple(e.render(names) for e in exprs))
+    extent = ()
+    if is_view(view):  # its extent, last: numbers a kernel reads as ``v.shape``
+        extent = tuple(range(len(ctx.params), len(ctx.params) + len(shape)))
+        for n in shape:
+            ctx.number(n)
     return Lowering(root, key, tuple(ctx.param_names), tuple(ctx.params),
-                    dict(ctx.globals), exprs, var_names, shape)
+                    dict(ctx.globals), exprs, var_names, shape, extent=extent)

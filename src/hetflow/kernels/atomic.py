@@ -129,7 +129,7 @@ def _check(name: str, ary, idx, allowed) -> None:
     and ``idx`` one integer per axis (types of numba's or numba-cuda's type system)."""
     where = f"hetflow.atomic.{name}"
     view = isinstance(ary, ViewType) and ary.layout.is_view
-    what = (f"view argument {ary.param!r}" if ary.param is not None else "a view") if view else "the array"
+    what = "a view" if view else "the array"
     array, ndim = (ary.root, ary.layout.rank) if isinstance(ary, ViewType) else (ary, getattr(ary, "ndim", 0))
     if not (hasattr(array, "dtype") and hasattr(array, "ndim")) or str(array.dtype) not in allowed:
         raise TypingError(f"{where}: needs an array of {', '.join(allowed)}; got {f'{what} of ' if view else ''}{array}")

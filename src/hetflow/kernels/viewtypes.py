@@ -1,8 +1,8 @@
 """Views as Numba types: Numba, not text rewriting, lowers view indexing (SPEC §1).
 
 A kernel receives each view as one value of a :class:`ViewType`: its root array and
-the integers of its lowering (:mod:`hetflow.index.lowering`), packed by the entry
-(:func:`packing`). A *layout* is the code of a root index on one target, shared by
+the integers of its lowering (:mod:`hetflow.index.lowering`), its extent last, packed by
+the entry (:func:`packing`). A *layout* is the code of a root index on one target, shared by
 every view computing it alike; its ``getitem``/``setitem`` implementations are the
 lowering's own root index expressions, rendered once into a small function that Numba
 compiles on the CPU or GPU (Numba's overloads), and that runs as plain Python on the
@@ -40,13 +40,18 @@ CPU, GPU, PY = "cpu", "gpu", "python"  # where an implementation runs (PY: the C
 
 
 class ViewType(types.Type):
-    """A view (or checked array) of one layout over a root array of type ``root``, passed
-    as kernel parameter ``param`` (None where unknown), which its errors name."""
+    """A view (or checked array) of one layout over a root array of type ``root``.
 
-    def __init__(self, layout: "Layout", root, err, param=None):
-        self.layout, self.root, self.err, self.param = layout, root, err, param
-        extra = (", err" if err is not None else "") + (f", {param}" if param is not None else "")
-        super().__init__(name=f"hetflow.{layout.name}({root}{extra})")
+    Its identity is its structure only, not the kernel parameter passing it: a function
+    a kernel calls without inlining it (every kernel on a GPU) is compiled once for the
+    views of one structure, whichever parameters pass them. So its errors cannot name
+    the parameter (Numba makes one object of equal types, and the first one made would
+    name another parameter's): they name the kernel's line and this type."""
+
+
+    def __init__(self, layout: "Layout", root, err):
+        self.layout, self.root, self.err = layout, root, err
+        super().__init__(name=f"hetflow.{layout.name}({root}{', err' if err is not None else ''})")
 
     def members(self):
         out = [("root", self.root)] + [(f"p{k}", types.int64) for k in range(self.layout.nparams)]
@@ -74,7 +79,8 @@ class Layout:
     """One view structure on one target: how a subscript becomes a root index.
 
     ``exprs``: the root index expressions over ``(i0)``, ``(i1)``, ... and the value's
-    integers ``v.p0``, ... (None for a checked plain array of rank ``ndim``);
+    integers ``v.p0``, ... (None for a checked plain array of rank ``ndim``), the last
+    ``ndim`` of which are a view's extent (:attr:`extent`);
     ``functions``: the co-map functions they call as ``F0``, ...; ``checked``: indices
     are checked against the root's extent.
     """
@@ -90,6 +96,8 @@ class Layout:
         self.is_view = exprs is not None
         self.rank = ndim
         self.nparams = nparams
+        # the members holding a view's extent, one per dimension (a checked array's is its root's)
+        self.extent = tuple(f"p{k}" for k in range(nparams - ndim, nparams)) if self.is_view else ()
         self.name = f"{'view' if self.is_view else 'array'}{next(self._serial)}_{target}"
         self._impls: dict = {}
         self._lock = threading.Lock()
@@ -259,40 +267,36 @@ def _view_setitem(v, idx, val):
 def _view_len(v):
     if not isinstance(v, ViewType):
         return None
-    if v.layout.is_view:
-        raise numba.core.errors.TypingError(refusal(v.param, "len()", v))
-    return lambda v: len(v.root)
+    if v.layout.is_view and not v.layout.rank:
+        raise numba.core.errors.TypingError(unsized(None, v))
+    return (lambda v: v.shape[0]) if v.layout.is_view else (lambda v: len(v.root))
 
 
-# The attributes of an array a kernel may read of a view or checked array, as its root
-# answers them; of a view, its rank and element type: its extent is no part of its value
-# (one executable serves every view of its structure, whatever its extent).
-ATTRIBUTES = ("shape", "size", "ndim", "dtype")
-_EXTENT = ("shape", "size")
-
-
-def refusal(param, attr: str, kind=None) -> str:
-    """Why a view's ``attr`` (its extent, or what follows from it) is refused in a kernel
+def unsized(param, kind=None) -> str:
+    """Why ``len()`` of a rank-0 view fails in a kernel, as NumPy's of a 0-d array does
     (``kind``: the view's compiled type, where there is one)."""
     who = (f"view argument {param!r}" if param is not None else "a view argument") + (f" ({kind})" if kind else "")
-    return (f"{who}: its {attr} is not known inside a kernel (a view reaches a kernel without its "
-            f"extent: one compiled kernel serves views of every extent); pass the extent as a "
-            f"scalar argument (view.shape outside the kernel), or use the launch extent")
+    return f"{who}: len() of a rank-0 view, which has no first dimension; its size is 1"
+
+
+# The attributes of an array a kernel may read of a view or checked array: a checked
+# array's root answers them; a view, its rank, its root's element type and its extent,
+# which the value's members hold (each launch fills them: one executable serves every
+# view of its structure, whatever its extent).
+ATTRIBUTES = ("shape", "size", "ndim", "dtype")
 
 
 def _attribute_template(base):
-    """The typing of :data:`ATTRIBUTES` on ``base``, a target's AttributeTemplate: a
-    refused one raises here, where Numba reports it as it is (an overload's reason is
-    nested under its candidates)."""
+    """The typing of :data:`ATTRIBUTES` on ``base``, a target's AttributeTemplate."""
     class ViewAttributes(base):
         key = ViewType
 
         def generic_resolve(self, v, attr):
             if attr not in ATTRIBUTES:
                 return None
-            if v.layout.is_view and attr in _EXTENT:
-                raise numba.core.errors.TypingError(refusal(v.param, attr, v))
-            if v.layout.is_view and attr == "ndim":
+            if v.layout.is_view and attr == "shape":
+                return types.UniTuple(types.intp, v.layout.rank)
+            if v.layout.is_view and attr in ("size", "ndim"):
                 return types.intp
             return self.context.resolve_getattr(v.root, attr)
 
@@ -301,12 +305,20 @@ def _attribute_template(base):
 
 def _attribute_lowering(cgutils_):
     """The lowering of :data:`ATTRIBUTES` (``cgutils_``: the target's cgutils): the root's,
-    or a view's rank."""
+    or a view's rank, and its extent from its members."""
     def lower(context, builder, v, value, attr):
         if v.layout.is_view and attr == "ndim":
             return context.get_constant(types.intp, v.layout.rank)
-        root = cgutils_.create_struct_proxy(v)(context, builder, value=value).root
-        return context.get_getattr(v.root, attr)(context, builder, v.root, root, attr)
+        value = cgutils_.create_struct_proxy(v)(context, builder, value=value)
+        if not v.layout.is_view or attr == "dtype":
+            return context.get_getattr(v.root, attr)(context, builder, v.root, value.root, attr)
+        dims = [getattr(value, m) for m in v.layout.extent]
+        if attr == "shape":
+            return context.make_tuple(builder, types.UniTuple(types.intp, len(dims)), dims)
+        size = context.get_constant(types.intp, 1)  # attr == "size": the product, 1 at rank 0
+        for d in dims:
+            size = builder.mul(size, d)
+        return size
 
     return lower
 
@@ -382,8 +394,9 @@ def constructor(low, checked: bool, target: str):
     def layout_of(ndim):
         return layout(low, ndim, checked, target)
 
-    param = parameter(low) if low is not None else None
     if target == PY:
+        param = parameter(low) if low is not None else None
+
         def make(root, params, pid, err):
             if low is None and not getattr(root, "ndim", 0):
                 return root  # a scalar
@@ -395,7 +408,7 @@ def constructor(low, checked: bool, target: str):
         if low is None and not isinstance(root, types.Array):  # a scalar stays itself
             return root(root, params, pid, err), lambda context, builder, sig, args: args[0]
         lay = layout_of(root.ndim)
-        vt = ViewType(lay, root, err if checked else None, param)
+        vt = ViewType(lay, root, err if checked else None)
 
         def codegen(context, builder, sig, args):
             root_v, params_v, pid_v, err_v = args
@@ -454,22 +467,21 @@ class PyView:
                              f"be {self.layout.rank} integer(s); got {idx}")
         return self._impl(op, idx)(self, idx, *operands)
 
-    def _extent(self, attr: str):
-        """The root, whose extent a checked array's is; AttributeError for a view."""
+    @property
+    def shape(self) -> tuple:
+        """A view's extent (its members, as compiled code reads them), a checked array's root's."""
         if self.layout.is_view:
-            raise AttributeError(refusal(self.param, attr))
-        return self.root
+            return tuple(getattr(self, m) for m in self.layout.extent)
+        return self.root.shape
 
     @property
-    def shape(self):
-        return self._extent("shape").shape
-
-    @property
-    def size(self):
-        return self._extent("size").size
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.layout.is_view else self.root.size
 
     def __len__(self):
-        return len(self._extent("len()"))
+        if self.layout.is_view and not self.layout.rank:
+            raise TypeError(unsized(self.param))
+        return self.shape[0] if self.layout.is_view else len(self.root)
 
     @property
     def ndim(self):
@@ -512,10 +524,11 @@ def packing(low) -> tuple:
     """How an entry packs a view's lowering integers into its value: per integer of
     the value, (a constant, positions of the lowering integers added to it). A shifted
     root (:attr:`~hetflow.index.lowering.Lowering.shifts`) packs into one offset per
-    root dimension, so that all its views share one layout."""
+    root dimension, so that all its views share one layout; the extent comes last
+    (:attr:`Layout.extent`)."""
     shifts = low.shifts
     if shifts is not None:
-        return tuple((const, params) for _, const, params in shifts)
+        return tuple((const, params) for _, const, params in shifts) + tuple((0, (k,)) for k in low.extent)
     return tuple((0, (k,)) for k in range(len(low.params)))
 
 

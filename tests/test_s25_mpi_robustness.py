@@ -50,7 +50,7 @@ def test_a_failing_rank_raises_the_same_error_from_its_own():
 
 def test_a_foreign_error_is_a_comm_error_elsewhere_and_calls_that_differ_name_each_rank():
     channel = Answering([(("a",), None), (None, ("ZeroDivisionError", "division by zero"))])
-    with pytest.raises(CommError, match=r"^f failed on rank 1 \(of 2\): division by zero$"):
+    with pytest.raises(CommError, match=r"^f failed on rank 1 \(of 2\): ZeroDivisionError: division by zero$"):
         control.settle(channel, ("a",), None, "f")
     channel = Answering([(("a", 4), None), (("a", 5), None)])
     with pytest.raises(CommError, match=r"^f: the ranks made different calls \(rank 0: \('a', 4\); "

@@ -17,6 +17,7 @@ import hetflow
 from hetflow import section
 from hetflow.errors import EventFailedError, HetflowTimeoutError
 from hetflow.runtime import cpu, deps
+from test_queue_dag import bend, diff
 
 T = 60  # seconds: generous, a kernel's first launch compiles it
 N = 6   # length of a launch (the simulated GPU runs a thread per index)
@@ -25,16 +26,6 @@ N = 6   # length of a launch (the simulated GPU runs a thread per index)
 @hetflow.kernel
 def axpy(i, a, x, y):
     y[i] = a * y[i] + x[i]
-
-
-@hetflow.kernel
-def bend(i, x):
-    x[i] = 0.5 * x[i] * x[i] - 0.25
-
-
-@hetflow.kernel
-def diff(i, x, y, z):
-    z[i] = x[i] - y[i]
 
 
 @hetflow.kernel

@@ -291,8 +291,9 @@ def settle(channel, facts: tuple, failure: Exception | None, what: str) -> None:
 
     Ranks that all failed alike raise their own errors. Otherwise every rank raises the
     lowest failing rank's type of hetflow error (CommError for another type), naming the
-    failing ranks and their messages; or, where none failed, CommError naming each
-    rank's ``facts``. ``what`` names the call.
+    failing ranks and their messages (each with its class where that is no hetflow
+    error's); or, where none failed, CommError naming each rank's ``facts``. ``what``
+    names the call.
     """
     mine = (None, (type(failure).__name__, str(failure))) if failure is not None else (facts, None)
     everyone = channel.agreed(mine)
@@ -311,7 +312,9 @@ def _disagreement(everyone: list, what: str, size: int) -> CommError:
     ranks = ", ".join(map(str, failed))
     kinds = set(failed.values())
     if len(kinds) == 1:
-        detail = kinds.pop()[1]
+        kind, message = kinds.pop()
+        # A hetflow error's class is the one raised; another class would be lost.
+        detail = message if _error_class(kind).__name__ == kind else f"{kind}: {message}"
     else:
         detail = "; ".join(f"rank {rank}: {kind}: {message}" for rank, (kind, message) in failed.items())
     return _error_class(next(iter(failed.values()))[0])(

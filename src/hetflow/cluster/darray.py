@@ -168,8 +168,9 @@ class DistArray:
         self.serial = self.session.serial()
         self.name = f"darray{self.serial}"
         # The distribution too: an array made like another on one rank only would not
-        # move with it there.
-        _agree(self.session, self.name, (self.shape, self.dtype.str, distribution.dim,
+        # move with it there. The dtype itself, not its .str: structured dtypes of other
+        # fields but one size share a .str ('|V16').
+        _agree(self.session, self.name, (self.shape, self.dtype, distribution.dim,
                                          distribution.halo, distribution.sizes,
                                          None if self.device is None else "gpu",
                                          f"{distribution.founder or self.name}'s"))
@@ -521,7 +522,7 @@ def _source(current, x, root) -> tuple:
     is: the others would wait for its rows."""
     if root is None:
         x, why = _as_array(x)
-        facts = current.channel.allgather(why or (x.shape, x.dtype.str, _checksum(x)))
+        facts = current.channel.allgather(why or (x.shape, x.dtype, _checksum(x)))
         whys = [f"rank {r} ({f})" for r, f in enumerate(facts) if isinstance(f, str)]
         if whys:
             raise ArgumentTypeError("cluster.asarray: x is not an array on " + "; ".join(whys))
@@ -530,7 +531,7 @@ def _source(current, x, root) -> tuple:
     facts = None
     if current.rank == root:
         x, why = _as_array(x)
-        facts = why or (x.shape, x.dtype.str)
+        facts = why or (x.shape, x.dtype)
     facts = current.channel.bcast(facts, root)
     if isinstance(facts, str):
         raise ArgumentTypeError(f"cluster.asarray: x on rank {root}, the root, is not an array ({facts})")
@@ -544,7 +545,7 @@ def _same_source(facts: list) -> None:
         return
     advice = "; pass root=r to take rank r's x only"
     if any(f[:2] != facts[0][:2] for f in facts):
-        each = "; ".join(f"rank {r}: {shape} {np.dtype(dtype)}" for r, (shape, dtype, _) in enumerate(facts))
+        each = "; ".join(f"rank {r}: {shape} {dtype}" for r, (shape, dtype, _) in enumerate(facts))
         raise CommError(f"cluster.asarray: every rank must pass the same x, but its shape or dtype "
                         f"differs between ranks ({each}){advice}")
     groups = [[r for r, f in enumerate(facts) if f == kind] for kind in dict.fromkeys(facts)]

@@ -136,17 +136,16 @@ class Graph:
 
     def __exit__(self, exc_type, exc, tb):
         _current.reset(self._token)
-        for node in self._pending:  # captured, even by a capture that raised: a read says why it has no value
-            if isinstance(node.result, Handle):
-                node.result.capturing = False
+        ended = "captured" if exc_type is None else "raised"
+        for node in self._pending:  # even by a capture that raised: a read says why it has no value
+            if isinstance(node.result, (Handle, LazyArray)):
+                node.result.capture = ended
         if exc_type is not None:
             self._state = "failed"
             return False
         self._state = "captured"
         self.versions = [Version(0, tuple(self._pending), None, "captured")]
         self.current = self.versions[0]
-        for lazy in self._lazy:
-            lazy._state = "pending"
         return False
 
     def _new_id(self) -> int:

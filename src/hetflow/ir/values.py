@@ -17,6 +17,10 @@ import numpy as np
 
 from ..errors import ArgumentError
 
+# A recorded value's ``capture``: 'capturing' (its graph's 'with' block is open),
+# 'captured', or 'raised' (the block raised, so the graph never runs to give it a value).
+RAISED = "its graph's capture raised, so the graph never runs; capture it again"
+
 
 class LazyArray:
     """An array allocated inside a graph: shape and dtype now, memory on first need."""
@@ -30,8 +34,9 @@ class LazyArray:
         self.name = name
         self.graph = graph          # the name of the graph that allocated it, for messages
         self._array = None
-        # 'capturing' | 'pending' (captured, never run) | 'ready' | 'fused' (not in the running version)
-        self._state = "capturing"
+        self.capture = "capturing"  # set by the graph's capture when its 'with' block ends
+        # 'pending' (never run) | 'ready' | 'fused' (not in the running version)
+        self._state = "pending"
         self._fused_by = ""
 
     @property
@@ -49,9 +54,11 @@ class LazyArray:
     def materialize(self):
         """The backing array, allocated (and filled) the first time it is needed."""
         what = f"lazy array {self.name} of graph {self.graph!r}"
-        if self._state == "capturing":
+        if self.capture == "capturing":
             raise ArgumentError(f"{what} has no value while its graph is being captured; "
                                 f"read it after g.run()")
+        if self.capture == "raised":
+            raise ArgumentError(f"{what} has no value: {RAISED}")
         if self._state == "pending":
             raise ArgumentError(f"{what} has not been computed yet: run the graph first (g.run())")
         if self._state == "fused":
@@ -89,6 +96,15 @@ class LazyArray:
         return f"<LazyArray {self.name} {self.shape} {self.dtype} {where}>"
 
 
+# Why a Handle has no value, by its capture.
+_WHY_NO_RESULT = {
+    "capturing": "a captured graph cannot read its own results while capturing; read it after g.run()",
+    "captured": "its graph has not computed it: run the graph (g.run()); a run that raised before "
+                "this operation leaves it without one",
+    "raised": RAISED,
+}
+
+
 class Handle:
     """The result of a recorded operation; readable once the graph has run."""
 
@@ -98,7 +114,7 @@ class Handle:
         self.alias = alias          # the value whose memory this result views (views), else None
         self._value = None
         self._has_value = False
-        self.capturing = True       # its graph is still being captured
+        self.capture = "capturing"  # set by the graph's capture when its 'with' block ends
 
     def set(self, value) -> None:
         self._value, self._has_value = value, True
@@ -106,10 +122,7 @@ class Handle:
     def result(self):
         """The value; ArgumentError before the graph has computed it."""
         if not self._has_value:
-            why = ("a captured graph cannot read its own results while capturing; read it after g.run()"
-                   if self.capturing else "its graph has not computed it: run the graph (g.run()); a run "
-                   "that raised before this operation leaves it without one")
-            raise ArgumentError(f"{self.name} (result of {self.op}) has no value yet: {why}")
+            raise ArgumentError(f"{self.name} (result of {self.op}) has no value yet: {_WHY_NO_RESULT[self.capture]}")
         return self._value
 
     def __float__(self):

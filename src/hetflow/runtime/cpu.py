@@ -5,11 +5,11 @@ work-stealing runtime's threads; a whole launch on one CPU goes through the para
 entry instead (Numba's threading layer, as fast as a hand-written ``prange``).
 
 A launch of few indices runs on the calling thread when its work is small too: the
-cost of a row on one core is measured (kept per launch plan and in the performance
-model, :mod:`.perfmodel`), and a small launch predicted to take ``INLINE_SECONDS`` or
-more is spread over the cores (1,000 rows each scanning a million samples): on a pool
-of threads, or through the parallel entry where it is predicted to take longer than
-``PARALLEL_SECONDS``.
+cost of a row on one core is measured (the plan keeps the last two measures, the smaller
+deciding; the performance model, :mod:`.perfmodel`, keeps a history), and a small launch
+predicted to take ``INLINE_SECONDS`` or more is spread over the cores (1,000 rows each
+scanning a million samples): on a pool of threads, or through the parallel entry where
+it is predicted to take longer than ``PARALLEL_SECONDS``.
 """
 from __future__ import annotations
 
@@ -220,8 +220,8 @@ def _probe(launch: Launch, rows: int) -> tuple[int, float]:
 
 
 def _row_cost(launch: Launch) -> float | None:
-    """Seconds a row of this launch takes on one core: the plan's last measure, else the
-    performance model's history, else None."""
+    """Seconds a row of this launch takes on one core: the smaller of the plan's last two
+    measures (``_learn``), else the performance model's history, else None."""
     plan = launch.plan
     if plan.row_cost is None:
         rate = perf_model().throughput(kernel_key(launch.kernel, len(launch.extent)), device_key(launch.device) + ONE_CORE)
@@ -230,10 +230,13 @@ def _row_cost(launch: Launch) -> float | None:
 
 
 def _learn(launch: Launch, rows: int, seconds: float) -> float:
-    """Keep the measured cost of a row on the plan; tell the model when it is news (the
-    plan's first) or the run was long enough for its bookkeeping not to matter."""
-    cost = max(seconds, 1e-9) / max(rows, 1)
-    first, launch.plan.row_cost = launch.plan.row_cost is None, cost
+    """Keep the measured cost of a row on the plan, deciding by the smaller of it and the
+    last (one run that a loaded machine preempted does not send every later small launch
+    to the pool); tell the model when it is news (the plan's first) or the run was long
+    enough for its bookkeeping not to matter."""
+    plan, cost = launch.plan, max(seconds, 1e-9) / max(rows, 1)
+    first, last = plan.row_cost is None, plan.last_row_cost
+    plan.row_cost, plan.last_row_cost = cost if last is None or cost < last else last, cost
     if first or seconds > 1e-3:
         perf_model().record(kernel_key(launch.kernel, len(launch.extent)), device_key(launch.device) + ONE_CORE, 1.0 / cost)
     return cost

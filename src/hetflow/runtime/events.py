@@ -115,15 +115,18 @@ class Event:
         return self._error
 
     def _block(self, timeout: float | None) -> None:
-        """Block until done (HetflowTimeoutError after ``timeout`` seconds)."""
+        """Block until done (HetflowTimeoutError after ``timeout`` seconds, the wait for
+        the lock included: one deadline, so a busy lock does not double the wait)."""
         timeout = timeout_seconds(timeout, self)
         if self.status in DONE:
             return
+        deadline = None if timeout is None else perf_counter() + timeout
         with locked(timeout, str(self)):
             if self.status not in DONE and self._waiter is None:
                 self._waiter = threading.Event()
         waiter = self._waiter
-        if waiter is not None and not waiter.wait(timeout):
+        left = None if deadline is None else max(0.0, deadline - perf_counter())
+        if waiter is not None and not waiter.wait(left):
             raise HetflowTimeoutError(f"{self} did not finish within {timeout} s (still {self.status})")
 
     def _retire_locked(self, status: str) -> None:

@@ -99,7 +99,8 @@ class Plan:
     fresh: bool = False         # some view's lowering is made each launch (see _key)
     scattered: tuple = ()       # arrays written, not atomically, at indices no function of the launch index
     warned: bool = False        # the ScatteredWriteWarning for them was given
-    row_cost: float | None = None  # CPU: seconds a row takes on one core, last measured (runtime.cpu)
+    row_cost: float | None = None  # CPU: seconds a row takes on one core, the smaller of the last two measured (runtime.cpu._learn)
+    last_row_cost: float | None = None  # CPU: the newest measure; row_cost is the smaller of it and the one before
     # CPU, queued runs (runtime.queue._tiny): launches of fewer indices than ``tiny_below`` are
     # predicted tiny, by the faster of the last two timed runs; ``last_below``: the newest's bound
     tiny_below: float = 0.0

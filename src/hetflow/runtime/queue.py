@@ -53,7 +53,7 @@ import queue as stdqueue
 import threading
 import time
 import weakref
-from heapq import heappop
+from heapq import heappop, nsmallest
 from time import perf_counter
 
 import numpy as np
@@ -163,8 +163,8 @@ class Instance(Event):
         if self.submitted is None:
             core.deferred.discard(self)
         self.core = self.launch = None
-        core.outstanding -= 1
-        if core.outstanding == 0:
+        core.outstanding.discard(self)
+        if not core.outstanding:
             core.idle_locked()
 
     def _reported_locked(self) -> None:
@@ -195,7 +195,8 @@ class _Core:
         self.home = (self.single,) if self.single else None  # the lanes of every instance, if one
         # Where an instance goes once its dependencies are met (one device: no choice).
         self.ready_locked = self.single.push_locked if self.single else self.scheduler.place_locked
-        self.outstanding = 0
+        # Instances enqueued and not yet done (a set, not a count: finish's timeout names them).
+        self.outstanding: set[Instance] = set()
         self.deferred: set[Instance] = set()
         self.failures: list[Event] = []  # failures and cancellations finish() may report
         self.prune_failures_at = 32
@@ -273,8 +274,8 @@ class _Core:
                 if inst.held is not None:  # before the launch goes: it keeps the data alive
                     untrack_locked(inst, True)
                 inst.core = inst.launch = None
-                self.outstanding -= 1
-                if self.outstanding == 0:
+                self.outstanding.discard(inst)
+                if not self.outstanding:
                     self.idle_locked()
                 if inst._needs is not None or inst._after is not None:
                     release_locked(inst)
@@ -332,7 +333,7 @@ class _Core:
                     # Idle, hold no failure: its traceback's frames hold the launch's arrays.
                     inst = error = None
                 while not heap:
-                    if self.closed and self.outstanding == 0:
+                    if self.closed and not self.outstanding:
                         return
                     lane.idle += 1
                     lane.cond.wait()
@@ -423,13 +424,13 @@ class _Core:
                 inst.core = inst.launch = None
                 return
             track_locked(inst, args, inst.modes)  # as if it had been tracked, then run
-            self.outstanding += 1
+            self.outstanding.add(inst)
             tracked = True
             self.done_locked(lane, inst, None, error, shape)
         except Exception as exc:  # noqa: BLE001  (a fault of hetflow's, not the kernel's)
             if not tracked:  # its data's state is unknown: tracked, to be poisoned
                 track_locked(inst, args, inst.modes)
-                self.outstanding += 1
+                self.outstanding.add(inst)
             self.salvage_locked(lane, inst, exc)
 
     def _submit_locked(self, inst: Instance, now: float) -> None:
@@ -451,7 +452,7 @@ class _Core:
                     inst.doomed = EventFailedError(f"{inst} was enqueued with defer=True and never "
                                                    f"submitted before its queue closed")
                 self._submit_locked(inst, time.perf_counter())
-            if self.outstanding == 0:
+            if not self.outstanding:
                 self._wake_all_locked()
         self.context.release_if_alive()  # the application may have released our reference too
 
@@ -620,7 +621,7 @@ class Queue:
             for w in wait_for:
                 depend_locked(inst, w, True)
             track_locked(inst, args, modes)
-            core.outstanding += 1
+            core.outstanding.add(inst)
             if defer:  # (doomed too: held back as one whose dependency fails later would be)
                 core.deferred.add(inst)
             else:
@@ -681,8 +682,10 @@ class Queue:
                 while core.outstanding:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0 or not core.idle_cond.wait(left):
-                        raise HetflowTimeoutError(f"queue finish: {core.outstanding} instance(s) still "
-                                                  f"pending after {timeout} s")
+                        raise HetflowTimeoutError(f"queue finish: {len(core.outstanding)} instance(s) still "
+                                                  f"pending after {timeout} s in {self!r}: {_stuck(core)}; "
+                                                  f"wait on their events to see what holds them (a user "
+                                                  f"event never set, a kernel that does not return)")
             finally:
                 core.finishing -= 1
             unseen = [e for e in core.failures if _unreported(e)]
@@ -730,6 +733,16 @@ def _tiny(lane: Lane, inst: Instance) -> bool:
     if not lane.cpu or inst.buffers is not None or inst.splittable or launch.device is not lane.device:
         return False
     return _indices(launch.extent) < launch.plan.tiny_below
+
+
+def _stuck(core: _Core, shown: int = 3) -> str:
+    """The first ``shown`` instances ``core`` has outstanding, with their state, for a
+    message (caller holds LOCK)."""
+    first = nsmallest(shown, core.outstanding, key=lambda i: i.id)
+    names = "; ".join(f"{i}: {i.status}" + (f", waiting for {i.pending} event(s)" if i.pending else "")
+                      for i in first)
+    more = len(core.outstanding) - len(first)
+    return names + (f"; and {more} more" if more else "")
 
 
 def _indices(extent: tuple) -> int:

@@ -258,6 +258,7 @@ def test_an_array_on_a_gpu_the_machine_lacks_is_a_device_error():
     import cupy
 
     count = cupy.cuda.runtime.getDeviceCount()
-    with pytest.raises(hetflow.errors.DeviceError,
-                       match=rf"no GPU {count} to place an array on: this machine has {count}"):
-        hetflow.zeros(3, device=f"gpu{count}")
+    for device in (count, f"gpu{count}", f"cuda:{count}"):
+        with pytest.raises(hetflow.errors.DeviceError,
+                           match=rf"no GPU {count} to place an array on: this machine has {count}"):
+            hetflow.zeros(3, device=device)

@@ -118,8 +118,8 @@ def test_rank_extent_root_of_arrays():
 @pytest.mark.skipif(cupy_module() is not None, reason="CuPy with a GPU is present")
 @pytest.mark.skipif(simulated(), reason="the simulator's GPU places arrays in host memory")
 @pytest.mark.parametrize("call", [
-    lambda: asarray(np.zeros(2), device="gpu"), lambda: zeros(3, device="gpu"),
-    lambda: empty(3, device="gpu0")])
+    lambda: asarray(np.zeros(2), device="gpu"), lambda: zeros(3, device="cuda:0"),
+    lambda: empty(3, device=0), lambda: empty(3, device="gpu0")])
 def test_gpu_placement_without_cupy_fails_clearly(call):
     with pytest.raises(DeviceError, match="needs CuPy with a CUDA GPU, and none is available"):
         call()
@@ -163,7 +163,7 @@ def test_cupy_round_trip_and_views():
     assert float(g[1, 2]) == -5.0
     v.assign(0.0)
     assert not cupy.any(g[1:3, 2:5])
-    z = zeros((2, 2), np.float32, device="gpu0")
+    z = zeros((2, 2), np.float32, device="cuda:0")
     assert isinstance(z, cupy.ndarray) and z.dtype == np.float32
 
 

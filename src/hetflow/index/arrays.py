@@ -1,12 +1,12 @@
 """Arrays as indexables: NumPy on the host, CuPy (or any ``__cuda_array_interface__``
 object) on a GPU, with zero-copy interop between them and DLPack producers.
 
-A ``device`` argument names where an array should live as ``device=`` names devices
-elsewhere in hetflow: ``None`` (leave it where it is; new arrays go to the host), a
-device id (``"cpu0"``, ``"gpuN"``, as ``hetflow.devices()`` lists them), ``"gpu"`` (the
-current GPU), ``"cpu"`` or ``"host"`` (host memory, as for distributed arrays), or a
-device object with a ``kind`` attribute (``"cpu"`` or ``"gpu"``) and optionally an
-``ordinal``. New arrays may also go to ``"managed"`` memory (see
+A ``device`` argument names where an array should live: ``None`` (leave it where it
+is; new arrays go to the host), a device id (``"cpu0"``, ``"gpuN"``, as
+``hetflow.devices()`` lists them), ``"gpu"`` (the current GPU), ``"cpu"`` or ``"host"``
+(host memory), other libraries' names of a GPU (``"cuda"``, ``"cuda:N"``, ``"gpu:N"``,
+an integer ordinal), or a device object with a ``kind`` attribute (``"cpu"`` or
+``"gpu"``) and optionally an ``ordinal``. New arrays may also go to ``"managed"`` memory (see
 :mod:`hetflow.index.managed`). Under Numba's CUDA simulator, whose GPU works on host
 memory, an array placed on a GPU is a NumPy array (as a managed one is).
 """
@@ -103,30 +103,23 @@ def _placement(device):
     """(``"cpu"`` | ``"gpu"`` | None, GPU ordinal or None) for a ``device`` argument."""
     if device is None:
         return None, None
+    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+        return "gpu", device  # a GPU ordinal, as CuPy numbers them
     if isinstance(device, str):
-        if device in ("cpu", "host", "cpu0"):
+        # hetflow's ids ('cpu0', 'gpu1', as hetflow.devices() lists them) and other
+        # libraries' names of the same devices ('cuda:1', 'gpu:1', 'host'), which users write
+        kind, ordinal = re.fullmatch(r"([a-z]*):?(.*)", device.lower()).groups()
+        kinds = {"cpu": "cpu", "host": "cpu", "gpu": "gpu", "cuda": "gpu"}
+        where = kinds.get(kind)
+        if where == "gpu" and (not ordinal or ordinal.isdigit()):
+            return "gpu", int(ordinal) if ordinal else None
+        if where == "cpu" and ordinal in ("", "0"):  # one CPU: cpu0
             return "cpu", None
-        gpu = re.fullmatch(r"gpu(0|[1-9][0-9]*)?", device)  # 'gpu', or an id as get_device spells it
-        if gpu:
-            return "gpu", None if gpu[1] is None else int(gpu[1])
     elif getattr(device, "kind", None) in ("cpu", "gpu"):
         return device.kind, getattr(device, "ordinal", None)
     raise ArgumentTypeError(f"unknown device {device!r}: use None, a device id ('cpu0', 'gpu0', ...), 'gpu' "
-                            f"(the current GPU), 'cpu' or 'host', 'managed' (new arrays), or a "
-                            f"Device{_hint(device)}")
-
-
-def _hint(device) -> str:
-    """A "did you mean" for other libraries' names of a GPU ('cuda:1', 1) and cased ids."""
-    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
-        return f" (did you mean 'gpu{device}'?)"
-    if isinstance(device, str):
-        found = re.fullmatch(r"\s*(cuda|gpu|cpu|host)\s*:?\s*(\d*)\s*", device.lower())
-        if found:
-            kind, ordinal = found.groups()
-            near = "cpu0" if kind in ("cpu", "host") else f"gpu{int(ordinal)}" if ordinal else "gpu"
-            return f" (did you mean {near!r}?)"
-    return ""
+                            f"(the current GPU), 'cpu' or 'host', 'managed' (new arrays), a GPU ordinal, "
+                            f"'cuda:N', or a Device")
 
 
 def _on_gpu(ordinal):

@@ -267,8 +267,9 @@ class MPICommunicator(Communicator):
     def barrier(self):
         self._ensure_usable()
         self.link.watch.calls += 1
+        # The check is an allreduce, which no rank leaves before every rank entered it:
+        # it is the barrier too (an MPI barrier after it would double the cost).
         self._agree("barrier")
-        self._wait(self.link.comm.Ibarrier(), "barrier")
 
     def allgather(self, obj) -> list:
         self._ensure_usable()

@@ -23,6 +23,7 @@ from . import checks
 ENTRY = "__hf_entry"
 PARALLEL = "__hf_parallel"
 PIECE = "__hf_piece"
+ROWS = "__hf_rows"
 BODY = "__hf_body"
 NONNEG = "__hf_nonneg"
 
@@ -112,17 +113,21 @@ def _cpu_wrapper(ndim: int, params: list, setup: list, args: list) -> str:
     # each piece catches it, and the entry returns the first piece that raised (-1:
     # none), whose rows the runtime runs again to raise it.
     #
-    # A piece runs the entry's loops itself, and takes the parameters in tuples of at most
-    # GROUP: Python compiles a call of more than 30 arguments (a kernel of many views) as
-    # a list turned into a tuple (LIST_TO_TUPLE), an op-code Numba refuses.
+    # A piece's rows run in ROWS, the entry's loops over the parameters in tuples of at
+    # most GROUP: Python compiles a call of more than 30 arguments (a kernel of many views)
+    # as a list turned into a tuple (LIST_TO_TUPLE), an op-code Numba refuses. (The call
+    # stays inside the piece's ``try``: loops inside it lose a raise on Numba's threads.)
     tail = ", ".join(["__lo", "__hi", *extents, *params])
     groups = [params[k:k + GROUP] for k in range(0, len(params), GROUP)]
     names = [f"__g{k}" for k in range(len(groups))]
+    grouped = ", ".join(["__lo", "__hi", *extents, *names])
     piece = (f"{PIECE}(__lo + (__hi - __lo) * __p // __parts, __lo + (__hi - __lo) * (__p + 1) // __parts, "
              f"{', '.join([*extents, *names])})")
-    lines += ["", "", f"def {PIECE}({', '.join(['__lo', '__hi', *extents, *names])}):",
-              "    try:"] + [f"        {', '.join(g)}, = {n}" for g, n in zip(groups, names)] + [
-              f"    {line}" for line in lines[1:]] + [
+    lines += ["", "", f"def {ROWS}({grouped}):"] + [f"    {', '.join(g)}, = {n}" for g, n in zip(groups, names)] + [
+              *lines[1:],
+              "", "", f"def {PIECE}({grouped}):",
+              "    try:",
+              f"        {ROWS}({grouped})",
               "    except Exception:",
               "        return True",
               "    return False",

@@ -52,7 +52,7 @@ import numpy as np
 
 from ..errors import KernelError, warn_user
 from ..kernels import atomic, checks, viewtypes
-from ..kernels.codegen import BODY, ENTRY, NONNEG, PARALLEL, PIECE, constructor, expanded, generate
+from ..kernels.codegen import BODY, ENTRY, NONNEG, PARALLEL, PIECE, ROWS, constructor, expanded, generate
 from ..kernels.kernel import Kernel, function_digest
 from ..cuda_compat import cuda_module
 from .executable import BLOCK_THREADS, BLOCKS_PER_SM, ERROR_MODEL, Description, Executable
@@ -487,7 +487,8 @@ def _compile_functions(ns: dict, device, checked: bool, fastmath):
     entry_fn = ns[ENTRY] = _entry_wrapper(device, checked, fastmath)(ns[ENTRY])
     if device.kind != "cpu" or checked:
         return entry_fn, None
-    ns[PIECE] = numba.njit(nogil=True, cache=True, error_model=ERROR_MODEL, fastmath=fastmath)(ns[PIECE])
+    for name in (ROWS, PIECE):  # (ROWS first: PIECE calls it)
+        ns[name] = numba.njit(nogil=True, cache=True, error_model=ERROR_MODEL, fastmath=fastmath)(ns[name])
     parallel = numba.njit(parallel=True, nogil=True, cache=True, error_model=ERROR_MODEL,
                           fastmath=fastmath)(ns[PARALLEL])  # compiled on its first large launch
     return entry_fn, parallel

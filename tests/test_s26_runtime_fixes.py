@@ -86,3 +86,33 @@ def test_one_slow_run_of_a_small_launch_leaves_the_next_inline(monkeypatch):
     cpu._learn(launch, 4, 1.0)  # slow twice: the launch is spread over the cores
     with pytest.raises(AssertionError, match="thread pool"):
         cpu.run(launch, 2)
+
+
+@hetflow.kernel
+def refuses_negatives(i, x):
+    if x[i] < 0:
+        raise ValueError("negative reading")
+    x[i] = 2.0 * x[i]
+
+
+def test_a_cancelled_event_says_why_the_first_one_failed():
+    """A chain of cancellations names the failure that started it and what it raised, in
+    words, at every link (a user reading one error learns why without walking the chain)."""
+    x, y, z = np.array([1.0, -1.0]), np.zeros(2), np.zeros(2)
+    gate = UserEvent()
+    with Queue("cpu0") as q:
+        failing = q.enqueue(refuses_negatives, 2, x)
+        reader = q.enqueue(refuses_negatives, 2, x)  # reads what the failing one writes
+        gated = q.enqueue(refuses_negatives, 2, y, wait_for=gate)
+        gate.set_failed(RuntimeError("sensor offline"))
+        later = q.enqueue(refuses_negatives, 2, z, wait_for=reader)
+        for ev in (reader, later):
+            with pytest.raises(hetflow.errors.EventFailedError, match=r"ValueError.*negative reading\)$"):
+                ev.wait(T)
+        assert f"which was cancelled because {failing} failed" in str(later.exception())
+        with pytest.raises(hetflow.errors.EventFailedError, match=r"which failed \(RuntimeError: sensor offline\)$"):
+            gated.wait(T)
+        with pytest.raises(hetflow.errors.EventFailedError):
+            q.finish(T)
+    np.testing.assert_array_equal(y, 0.0)
+    np.testing.assert_array_equal(z, 0.0)

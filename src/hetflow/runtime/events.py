@@ -175,8 +175,8 @@ class UserEvent(Event):
         if not isinstance(exception, BaseException):
             raise ArgumentTypeError(f"{self}: set_failed takes an exception, not {type(exception).__name__} "
                                     f"{exception!r}")
-        error = EventFailedError(f"{self} failed: {type(exception).__name__}: {exception}")
-        error.__cause__ = exception
+        error = EventFailedError(f"{self} failed: {_said(exception)}")
+        error.__cause__, error.reason = exception, _said(exception)
         self._set(FAILED, error)
 
     def _set(self, status: str, error) -> None:
@@ -273,19 +273,28 @@ def start_locked(inst) -> None:
 
 
 def cancelled_error(event: Event, cause: Event, cause_error) -> EventFailedError:
-    """The error of ``event``, cancelled because ``cause`` failed or was cancelled."""
+    """The error of ``event``, cancelled because ``cause`` failed or was cancelled: it
+    says why the first one failed, in words (not as its cause: the failure's traceback
+    would keep what its frames held alive as long as any cancelled event's error)."""
     root = getattr(cause_error, "failed_event", None)
     if root is not None:
         how = f"which was cancelled because {root} failed"
     else:
         how = "which failed" if cause.status is FAILED else "which was cancelled"
-    error = EventFailedError(f"{event} was cancelled: it depends on {cause}, {how}")
-    error.failed_event = root or cause
+    reason = getattr(cause_error, "reason", None)
+    error = EventFailedError(f"{event} was cancelled: it depends on {cause}, {how}"
+                             + (f" ({reason})" if reason else ""))
+    error.failed_event, error.reason = root or cause, reason
     return error
 
 
 def failed_error(event: Event, device_ids, exc: BaseException) -> EventFailedError:
     """The error of an instance whose kernel raised ``exc``."""
-    error = EventFailedError(f"{event} failed on {device_ids}: {type(exc).__name__}: {exc}")
-    error.__cause__ = exc
+    error = EventFailedError(f"{event} failed on {device_ids}: {_said(exc)}")
+    error.__cause__, error.reason = exc, _said(exc)
     return error
+
+
+def _said(exc: BaseException) -> str:
+    """What ``exc`` says, with its class."""
+    return f"{type(exc).__name__}: {exc}"

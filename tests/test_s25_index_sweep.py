@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import hetflow
 from hetflow import cshift, interior, project, section, transpose
 from hetflow.index import extent_of, is_view
+from test_buffer_sweep import twice_plus_one_1, twice_plus_one_2, twice_plus_one_3
 from view_chains import OPS
 
 # co_map steps (flip, stride, broadcast) call tuple slicing, which kernels cannot compile:
@@ -37,23 +38,8 @@ def read3(i, j, k, src, dst):
     dst[i, j, k] = src[i, j, k]
 
 
-@hetflow.kernel
-def write1(i, src, dst):
-    dst[i] = src[i] * 2.0 + 1.0
-
-
-@hetflow.kernel
-def write2(i, j, src, dst):
-    dst[i, j] = src[i, j] * 2.0 + 1.0
-
-
-@hetflow.kernel
-def write3(i, j, k, src, dst):
-    dst[i, j, k] = src[i, j, k] * 2.0 + 1.0
-
-
 READ = {1: read1, 2: read2, 3: read3}
-WRITE = {1: write1, 2: write2, 3: write3}
+WRITE = {1: twice_plus_one_1, 2: twice_plus_one_2, 3: twice_plus_one_3}  # (out, x): out = x * 2 + 1
 
 
 def make_root(kind, values):
@@ -125,7 +111,7 @@ def test_kernels_write_through_views_where_numpy_selects(chain):
     if ids.ndim == 0:
         return
     src = np.arange(ids.size, dtype=np.float64).reshape(ids.shape) - 7.5
-    hetflow.forall(ids.shape, WRITE[ids.ndim], src, view, device="cpu0")
+    hetflow.forall(ids.shape, WRITE[ids.ndim], view, src, device="cpu0")
     expect = values.copy()
     expect.reshape(-1)[ids.reshape(-1)] = (src * 2.0 + 1.0).reshape(-1)
     np.testing.assert_array_equal(host_values(root), expect, err_msg=str(names))
@@ -180,7 +166,7 @@ def test_zero_extent_sections_launch_nothing_and_write_nothing():
     a = np.arange(24.0).reshape(4, 6)
     empty = cshift(section(a, (2, 0), (0, 6)), 1, -13)
     assert empty.extent == (0, 6) and empty.numpy().shape == (0, 6)
-    hetflow.forall((0, 6), write2, np.zeros((0, 6)), empty, device="cpu0")
+    hetflow.forall((0, 6), twice_plus_one_2, empty, np.zeros((0, 6)), device="cpu0")
     np.testing.assert_array_equal(a, np.arange(24.0).reshape(4, 6))
 
 
@@ -223,7 +209,7 @@ def test_gpu_kernels_read_and_write_views_as_numpy(kind, make, meaning):
     hetflow.forall(view.extent, read2, view, out, device="gpu0")
     np.testing.assert_array_equal(out, meaning(values))
     src = np.arange(out.size, dtype=np.float64).reshape(out.shape)
-    hetflow.forall(view.extent, write2, src, view, device="gpu0")
+    hetflow.forall(view.extent, twice_plus_one_2, view, src, device="gpu0")
     expect = values.copy()
     expect.reshape(-1)[meaning(np.arange(12).reshape(3, 4)).reshape(-1)] = (src * 2.0 + 1.0).reshape(-1)
     np.testing.assert_array_equal(host_values(root), expect)

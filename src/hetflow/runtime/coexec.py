@@ -52,15 +52,13 @@ import math
 import threading
 import time
 
-import numpy as np
-
 from ..errors import DeviceError
 from ..index import views as _views
 from ..index.lowering import lowering
 from . import cpu
 from .buffers import _minus, _union
 from .gpu import Timing
-from .launch import SCALARS, Launch, bind, coherent, is_device_array, normalize_extent
+from .launch import SCALARS, Launch, bind, coherent, host_arrays, is_device_array, normalize_extent
 from .one_device import run_on
 from .staging import GpuChunks, coalesce
 from .perfmodel import device_key as _device_key, kernel_key as _kernel_key, perf_model
@@ -269,10 +267,7 @@ def history_key(kernel, ndim: int, args, n_gpus: int) -> str:
     coherent arrays that its GPU is slow alone (after a NumPy run of the same kernel), and
     it would co-execute for good."""
     key = _kernel_key(kernel, ndim)
-    if n_gpus and any(isinstance(_views.root_of(a) if type(a) in _views._VIEW_TYPES else a, np.ndarray)
-                      for a in args):
-        return key + STAGED
-    return key
+    return key + STAGED if n_gpus and host_arrays(args) else key
 
 
 def _compiles(launch) -> bool:

@@ -38,6 +38,12 @@ def coherent(x) -> bool:
     return getattr(type(x), "hetflow_coherent", False)
 
 
+def host_arrays(args) -> bool:
+    """Whether some argument, or a view's root, is a NumPy array: what a GPU launch copies
+    in and out each time (unchecked arguments too: anything else answers False)."""
+    return any(isinstance(a.root if type(a) in _views._VIEW_TYPES else a, np.ndarray) for a in args)
+
+
 def normalize_extent(extent) -> tuple[int, ...]:
     """An int, a tuple of ints, an array or a view, as a launch extent. Anything but
     integers (a float, a string, a bool) is an ArgumentTypeError (a TypeError): ``int()`` would truncate
@@ -639,7 +645,7 @@ def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
     checks = _extent_checks(data, args, access)
     return Plan(data, access, checks, exe, written, entry_template=_entry_template(lowerings),
                 buffers=any(coherent(_views.root_of(a)) for a in args if not isinstance(a, SCALARS)),
-                host_arrays=any(type(_views.root_of(a)) is np.ndarray for a in args if not isinstance(a, SCALARS)),
+                host_arrays=host_arrays(args),
                 lowerings=lowerings if any(low is not None for low in lowerings) else (),
                 views_only=all(view for *_, view in checks),
                 rows_only=(tuple(pos for pos, *_ in checks)

@@ -21,6 +21,9 @@ against issue 20's targets (``TARGETS``).
 ``--overlap``: the transfer/reduction overlap experiment of docs/collectives.md.
 ``--reduce-thread``: the pipelined path reduces in a helper thread (``reduce_thread``).
 ``--breakdown``: where a large 2-rank allreduce's time goes (docs/collectives.md).
+``--objects``: hetflow's barrier, bcast and allgather of a small Python object (each call
+checked for ranks calling different collectives) against mpi4py's ``Barrier``, ``bcast``
+and ``allgather`` on the same processes.
 """
 from __future__ import annotations
 
@@ -51,7 +54,9 @@ def main(argv=None) -> int:
     if not launched_by_mpi():
         return _relaunch(args, argv)
     comm = world()
-    if args.breakdown:
+    if args.objects:
+        rows = object_collectives(comm, args)
+    elif args.breakdown:
         rows = breakdown(comm, args)
     elif args.overlap:
         rows = overlap_experiment(comm, args)
@@ -92,6 +97,8 @@ def _parse(argv):
                    help="measure how far transfers overlap reductions (2 ranks)")
     p.add_argument("--breakdown", action="store_true",
                    help="time the parts of one large allreduce (2 ranks)")
+    p.add_argument("--objects", action="store_true",
+                   help="barrier, bcast and allgather of a small object, against mpi4py's")
     p.add_argument("--quick", action="store_true", help="tiny sizes, one short round")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
@@ -376,7 +383,27 @@ def breakdown(comm, args):
 
 # -- output ------------------------------------------------------------------------------
 
+def object_collectives(comm, args):
+    """hetflow's barrier, bcast and allgather of a small object against mpi4py's own."""
+    mpi_comm, obj = comm.mpi_comm, (comm.rank, 1.5)
+    contenders = {"hetflow barrier": comm.barrier, "mpi4py barrier": mpi_comm.Barrier,
+                  "hetflow bcast": lambda: comm.bcast(obj), "mpi4py bcast": lambda: mpi_comm.bcast(obj),
+                  "hetflow allgather": lambda: comm.allgather(obj),
+                  "mpi4py allgather": lambda: mpi_comm.allgather(obj)}
+    assert comm.allgather(obj) == mpi_comm.allgather(obj) and comm.bcast(obj) == mpi_comm.bcast(obj)
+    best = _time_rounds(comm, contenders, args.seconds, args.rounds)
+    return [dict(collective=what, hetflow_us=best[f"hetflow {what}"] * 1e6, native_us=best[f"mpi4py {what}"] * 1e6,
+                 speed_ratio=best[f"mpi4py {what}"] / best[f"hetflow {what}"])
+            for what in ("barrier", "bcast", "allgather")]
+
+
 def _table(rows, size, args):
+    if args.objects:
+        lines = [f"{size} processes, a small Python object; speed = mpi4py time / hetflow time",
+                 f"{'collective':<10} {'hetflow us':>11} {'mpi4py us':>10} {'speed':>6}"]
+        lines += [f"{r['collective']:<10} {r['hetflow_us']:>11.2f} {r['native_us']:>10.2f} {r['speed_ratio']:>5.2f}x"
+                  for r in rows]
+        return "\n".join(lines)
     if args.breakdown:
         lines = [f"breakdown of a 2-rank allreduce of {rows[0]['bytes']} bytes "
                  "(busbw = L / time for 2 ranks)",

@@ -88,3 +88,15 @@ def test_bench_prints_paths_and_the_summary():
     assert " native " in proc.stdout, proc.stdout
     for what in ("allreduce", "reduce"):
         assert f"summary {what}: median speed" in proc.stdout, proc.stdout
+
+
+@pytest.mark.mpi
+def test_bench_times_object_collectives_beside_mpi4pys():
+    bench = Path(__file__).resolve().parent.parent / "bench" / "allreduce.py"
+    env = dict(os.environ, PYTHONPATH=str(Path(host.__file__).resolve().parents[2]))
+    cmd = mpiexec() + ["-n", "2", sys.executable, str(bench), "--objects", "--quick"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()[2:]]
+    assert [r[0] for r in rows] == ["barrier", "bcast", "allgather"], proc.stdout
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 and r[3].endswith("x") for r in rows), proc.stdout

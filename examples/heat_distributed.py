@@ -63,7 +63,9 @@ def setup(n: int, comm=None, devices=None, **options):
     """(program, u, v): the grid distributed over the ranks and the two captured steps.
 
     ``devices``: this rank's device ids (default: its CPU cores and its GPUs); a single
-    GPU keeps the blocks in that GPU's memory. ``options`` go to DistributedProgram.
+    GPU keeps the blocks in that GPU's memory, and by default a rank with a GPU of its
+    own keeps them coherent (a host copy and a GPU copy: each device's rows stay on it,
+    only halo rows move). ``options`` go to DistributedProgram.
     """
     on_gpu = devices is not None and len(devices) == 1 and hetflow.get_device(devices[0]).kind == "gpu"
     u = cluster.asarray(initial(n), comm=comm, device=devices[0] if on_gpu else None)

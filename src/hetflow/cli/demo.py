@@ -86,8 +86,9 @@ def initial(n):
 def grids(n, distributed: bool, gpu=None):
     """The two grids the steps go between, both holding the initial state (v's border is
     u's and never changes): coherent arrays (each device keeps the rows it works on
-    between steps), or arrays split by rows over the ranks, each rank's block in host
-    memory or in the memory of its GPU ``gpu``."""
+    between steps), or arrays split by rows over the ranks, each rank's block in the
+    memory of its GPU ``gpu``, else coherent on a rank with a GPU of its own and in host
+    memory on the others."""
     if not distributed:
         return array(initial(n)), array(initial(n))
     u = cluster.asarray(initial(n), device=gpu)

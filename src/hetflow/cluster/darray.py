@@ -39,6 +39,7 @@ from hetflow.index import operators as _ops
 from hetflow.index.tiling import partition as _partition
 from hetflow.index.views import View, checked_dim, extent_of
 from hetflow.platform.devices import get_device
+from hetflow.runtime.buffers import Buffer, numeric
 
 
 def stand_in(shape, dtype=np.uint8) -> np.ndarray:
@@ -153,18 +154,28 @@ class DistArray:
     """An array distributed over the ranks of a session; see the module docstring.
 
     Made by :func:`empty`, :func:`zeros`, :func:`asarray` and the ``*_like`` functions
-    (which check ``dtype`` and ``device``).
-    ``device``: None keeps blocks in host memory; a GPU id ('gpu0') or GPU device record
-    keeps them on that GPU (numba-cuda device arrays; distributed along dim 0 only).
+    (which check ``dtype`` and ``device``). Where a rank keeps its block (``device``):
+
+    - ``'host'`` (or ``'cpu'``): host memory, a NumPy array;
+    - a GPU id ('gpu0') or GPU device record: that GPU's memory (numba-cuda device
+      arrays), for a rank computing on that GPU alone;
+    - ``'coherent'``: a coherent array (``hetflow.array``) with a host copy and a copy
+      on each GPU that works on it: a rank co-executing on its cores and GPUs keeps each
+      device's rows on that device between launches, and only halo rows move;
+    - None (the default): ``'coherent'`` on a rank that has a GPU of its own, else
+      ``'host'`` (each rank decides for itself).
+
+    Blocks on a GPU or coherent are distributed along dim 0 only.
     """
 
     hetflow_distributed = True  # what one process's call sites refuse by name (index.views)
 
-    def __init__(self, distribution: Distribution, shape, dtype, device=None):
+    def __init__(self, distribution: Distribution, shape, dtype, device=None, coherent: bool = False):
         self.distribution = distribution
         self.session = distribution.session
         self.shape = tuple(int(s) for s in shape)
-        self.dtype, self.device = dtype, device
+        self.dtype, self.device = dtype, device  # device: the GPU record holding the block, or None
+        self.coherent = coherent
         self.serial = self.session.serial()
         self.name = f"darray{self.serial}"
         # The distribution too: an array made like another on one rank only would not
@@ -211,26 +222,36 @@ class DistArray:
 
     @property
     def block(self):
-        """This rank's rows of the array (a view of ``local`` without the halos)."""
+        """This rank's rows of the array (a view of ``local`` without the halos; of a
+        coherent array, its host rows, current and read-only)."""
         h = self.halo
-        return halo.slab(self.local, h, h + self.stop - self.start, self.dim)
+        return halo.reading(self.local, h, h + self.stop - self.start, self.dim)
 
     def _allocate(self, bounds):
         shape = list(self.shape)
         shape[self.dim] = bounds[1] - bounds[0] + 2 * self.halo
+        if self.coherent:
+            return Buffer(tuple(shape), self.dtype)
         if self.device is None:
             return np.empty(tuple(shape), self.dtype)
 
         with halo.on_gpu(self.device):
             return cuda_module().device_array(tuple(shape), self.dtype)
 
+    def _writable_block(self):
+        """This rank's rows of ``local`` to overwrite (halos left as they are)."""
+        h = self.halo
+        return halo.writing(self.local, h, h + self.stop - self.start, self.dim)
+
     def _zero(self) -> None:
         """Set every element of ``local``, halos included, to zero."""
-        if self.device is None:
+        if self.coherent:
+            self.local.write(0)
+        elif self.device is None:
             self.local[...] = 0
-            return
-        with halo.on_gpu(self.device):
-            self.local.copy_to_device(np.zeros(self.local.shape, self.dtype))
+        else:
+            with halo.on_gpu(self.device):
+                self.local.copy_to_device(np.zeros(self.local.shape, self.dtype))
 
     def _host_block(self) -> np.ndarray:
         """This rank's block in host memory (a copy when it is on a GPU)."""
@@ -333,7 +354,7 @@ class DistArray:
         return _VIEWS[op](self, *params)
 
     def __repr__(self):
-        where = "host" if self.device is None else self.device.id
+        where = self.device.id if self.device is not None else "coherent" if self.coherent else "host"
         return (f"<DistArray {self.name} {self.shape} {self.dtype} dim={self.dim} "
                 f"rows {self.start}:{self.stop} of rank {self.session.rank} halo={self.halo} "
                 f"on {where}>")
@@ -422,7 +443,8 @@ def empty(shape, dtype=np.float64, *, dim=0, halo=1, parts=None, comm=None, devi
 
     ``parts``: None for even blocks, or one share per rank (``[3, 1]``: rank 0 gets
     three quarters); ``halo``: rows kept on each side of a block for views that reach
-    into the neighbours' rows; ``comm``: a hetflow communicator (default: all processes).
+    into the neighbours' rows; ``comm``: a hetflow communicator (default: all processes);
+    ``device``: where each rank keeps its block (see :class:`DistArray`).
     """
     current = _session(comm)
     return _made(current, lambda: (*_distribution(current, shape, dim, halo, parts), dtype, device))
@@ -461,7 +483,8 @@ def empty_like(a: DistArray, dtype=None, shape=None) -> DistArray:
     if not isinstance(a, DistArray):
         raise ArgumentTypeError(f"empty_like needs a DistArray, not {type(a).__name__}")
     return _made(a.session, lambda: (a.distribution, _shape_like(a, shape),
-                                     a.dtype if dtype is None else dtype, a.device))
+                                     a.dtype if dtype is None else dtype,
+                                     COHERENT if a.coherent else a.device or HOST))
 
 
 def _shape_like(a: DistArray, shape) -> tuple:
@@ -481,6 +504,8 @@ def zeros_like(a: DistArray, dtype=None, shape=None) -> DistArray:
 
 # empty's keywords whose default is None
 _NONE_BY_DEFAULT = ("parts", "comm", "device")
+# Where a rank keeps its block, besides a GPU's id (see DistArray)
+HOST, COHERENT = "host", "coherent"
 
 
 def asarray(x, *, root=None, like=None, **kwargs) -> DistArray:
@@ -510,7 +535,7 @@ def asarray(x, *, root=None, like=None, **kwargs) -> DistArray:
     out = empty_like(like, dtype, shape) if like is not None else empty(shape, dtype, **kwargs)
     with halo.on_gpu(out.device):
         if root is None:
-            halo.store(out.block, np.ascontiguousarray(x[out.owned]))
+            halo.store(out._writable_block(), np.ascontiguousarray(x[out.owned]))
         else:
             _scatter(out, x, root)
     return out
@@ -584,11 +609,11 @@ def _scatter(out: DistArray, x, root: int) -> None:
         x = np.asarray(x)
         for rank, (lo, hi) in enumerate(out.distribution.bounds):
             if rank == root:
-                halo.store(out.block, np.ascontiguousarray(halo.slab(x, lo, hi, out.dim)))
+                halo.store(out._writable_block(), np.ascontiguousarray(halo.slab(x, lo, hi, out.dim)))
             else:
                 batch.send(rank, tag, halo.slab(x, lo, hi, out.dim))
     else:
-        batch.recv(root, tag, out.block)
+        batch.recv(root, tag, out._writable_block())
     batch.run(f"scattering {out.name} from rank {root}")
 
 
@@ -637,22 +662,32 @@ def _made(current, make) -> DistArray:
     the array's agreement."""
     try:
         distribution, shape, dtype, device = make()
-        dtype, device = _element_and_place(dtype, device, distribution.dim)
+        dtype, device, coherent = _element_and_place(current, dtype, device, distribution.dim)
         failure = None
     except Exception as exc:  # whatever it is, the other ranks must hear of it
         failure = exc
     control.settle(current.channel, (), failure, "making a distributed array")
-    return DistArray(distribution, shape, dtype, device)
+    return DistArray(distribution, shape, dtype, device, coherent)
 
 
-def _element_and_place(dtype, device, dim) -> tuple:
-    """(the dtype, the GPU or None) of a new array distributed along ``dim``."""
+def _element_and_place(current, dtype, device, dim) -> tuple:
+    """(the dtype, the GPU or None, whether coherent) of a new array distributed along
+    ``dim`` on this rank of session ``current``."""
     dtype = _dtype(dtype)
     check_transferable(dtype)  # its rows cross between ranks as raw bytes
+    if device is None:  # a rank with a GPU of its own co-executes on it: rows stay there
+        mine = any(d != "cpu0" for d in current.devices)
+        device = COHERENT if mine and dim == 0 and dtype.kind in "biufc" else HOST
+    if isinstance(device, str) and device == COHERENT:
+        if dim != 0:
+            raise ShapeError("coherent arrays are distributed along dim 0 only (their rows move "
+                             "between host and devices)")
+        numeric(dtype, "a coherent distributed array")
+        return dtype, None, True
     device = _gpu(device)
     if device is not None and dim != 0:
         raise ShapeError("arrays on a GPU are distributed along dim 0 only")
-    return dtype, device
+    return dtype, device, False
 
 
 def _agree(current, name, description) -> None:
@@ -673,14 +708,15 @@ def _dtype(dtype) -> np.dtype:
 
 def _gpu(device):
     """None for host memory, else the GPU device record ``device`` names."""
-    if device is None or device in ("cpu", "cpu0", "host"):
+    if isinstance(device, str) and device in ("cpu", "cpu0", HOST):
         return None
 
     record = get_device(device) if isinstance(device, str) else device
     if getattr(record, "kind", None) == "cpu":
         return None
     if getattr(record, "kind", None) != "gpu":
-        raise ArgumentTypeError(f"device must be None, 'cpu', a GPU id or a GPU device; got {device!r}")
+        raise ArgumentTypeError(f"device must be None, 'host', 'coherent', a GPU id or a GPU device; "
+                                f"got {device!r}")
     return record
 
 

@@ -6,7 +6,9 @@ halo on top holds the last rows of the previous rank's block, the one below the 
 rows of the next rank's; the first and the last rank are neighbours (the array is
 periodic, as ``cshift`` is). Exchanges are Isend/Irecv on the control channel, waited
 on with its deadline and its watch for failure notices. Rows on a GPU travel through
-host buffers; rows that are not contiguous are packed first.
+host buffers; rows that are not contiguous are packed first. Rows of a coherent array
+(a hetflow Buffer) travel through its host copy: only the rows sent are brought there,
+and the rows received become current on the host alone (:meth:`Buffer.host_rows`).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import numpy as np
 
 from hetflow.cluster import control
 from hetflow.cuda_compat import cuda_module
+from hetflow.runtime.buffers import Buffer
 
 # Message kinds. With HALO_TAG: halo rows going to the previous rank, to the next one.
 _UP, _DOWN = 0, 1
@@ -32,6 +35,22 @@ def tag(base: int, serial: int, kind: int) -> int:
 def slab(storage, lo: int, hi: int, dim: int):
     """Rows ``lo:hi`` of ``storage`` along ``dim`` (a view, not a copy)."""
     return storage[(slice(None),) * dim + (slice(lo, hi),)]
+
+
+def reading(storage, lo: int, hi: int, dim: int):
+    """Rows ``lo:hi`` of a block's storage to read: :func:`slab`, or for a coherent
+    array (rows along dim 0) its host rows, made current."""
+    if isinstance(storage, Buffer):
+        return storage.host_rows(lo, hi)
+    return slab(storage, lo, hi, dim)
+
+
+def writing(storage, lo: int, hi: int, dim: int):
+    """Rows ``lo:hi`` of a block's storage to overwrite: :func:`slab`, or for a coherent
+    array its host rows, current on the host alone from now on."""
+    if isinstance(storage, Buffer):
+        return storage.host_rows(lo, hi, write=True)
+    return slab(storage, lo, hi, dim)
 
 
 def is_device(storage) -> bool:
@@ -92,6 +111,16 @@ def store(target, values) -> None:
         target[...] = values
 
 
+def keep(target, source, lo: int, hi: int, to: int, dim: int) -> None:
+    """Rows ``lo:hi`` of a block's storage ``source`` become rows ``to:...`` of
+    ``target``, its storage under a new cut (a coherent array's rows stay in the memory
+    where they are current)."""
+    if isinstance(target, Buffer):
+        target.copy_rows(source, lo, hi, to)
+    else:
+        store(slab(target, to, to + hi - lo, dim), slab(source, lo, hi, dim))
+
+
 def exchange(arr) -> None:
     """Fill the halo rows of distributed array ``arr`` from its neighbours' blocks."""
     if arr.halo == 0:
@@ -106,15 +135,15 @@ def _exchange(arr) -> None:
     local, dim = arr.local, arr.dim
     channel = arr.session.channel
     if channel.size == 1:  # periodic onto itself
-        store(slab(local, 0, h, dim), slab(local, m, m + h, dim))
-        store(slab(local, m + h, m + 2 * h, dim), slab(local, h, 2 * h, dim))
+        store(writing(local, 0, h, dim), reading(local, m, m + h, dim))
+        store(writing(local, m + h, m + 2 * h, dim), reading(local, h, 2 * h, dim))
         return
     prev, after = (channel.rank - 1) % channel.size, (channel.rank + 1) % channel.size
     batch = Transfers(channel)
-    batch.recv(prev, tag(control.HALO_TAG, arr.serial, _DOWN), slab(local, 0, h, dim))
-    batch.recv(after, tag(control.HALO_TAG, arr.serial, _UP), slab(local, m + h, m + 2 * h, dim))
-    batch.send(prev, tag(control.HALO_TAG, arr.serial, _UP), slab(local, h, 2 * h, dim))
-    batch.send(after, tag(control.HALO_TAG, arr.serial, _DOWN), slab(local, m, m + h, dim))
+    batch.recv(prev, tag(control.HALO_TAG, arr.serial, _DOWN), writing(local, 0, h, dim))
+    batch.recv(after, tag(control.HALO_TAG, arr.serial, _UP), writing(local, m + h, m + 2 * h, dim))
+    batch.send(prev, tag(control.HALO_TAG, arr.serial, _UP), reading(local, h, 2 * h, dim))
+    batch.send(after, tag(control.HALO_TAG, arr.serial, _DOWN), reading(local, m, m + h, dim))
     batch.run(f"halo exchange of {arr.name} with ranks {prev} and {after}")
 
 
@@ -133,15 +162,14 @@ def _move_rows(arr, old_bounds, new_bounds, storage) -> None:
     for peer in range(channel.size):
         # what I keep or receive: my new rows that ``peer`` owned before
         lo, hi = max(new[0], old_bounds[peer][0]), min(new[1], old_bounds[peer][1])
-        if lo < hi:
-            target = slab(storage, lo - new[0] + h, hi - new[0] + h, dim)
-            if peer == me:
-                store(target, slab(arr.local, lo - old[0] + h, hi - old[0] + h, dim))
-            else:
-                batch.recv(peer, tag(control.MOVE_TAG, arr.serial, MOVED), target)
+        if lo < hi and peer == me:
+            keep(storage, arr.local, lo - old[0] + h, hi - old[0] + h, lo - new[0] + h, dim)
+        elif lo < hi:
+            batch.recv(peer, tag(control.MOVE_TAG, arr.serial, MOVED),
+                       writing(storage, lo - new[0] + h, hi - new[0] + h, dim))
         # what I give away: my old rows that ``peer`` owns now
         lo, hi = max(old[0], new_bounds[peer][0]), min(old[1], new_bounds[peer][1])
         if lo < hi and peer != me:
             batch.send(peer, tag(control.MOVE_TAG, arr.serial, MOVED),
-                       slab(arr.local, lo - old[0] + h, hi - old[0] + h, dim))
+                       reading(arr.local, lo - old[0] + h, hi - old[0] + h, dim))
     batch.run(f"moving rows of {arr.name} to the new partition")

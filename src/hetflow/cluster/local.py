@@ -6,8 +6,8 @@ this rank and makes them runnable here (SPEC §4.4): each launch over views of t
 rank's local storage (:mod:`hetflow.cluster.plan`), and a halo exchange before every
 launch that reads halo rows written since they were last exchanged. Its own rules,
 monitor and topology (this rank's CPU cores and GPUs) then fully materialise the DIR:
-they place launches on the devices (co-executed with work stealing when there are
-several), compile kernels the devices lack, and re-adjust on local feedback — a device
+they place launches on the devices (the runtime's model co-executes them with work
+stealing, or runs them on the fastest device alone), compile kernels the devices lack, and re-adjust on local feedback — a device
 failing, another process taking part of a device, a device that keeps running none of
 a launch (its copies outlast the loop on the others). At report points it tells the
 central interpreter what it measured: rows run per second of compute, and the share of
@@ -21,7 +21,7 @@ import time
 from hetflow.cluster import halo
 from hetflow.cluster.darray import as_view
 from hetflow.cluster.plan import plan_for
-from hetflow.ir import Compile, Interpreter, Monitor, NodePattern, Partition, Rule, RuleSet, Topology
+from hetflow.ir import Compile, Interpreter, Monitor, NodePattern, Rule, RuleSet, Topology
 from hetflow.ir.actions import compile_guard
 from hetflow.ir.defaults import drop_idle_devices, drop_lost_devices, idle_devices
 from hetflow.ir.graph import Node, Version
@@ -62,6 +62,13 @@ def _shared(ctx, match) -> bool:
     return len(ctx.topology.devices) > 1 and any(u > 0 for u in _utilizations(ctx).values())
 
 
+def _my_devices(ctx, match):
+    """The matched launch placed on every device of this rank, without shares: the
+    runtime measures them and co-executes, or runs it on the fastest alone (a GPU keeping
+    coherent blocks takes the whole stencil), as a one-process launch on several devices."""
+    return match.node.with_attrs(devices=tuple(d.id for d in ctx.topology.devices))
+
+
 def _availability(ctx, match) -> None:
     """``rank.available``: what other work leaves of this rank's devices, weighted by
     their measured throughput (equally until measured)."""
@@ -86,8 +93,9 @@ def local_rules() -> RuleSet:
              priority=70, description="compile each kernel for the devices of this rank that lack it"),
         Rule("share-busy-devices", match=NodePattern(op="forall"), when=_shared, then=_busy_shares,
              priority=60, description="shares in proportion to what other work leaves of each device"),
-        Rule("use-my-devices", match=NodePattern(op="forall", attrs={"devices": None}), then=Partition(),
-             priority=50, description="spread launches over all of this rank's devices"),
+        Rule("use-my-devices", match=NodePattern(op="forall", attrs={"devices": None}), then=_my_devices,
+             priority=50, description="place launches on all of this rank's devices; the runtime's "
+                                      "performance model splits them or picks the fastest alone"),
         Rule("availability", then=_availability, priority=40,
              description="report how much of this rank's devices other work leaves"),
     ])
@@ -125,9 +133,10 @@ class LocalInterpreter:
         self.graph = graph
         records = [get_device(d) if isinstance(d, str) else d for d in devices]
         self.monitor = monitor if monitor is not None else Monitor(Topology(records), sources=[])
-        # Launches over blocks in a GPU's memory return once enqueued: run() waits for that
-        # GPU before reading the clock.
-        self.blocks_on = blocks_on if blocks_on is not None and not blocks_on.simulated else None
+        # A launch on a GPU returns once enqueued: run() waits for the GPUs (this rank's,
+        # and the one holding its blocks) before reading the clock.
+        gpus = {d.id: d for d in (*records, blocks_on) if d is not None and d.kind == "gpu"}
+        self.gpus = [d for d in gpus.values() if not d.simulated]
         self.rules = rules if rules is not None else local_rules()
         self.interpreter = Interpreter(self.monitor, rules=self.rules, place=rank)
         self.versions: list[Version] = []
@@ -203,8 +212,8 @@ class LocalInterpreter:
         halo_before = self.halo_seconds
         start = time.perf_counter()
         run_version(self.current, self.monitor, self.graph)
-        if self.blocks_on is not None:  # (the next halo exchange would wait for it anyway)
-            self.blocks_on.synchronize()
+        for gpu in self.gpus:  # (the next halo exchange would wait for them anyway)
+            gpu.synchronize()
         compute = time.perf_counter() - start - (self.halo_seconds - halo_before)
         if not self.first_iteration:  # the first one loads kernels and makes device copies
             self._window[0] += self._rows

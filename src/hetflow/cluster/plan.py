@@ -31,6 +31,7 @@ from hetflow.index import operators as _ops
 from hetflow.index.views import is_view
 from hetflow.kernels.kernel import Kernel
 from hetflow.ir.capture import current_graph
+from hetflow.runtime.buffers import Buffer
 from hetflow.runtime.forall import forall as local_forall
 from hetflow.runtime.launch import SCALARS, check_extent, normalize_extent
 
@@ -194,7 +195,11 @@ def _shared_distribution(kernel, arrays: dict):
 def local_view(view, storage, first: int, rows: int):
     """``view``'s rows as a view of ``storage``: rows ``first:first + rows`` under the
     view's operators on the other dimensions (dim 0's are in ``first``)."""
-    x = storage[first:first + rows]
+    if isinstance(storage, Buffer):  # a coherent array is sliced by a view, never copied
+        shape = tuple(storage.shape)
+        x = _ops.section(storage, (first,) + (0,) * (len(shape) - 1), (rows,) + shape[1:])
+    else:
+        x = storage[first:first + rows]
     for op in view.ops:
         if op[0] == "cshift":
             if op[1] != 0:
@@ -265,7 +270,8 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
 
     Collective: every rank makes the same call. Halos that some rank reads are
     exchanged first. ``device``, ``schedule`` and ``shares`` apply to each rank's part
-    (default: the GPU holding the blocks, else the CPU). Without distributed arguments,
+    (default: the GPU holding the blocks; for coherent blocks the rank's own devices,
+    which the runtime's model splits the part over or picks one of; else the CPU). Without distributed arguments,
     or while a graph is being captured, this is ``hetflow.forall`` itself.
     """
     g = current_graph()
@@ -304,5 +310,8 @@ def _run_part(plan, args, rank: int, device, schedule, shares):
         return None
     if device is None:
         base = darray.as_view(args[plan.written[0]]).base
-        device = base.device.id if base.device is not None else None
+        if base.coherent:  # the rank's own devices, split or not by the runtime's model
+            device = list(base.session.devices)
+        else:
+            device = base.device.id if base.device is not None else None
     return local_forall(part[0], plan.kernel, *part[1], device=device, schedule=schedule, shares=shares)

@@ -62,7 +62,7 @@ class Buffer:
         elif any(d < 0 for d in shape):
             raise ArgumentError(f"Buffer shape {shape} has a negative dimension")
         else:
-            dtype = _numeric(np.float64 if dtype is None else dtype, f"Buffer of shape {shape}")
+            dtype = numeric(np.float64 if dtype is None else dtype, f"Buffer of shape {shape}")
             try:
                 self._start(np.zeros(shape, dtype=dtype))
             except ValueError as exc:  # NumPy: more bytes than an array may hold
@@ -262,6 +262,58 @@ class Buffer:
             self._valid = {HOST: self._all}
         return self._host
 
+    def host_rows(self, lo: int, hi: int, write: bool = False) -> np.ndarray:
+        """Rows ``lo:hi`` of the host copy, once the instances that write them are done
+        (and those that read them, with ``write``): made current there and read-only; or
+        with ``write``, to be overwritten: writable, as they are, and counted current on
+        the host alone (the devices copy those rows again when they next use them). What
+        a distributed array's halo exchange sends and receives, moving no other rows."""
+        self._wait(write=write, timeout=None)
+        with self._lock:
+            if write:
+                for copy in self._valid:
+                    self._valid[copy] = _minus(self._valid[copy], [(lo, hi)])
+                self._valid[HOST] = _union(self._valid.get(HOST, []), [(lo, hi)])
+            else:
+                self._take(HOST, [(lo, hi)])
+        rows = self._host[lo:hi]
+        rows.flags.writeable = write
+        return rows
+
+    def copy_rows(self, source: "Buffer", lo: int, hi: int, to: int) -> None:
+        """Rows ``lo:hi`` of ``source`` become rows ``to:to + hi - lo`` of this buffer,
+        copied within each memory where they are current in ``source`` (a GPU's rows
+        stay on that GPU: nothing crosses the bus). What a distributed array keeps of
+        its block when its rows are cut again."""
+        source._wait(write=False, timeout=None)
+        self._wait(write=True, timeout=None)
+        with source._lock, self._lock:
+            source._check_current([(lo, hi)], None)
+            for where, rows in list(source._valid.items()):
+                for a, b in _intersect([(lo, hi)], rows):
+                    self._copy_within(source, where, a, b, to + a - lo)
+            for where in self._valid:  # current only where the rows were copied
+                self._valid[where] = _minus(self._valid[where], [(to, to + hi - lo)])
+            for where, rows in source._valid.items():
+                got = [(to + a - lo, to + b - lo) for a, b in _intersect([(lo, hi)], rows)]
+                self._valid[where] = _union(self._valid.get(where, []), got)
+
+    def _copy_within(self, source: "Buffer", where: str, lo: int, hi: int, to: int) -> None:
+        """Rows ``lo:hi`` of ``source``'s copy on ``where`` into rows ``to:...`` of ours there."""
+        end = to + hi - lo
+        if where == HOST:
+            self._host[to:end] = source._host[lo:hi]
+            return
+        ordinal, array = source._devices[where]
+        self._allocate(where, ordinal)
+        target = self._devices[where][1]
+        cupy = cupy_module()
+        with (cupy.cuda.Device(ordinal) if cupy is not None else cuda_module().gpus[ordinal]):
+            if cupy is not None:
+                target[to:end] = array[lo:hi]
+            else:
+                target[to:end].copy_to_device(array[lo:hi])
+
     def _wait(self, write: bool, timeout: float | None, check: bool = True) -> None:
         """Wait for earlier instances touching the buffer (writers; readers too when
         ``write``); with ``check``, raise the failure of the last writer if the
@@ -434,11 +486,11 @@ def _copy_of(data, dtype) -> tuple:
         host = np.array(data, dtype=dtype, order="C", copy=True)
     except (TypeError, ValueError) as exc:  # ragged sequences, text that is no number
         raise ArgumentError(f"Buffer cannot hold {type(data).__name__} data: {exc}") from None
-    _numeric(host.dtype, "Buffer", f"{type(data).__name__} of ")
+    numeric(host.dtype, "Buffer", f"{type(data).__name__} of ")
     return host, None
 
 
-def _numeric(dtype, where: str, given: str = ""):
+def numeric(dtype, where: str, given: str = ""):
     """``dtype``, or ArgumentError naming ``where`` unless kernels compute with it on every
     device (bool, integer, float or complex)."""
     dtype = np.dtype(dtype)

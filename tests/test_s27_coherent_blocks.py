@@ -1,0 +1,162 @@
+"""Distributed arrays whose blocks are coherent arrays (issue 16: the main job's grids
+stay where they are used, under mpiexec too).
+
+A rank with a GPU of its own keeps each block as a hetflow array, so co-executing on its
+cores and GPU moves only halo rows and stolen rows, not the block, every launch. Results
+are checked against NumPy; bytes moved against the rows a halo exchange must move.
+"""
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_distributed import run_script
+
+import hetflow
+from hetflow import cluster
+from hetflow.cluster import darray
+from hetflow.errors import ArgumentError, ShapeError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+import heat_distributed as heat  # noqa: E402
+
+
+@hetflow.kernel
+def twice(i, x):
+    x[i] = 2.0 * x[i]
+
+
+@hetflow.kernel
+def twice2(i, j, x):
+    x[i, j] = 2.0 * x[i, j]
+
+
+@hetflow.kernel
+def stencil(i, out, left, centre, right):
+    out[i] = left[i] + 10.0 * centre[i] + 100.0 * right[i]
+
+
+def _session(*devices):
+    return types.SimpleNamespace(devices=devices)
+
+
+def test_the_default_place_follows_the_rank_devices():
+    f8 = np.dtype(np.float64)
+    assert darray._element_and_place(_session("cpu0", "gpu1"), f8, None, 0) == (f8, None, True)
+    assert darray._element_and_place(_session("cpu0"), f8, None, 0) == (f8, None, False)
+    # rows along another dimension, or elements a kernel cannot compute with: host memory
+    assert darray._element_and_place(_session("cpu0", "gpu1"), f8, None, 1)[2] is False
+    pair = np.dtype([("a", "i4"), ("b", "f8")])
+    assert darray._element_and_place(_session("cpu0", "gpu1"), pair, None, 0) == (pair, None, False)
+    # asked for by name: coherent on a rank without a GPU too (its cores use the host copy)
+    assert darray._element_and_place(_session("cpu0"), f8, "coherent", 0) == (f8, None, True)
+    assert darray._element_and_place(_session("cpu0", "gpu1"), f8, "host", 0) == (f8, None, False)
+
+
+def test_coherent_blocks_are_refused_where_they_cannot_hold_the_rows():
+    with pytest.raises(ShapeError, match="coherent arrays are distributed along dim 0 only"):
+        cluster.empty((4, 6), dim=1, device="coherent")
+    with pytest.raises(ArgumentError, match="a coherent distributed array needs numeric data"):
+        cluster.empty(4, dtype=[("a", "i4")], device="coherent")
+    with pytest.raises(TypeError, match="device must be None, 'host', 'coherent', a GPU id"):
+        cluster.empty(4, device=3.5)
+
+
+def test_a_coherent_array_on_the_cpu_alone_matches_numpy():
+    x = np.arange(30.0).reshape(10, 3)
+    a = cluster.asarray(x, device="coherent")
+    assert a.coherent and isinstance(a.local, hetflow.Buffer) and "on coherent" in repr(a)
+    b = cluster.zeros_like(a)
+    assert b.coherent and not b.block.any()
+    np.testing.assert_array_equal(a.allgather(), x)
+    assert a.sum() == x.sum() and a.max() == x.max()
+    assert not a.block.flags.writeable  # the host rows: written through launches, not here
+    np.testing.assert_array_equal(a.block, x)
+    # a launch outside a program: on the rank's own devices, halos through the host copy
+    y = np.random.default_rng(3).random(9)
+    c = cluster.asarray(y, device="coherent")
+    d = cluster.zeros_like(c)
+    cluster.forall(9, stencil, d, hetflow.cshift(c, 0, -1), c, hetflow.cshift(c, 0, 1))
+    np.testing.assert_allclose(d.allgather(), np.roll(y, 1) + 10 * y + 100 * np.roll(y, -1), rtol=1e-14)
+
+
+@pytest.mark.simgpu
+def test_a_halo_exchange_moves_the_halo_rows_only(gpu_device):
+    x = np.arange(8.0)
+    a = cluster.asarray(x, device="coherent", halo=1)
+    hetflow.forall(a.local.shape, twice, a.local, device=gpu_device.id)  # current on the GPU alone
+    assert a.local.valid == (gpu_device.id,)
+    before = dict(a.local.moved)
+    a.exchange_halos()  # periodic onto itself: row 7 above the block, row 0 below it
+    assert a.local.moved["to_host"] - before["to_host"] == 2 * 8  # the two rows sent, nothing else
+    assert a.local.moved["to_device"] == before["to_device"]
+    whole = np.asarray(a.local)
+    np.testing.assert_array_equal(whole[1:-1], 2 * x)
+    assert whole[0] == 2 * x[-1] and whole[-1] == 2 * x[0]
+
+
+@pytest.mark.simgpu
+def test_host_rows_move_only_the_rows_asked_for(gpu_device):
+    buf = hetflow.array(np.arange(12.0).reshape(6, 2))
+    hetflow.forall(buf.shape, twice2, buf, device=gpu_device.id)
+    rows = buf.host_rows(2, 4)
+    np.testing.assert_array_equal(rows, [[8.0, 10.0], [12.0, 14.0]])
+    assert not rows.flags.writeable and buf.moved["to_host"] == rows.nbytes
+    target = buf.host_rows(0, 1, write=True)  # to be overwritten: nothing is brought
+    target[...] = -1.0
+    assert buf.moved["to_host"] == rows.nbytes
+    hetflow.forall(buf.shape, twice2, buf, device=gpu_device.id)  # row 0 goes back, alone
+    assert buf.moved["to_device"] == 12 * 8 + target.nbytes
+    np.testing.assert_array_equal(buf.read(), np.vstack([[-2.0, -2.0], 4 * np.arange(2.0, 12.0).reshape(5, 2)]))
+
+
+@pytest.mark.simgpu
+def test_rows_kept_under_a_new_cut_stay_in_the_memory_that_holds_them(gpu_device):
+    x = np.arange(16.0).reshape(8, 2)
+    old = hetflow.array(x)
+    hetflow.forall(old.shape, twice2, old, device=gpu_device.id)  # current on the GPU alone
+    old.host_rows(6, 8)  # rows 6, 7 current on the host too
+    new = hetflow.Buffer((5, 2))
+    new.copy_rows(old, 3, 8, 0)
+    assert new.moved == {"to_device": 0, "to_host": 0}  # nothing crossed the bus
+    assert new.stale_rows(gpu_device, [(0, 5)]) == []
+    assert new.stale_rows(hetflow.get_device("cpu0"), [(0, 5)]) == [(0, 3)]
+    np.testing.assert_array_equal(new.read(), 2 * x[3:])
+    assert new.moved["to_host"] == 3 * 2 * 8  # read: the rows current on the GPU alone
+
+
+@pytest.mark.simgpu
+def test_heat_over_coherent_blocks_co_executed_matches_numpy(gpu_device):
+    n, iterations = 12, 5
+
+    def body():
+        u = cluster.asarray(heat.initial(n), device="coherent")
+        v = cluster.asarray(heat.initial(n), like=u)
+        assert v.coherent
+        with hetflow.graph("heat") as g:
+            shape = hetflow.interior(u, 1).shape
+            cluster.forall(shape, heat.heat_step, *heat.step_args(u, v))
+            cluster.forall(shape, heat.heat_step, *heat.step_args(v, u))
+        program = cluster.DistributedProgram(g, devices=["cpu0", gpu_device.id])
+        return heat.advance(program, u, v, iterations).gather(0)
+
+    grid = cluster.run_distributed(body)
+    np.testing.assert_allclose(grid, heat.numpy_solve(n, iterations), rtol=0, atol=1e-12)
+
+
+@pytest.mark.mpi
+@pytest.mark.simgpu
+def test_ranks_move_halo_rows_not_blocks_and_rebalance_coherent_blocks():
+    output = run_script(2, "s27_coherent.py", "sim", timeout=240)
+    assert "rank 0: coherent ok" in output and "rank 1: coherent ok" in output, output
+
+
+@pytest.mark.mpi
+@pytest.mark.gpu
+@pytest.mark.skipif(not any(d.kind == "gpu" and not d.simulated for d in hetflow.devices()),
+                    reason="needs a real GPU")
+def test_a_rank_with_its_own_gpu_keeps_coherent_blocks_by_default():
+    output = run_script(2, "s27_coherent.py", "auto", timeout=240)
+    assert "rank 0: coherent ok" in output and "rank 1: coherent ok" in output, output

@@ -4,12 +4,14 @@ blocks are coherent arrays (a host copy and GPU copies).
 ``sim``: every rank keeps its blocks coherent (``device='coherent'``) and runs its part
 on the CUDA simulator's GPU alone. Once the rows are placed, each iteration must move
 exactly the halo rows between each block's host and GPU copies, never the block; then
-rank 1 is told its GPU is 90% taken, rows move to rank 0, and the grid must equal
-NumPy's. ``auto``: the default placement on a host with real GPUs: a rank with a GPU of
+rank 1 is told its GPU is 90% taken, rows move to rank 0 (the blocks of the old cut are
+freed), and the grid must equal NumPy's. ``auto``: the default placement on a host with real GPUs: a rank with a GPU of
 its own keeps coherent blocks and co-executes on its cores and that GPU, the others
 keep NumPy blocks; the grid must equal NumPy's. Every rank prints "rank R: coherent ok".
 """
+import gc
 import sys
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -50,12 +52,15 @@ def sim(comm):
             (before, after)
     program.run(2)  # up to the report of iteration 4
     first = program.partitions[-1][1]
+    before_cut = weakref.ref(u.local)
     if comm.rank == 1:
         program.monitor.inject("utilization", device="gpu0", value=0.9)
     program.run(4)
     sizes = dict(program.partitions)
     assert 4 in sizes and sizes[4][1] < first[1], program.partitions
     assert u.coherent and isinstance(u.local, hetflow.Buffer)  # rows moved into new coherent blocks
+    gc.collect()
+    assert before_cut() is None, gc.get_referrers(before_cut())  # the old block's memory is freed
     grid = u.gather(0)
     if comm.rank == 0:
         error = float(np.max(np.abs(grid - heat.numpy_solve(n, 2 * 8))))

@@ -15,6 +15,7 @@ its devices still available (``rank.available``).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 
@@ -184,6 +185,9 @@ class LocalInterpreter:
             dirty |= {_base(piece, k).serial for k in plan.written}
         self._rows = sum(n.extent[0] for n in nodes if n.op == "forall")
         parent = self.current.number if self.current else None
+        # Earlier versions keep their number and reason, not their nodes: those hold views
+        # of the blocks as they were cut then, which would keep that memory (a GPU's too).
+        self.versions = [dataclasses.replace(v, nodes=()) for v in self.versions]
         self.versions.append(Version(len(self.versions), tuple(nodes), parent,
                                      f"materialised central v{central.number} ({central.reason})"))
         self.first_iteration = True

@@ -9,7 +9,10 @@ steps, with halo exchange and the central/local interpreters. Its baseline is th
 Jacobi step written by hand: a Numba ``prange`` loop over each rank's rows and mpi4py
 ``Sendrecv`` halo exchanges. Both run on groups of the first k ranks (k = 1, 2, 4)
 inside one mpiexec, each rank on its own share of the host's cores (hetflow.cluster binds
-ranks to cores when there are enough). A row says "oversubscribed" when its k ranks
+ranks to cores when there are enough). Rows marked "cpu" run hetflow on those cores
+only, as the baseline does. Where some rank has a GPU of its own, rows marked "own
+devices" run hetflow's strong scaling on each rank's cores and GPU (coherent blocks, the
+default there) beside the same CPU baseline: what a user of that machine gets. A row says "oversubscribed" when its k ranks
 compute with more cores than their host has (the ranks outside the group wait without
 computing): its ranks share cores, and its figures say little about scaling. Strong
 scaling keeps the grid (default 4096^2), weak scaling the cells per rank (2048^2 per
@@ -153,29 +156,34 @@ def oversubscribed(placements, k) -> bool:
 
 
 def sweep(comm, args, world_session, placements) -> list:
-    """Rank 0's rows (none elsewhere): strong and weak scaling on the CPUs, then on GPUs;
-    ``placements`` (rank 0's): as :func:`oversubscribed` takes them."""
+    """Rank 0's rows (none elsewhere): strong and weak scaling on the CPUs, then on each
+    rank's own devices where some rank has a GPU, then on GPUs alone; ``placements``
+    (rank 0's): as :func:`oversubscribed` takes them."""
     counts = [k for k in (1, 2, 4) if k <= comm.size]
+    owned = world_session.channel.allgather(any(d != "cpu0" for d in world_session.devices))
+    cases = [("strong", ["cpu0"], "cpu", lambda k: args.size),
+             ("weak", ["cpu0"], "cpu", lambda k: int(round(args.weak_size * math.sqrt(k))))]
+    if any(owned):  # hetflow on its cores and GPUs beside the baseline on its cores
+        cases.append(("strong", None, "own devices", lambda k: args.size))
     rows, first = [], {}
-    for kind, n_of in (("strong", lambda k: args.size),
-                       ("weak", lambda k: int(round(args.weak_size * math.sqrt(k))))):
+    for kind, devices, where, n_of in cases:
         for k in counts:
             sub = group(comm, k)
             if sub is not None:
-                times = measure(sub, n_of(k), args.steps, args.repeat)
+                times = measure(sub, n_of(k), args.steps, args.repeat, devices=devices)
             world_session.channel.barrier()  # the others wait here, napping
             if comm.rank != 0:
                 continue
-            first.setdefault(kind, times)
-            t1, tk = first[kind]["hetflow"], times["hetflow"]
-            b1, bk = first[kind]["baseline"], times["baseline"]
+            first.setdefault((kind, where), times)
+            t1, tk = first[kind, where]["hetflow"], times["hetflow"]
+            b1, bk = first[kind, where]["baseline"], times["baseline"]
             scale = k if kind == "strong" else 1
             eff, eff_base = t1 / (scale * tk), b1 / (scale * bk)
             shared = oversubscribed(placements, k)
-            # the scaling target: strong scaling's efficiency at 2 ranks
-            judged = [clause(eff, ">=", 0.8, "", label="eff")] if kind == "strong" and k == 2 else []
+            # the scaling target: strong scaling's efficiency at 2 ranks, on the cores
+            judged = [clause(eff, ">=", 0.8, "", label="eff")] if (kind, where, k) == ("strong", "cpu", 2) else []
             rows.append({
-                "name": f"{kind} {n_of(k)}^2, {k} rank(s), cpu{' (oversubscribed)' if shared else ''}",
+                "name": f"{kind} {n_of(k)}^2, {k} rank(s), {where}{' (oversubscribed)' if shared else ''}",
                 "baseline": fmt_s(bk), "hetflow": fmt_s(tk), "unit": "s",
                 "ratio": bk / tk, "baseline_s": bk, "hetflow_s": tk,
                 "eff_hetflow": eff, "eff_baseline": eff_base,

@@ -63,12 +63,17 @@ def setup(n: int, comm=None, devices=None, **options):
     """(program, u, v): the grid distributed over the ranks and the two captured steps.
 
     ``devices``: this rank's device ids (default: its CPU cores and its GPUs); a single
-    GPU keeps the blocks in that GPU's memory, and by default a rank with a GPU of its
-    own keeps them coherent (a host copy and a GPU copy: each device's rows stay on it,
-    only halo rows move). ``options`` go to DistributedProgram.
+    GPU keeps the blocks in that GPU's memory, devices without a GPU keep them in host
+    memory, and otherwise a rank with a GPU of its own keeps them coherent (a host copy
+    and a GPU copy: each device's rows stay on it, only halo rows move). ``options`` go
+    to DistributedProgram.
     """
-    on_gpu = devices is not None and len(devices) == 1 and hetflow.get_device(devices[0]).kind == "gpu"
-    u = cluster.asarray(initial(n), comm=comm, device=devices[0] if on_gpu else None)
+    gpus = [d for d in devices or () if hetflow.get_device(d).kind == "gpu"]
+    if devices is not None and not gpus:  # the cores alone: the blocks stay in host memory
+        place = "host"
+    else:
+        place = devices[0] if devices is not None and len(devices) == 1 else None
+    u = cluster.asarray(initial(n), comm=comm, device=place)
     v = cluster.asarray(initial(n), like=u)  # the border of v is u's: it never changes
     with hetflow.graph("heat") as g:
         shape = hetflow.interior(u, 1).shape

@@ -413,6 +413,16 @@ def test_bench_quick_runs_under_mpiexec():
     assert all(r["ratio"] > 0 and r["eff_hetflow"] > 0 for r in rows)
 
 
+def test_a_program_run_one_iteration_at_a_time_is_measured():
+    # as hetflow demo drives it: run(1) per step. Only the first iteration after the
+    # parts are made is left out of the rates the ranks report (none was reported before).
+    program, _, _ = heat.setup(16)
+    for _ in range(3):  # iterations 0-2, before the early report at iteration 3
+        program.run(1)
+    report = program.local.report()
+    assert report["rows"] == 2 * 2 * 14 and report["seconds"] > 0, report  # 2 steps of 14 rows each
+
+
 def test_local_rules_drop_a_device_that_keeps_running_nothing():
     mine, _ = one_rank_on_cpu_and_gpu7()
     mine.monitor.inject("utilization", device="gpu7", value=0.6)  # share-busy-devices active too

@@ -141,7 +141,8 @@ class LocalInterpreter:
         self.rules = rules if rules is not None else local_rules()
         self.interpreter = Interpreter(self.monitor, rules=self.rules, place=rank)
         self.versions: list[Version] = []
-        self.first_iteration = True
+        self.first_iteration = True  # of a run: halos exchanged "once" are exchanged again
+        self._warm = False  # whether an iteration ran since the parts were made: it is timed
         self.halo_seconds = 0.0
         self._ids = itertools.count()  # the local DIR's own node ids (``origin``: the captured ones)
         self._rows = 0  # launch rows one iteration runs here
@@ -190,7 +191,7 @@ class LocalInterpreter:
         self.versions = [dataclasses.replace(v, nodes=()) for v in self.versions]
         self.versions.append(Version(len(self.versions), tuple(nodes), parent,
                                      f"materialised central v{central.number} ({central.reason})"))
-        self.first_iteration = True
+        self.first_iteration, self._warm = True, False
         self.adjust(force=True)
         return self.current
 
@@ -219,10 +220,12 @@ class LocalInterpreter:
         for gpu in self.gpus:  # (the next halo exchange would wait for them anyway)
             gpu.synchronize()
         compute = time.perf_counter() - start - (self.halo_seconds - halo_before)
-        if not self.first_iteration:  # the first one loads kernels and makes device copies
+        # The first iteration of new parts loads kernels and makes device copies; later
+        # ones count, also the first of each run() (a loop calling run(1) is measured).
+        if self._warm:
             self._window[0] += self._rows
             self._window[1] += compute
-        self.first_iteration = False
+        self.first_iteration, self._warm = False, True
 
     def capacity(self, cpu_threads: int) -> dict:
         """A first guess of this rank's speed, before anything ran: a CPU core counts

@@ -129,6 +129,8 @@ def reduce(x, what=None, /, *args, op=None, axis=None, device=None, commutative=
     if dtype is not None:
         op_.check(dtype)
     reductions.check_identity(op_, identity, dtype, "reduce")
+    if dtype is not None and getattr(x, "shape", None) is not None:  # the array form, its shape known
+        reductions.check_empty(tuple(x.shape), op_, axis, identity)
     _check_device(device)
     return g.record("reduce", fn=reduce, args=call, kwargs=options)
 

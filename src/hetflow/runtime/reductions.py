@@ -295,12 +295,28 @@ def _compiled_reduce(x, op, axis, devs):
     return out
 
 
+def check_empty(shape: tuple, op, axis, identity) -> None:
+    """What :func:`reduce` refuses of an operand of ``shape`` reduced along ``axis`` (as
+    given): no elements to reduce and no identity to give (ShapeError). A graph records
+    no reduction that would fail so when it runs."""
+    if not shape:
+        return
+    axis = None if len(shape) == 1 else normalize_axis(axis, len(shape), "reduce")
+    if identity is None and (math.prod(shape) if axis is None else shape[axis]) == 0:
+        _identity_needed(op, axis, shape)
+
+
+def _identity_needed(op, axis, shape) -> None:
+    """ShapeError unless ``op`` has an identity to give for an empty reduction."""
+    if not op.builtin or op.name in ("min", "max"):
+        what = f"op {op.label!r}" + ("" if op.builtin else " (pass identity= for empty inputs)")
+        raise ShapeError(f"reduce: {what} has no identity, so it cannot reduce an empty "
+                         f"{'operand' if axis is None else f'axis {axis}'} of shape {tuple(shape)}")
+
+
 def _empty_reduction(x, op, dtype, axis, identity):
     if identity is None:
-        if not op.builtin or op.name in ("min", "max"):
-            what = f"op {op.label!r}" + ("" if op.builtin else " (pass identity= for empty inputs)")
-            raise ShapeError(f"reduce: {what} has no identity, so it cannot reduce an empty "
-                             f"{'operand' if axis is None else f'axis {axis}'} of shape {tuple(x.shape)}")
+        _identity_needed(op, axis, x.shape)
         identity = op.identity(dtype)
     if axis is None:
         return _scalar(identity, x)

@@ -127,6 +127,19 @@ def test_rows_kept_under_a_new_cut_stay_in_the_memory_that_holds_them(gpu_device
     assert new.moved["to_host"] == 3 * 2 * 8  # read: the rows current on the GPU alone
 
 
+def test_row_copies_refuse_rows_a_buffer_does_not_have():
+    a, b = hetflow.array(np.zeros((4, 2))), hetflow.Buffer((3, 2))
+    with pytest.raises(IndexError, match=r"host_rows: rows 2:5 are not rows of it \(0:4\)"):
+        a.host_rows(2, 5)
+    with pytest.raises(IndexError, match=r"copy_rows: rows 2:5 are not rows of it \(0:3\)"):
+        b.copy_rows(a, 1, 4, 2)
+    with pytest.raises(ArgumentError, match="the source must be another Buffer of rows like this one's"):
+        a.copy_rows(a, 0, 1, 2)
+    with pytest.raises(ArgumentError, match="the source must be another Buffer of rows like this one's"):
+        b.copy_rows(hetflow.array(np.zeros((4, 3))), 0, 1, 0)
+    assert a.valid == ("host",) and b.valid == ("host",)  # nothing changed
+
+
 @pytest.mark.simgpu
 def test_heat_over_coherent_blocks_co_executed_matches_numpy(gpu_device):
     n, iterations = 12, 5

@@ -268,6 +268,7 @@ class Buffer:
         with ``write``, to be overwritten: writable, as they are, and counted current on
         the host alone (the devices copy those rows again when they next use them). What
         a distributed array's halo exchange sends and receives, moving no other rows."""
+        self._check_rows(lo, hi, "host_rows")
         self._wait(write=write, timeout=None)
         with self._lock:
             if write:
@@ -285,6 +286,11 @@ class Buffer:
         copied within each memory where they are current in ``source`` (a GPU's rows
         stay on that GPU: nothing crosses the bus). What a distributed array keeps of
         its block when its rows are cut again."""
+        if source is self or source.shape[1:] != self.shape[1:] or source.dtype != self.dtype:
+            raise ArgumentError(f"{self!r}.copy_rows: the source must be another Buffer of rows like "
+                                f"this one's, not {source!r}")
+        source._check_rows(lo, hi, "copy_rows")
+        self._check_rows(to, to + hi - lo, "copy_rows")
         source._wait(write=False, timeout=None)
         self._wait(write=True, timeout=None)
         with source._lock, self._lock:
@@ -297,6 +303,10 @@ class Buffer:
             for where, rows in source._valid.items():
                 got = [(to + a - lo, to + b - lo) for a, b in _intersect([(lo, hi)], rows)]
                 self._valid[where] = _union(self._valid.get(where, []), got)
+
+    def _check_rows(self, lo: int, hi: int, site: str) -> None:
+        if not (self.ndim and 0 <= lo <= hi <= self.rows):
+            raise IndexOutOfBoundsError(f"{self!r}.{site}: rows {lo}:{hi} are not rows of it (0:{self.rows})")
 
     def _copy_within(self, source: "Buffer", where: str, lo: int, hi: int, to: int) -> None:
         """Rows ``lo:hi`` of ``source``'s copy on ``where`` into rows ``to:...`` of ours there."""

@@ -72,8 +72,11 @@ def test_a_coherent_array_on_the_cpu_alone_matches_numpy():
     assert b.coherent and not b.block.any()
     np.testing.assert_array_equal(a.allgather(), x)
     assert a.sum() == x.sum() and a.max() == x.max()
-    assert not a.block.flags.writeable  # the host rows: written through launches, not here
     np.testing.assert_array_equal(a.block, x)
+    a.block[2] = -1.0  # the host rows, written in place as a NumPy block is
+    expected = x.copy()
+    expected[2] = -1.0
+    np.testing.assert_array_equal(a.allgather(), expected)
     # a launch outside a program: on the rank's own devices, halos through the host copy
     y = np.random.default_rng(3).random(9)
     c = cluster.asarray(y, device="coherent")
@@ -95,6 +98,13 @@ def test_a_halo_exchange_moves_the_halo_rows_only(gpu_device):
     whole = np.asarray(a.local)
     np.testing.assert_array_equal(whole[1:-1], 2 * x)
     assert whole[0] == 2 * x[-1] and whole[-1] == 2 * x[0]
+    before = dict(a.local.moved)
+    assert a.sum() == 2 * x.sum()  # a reduction reads the host rows: they stay current on the GPU
+    assert a.local.stale_rows(gpu_device, [(1, 9)]) == [] and a.local.moved == before
+    a.block[3] = 0.5  # written through the block, which is mapped whole: it goes to the GPU again
+    hetflow.forall(a.local.shape, twice, a.local, device=gpu_device.id)
+    assert a.local.moved["to_device"] - before["to_device"] == 10 * 8  # the block and the two halo rows
+    assert a.allgather()[3] == 1.0
 
 
 @pytest.mark.simgpu
@@ -104,12 +114,18 @@ def test_host_rows_move_only_the_rows_asked_for(gpu_device):
     rows = buf.host_rows(2, 4)
     np.testing.assert_array_equal(rows, [[8.0, 10.0], [12.0, 14.0]])
     assert not rows.flags.writeable and buf.moved["to_host"] == rows.nbytes
-    target = buf.host_rows(0, 1, write=True)  # to be overwritten: nothing is brought
+    target = buf.host_rows(0, 1, overwrite=True)  # to be overwritten: nothing is brought
     target[...] = -1.0
     assert buf.moved["to_host"] == rows.nbytes
-    hetflow.forall(buf.shape, twice2, buf, device=gpu_device.id)  # row 0 goes back, alone
-    assert buf.moved["to_device"] == 12 * 8 + target.nbytes
-    np.testing.assert_array_equal(buf.read(), np.vstack([[-2.0, -2.0], 4 * np.arange(2.0, 12.0).reshape(5, 2)]))
+    mapped = buf.host_rows(5, 6, write=True)  # read and written: brought up to date first
+    np.testing.assert_array_equal(mapped, [[20.0, 22.0]])
+    mapped += 1.0
+    assert buf.moved["to_host"] == rows.nbytes + mapped.nbytes
+    hetflow.forall(buf.shape, twice2, buf, device=gpu_device.id)  # rows 0 and 5 go back, alone
+    assert buf.moved["to_device"] == 12 * 8 + target.nbytes + mapped.nbytes
+    expected = 4 * np.arange(12.0).reshape(6, 2)
+    expected[0], expected[5] = -2.0, [42.0, 46.0]
+    np.testing.assert_array_equal(buf.read(), expected)
 
 
 @pytest.mark.simgpu

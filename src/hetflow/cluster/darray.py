@@ -222,10 +222,11 @@ class DistArray:
 
     @property
     def block(self):
-        """This rank's rows of the array (a view of ``local`` without the halos; of a
-        coherent array, its host rows, current and read-only)."""
+        """This rank's rows of the array, to read and write (a view of ``local`` without
+        the halos; of a coherent array, its host rows, made current: a GPU copies them
+        again when it next uses them)."""
         h = self.halo
-        return halo.reading(self.local, h, h + self.stop - self.start, self.dim)
+        return halo.writing(self.local, h, h + self.stop - self.start, self.dim, overwrite=False)
 
     def _allocate(self, bounds):
         shape = list(self.shape)
@@ -243,6 +244,11 @@ class DistArray:
         h = self.halo
         return halo.writing(self.local, h, h + self.stop - self.start, self.dim)
 
+    def _readable_block(self):
+        """This rank's rows of ``local`` to read (a coherent array's stay current on its GPU)."""
+        h = self.halo
+        return halo.reading(self.local, h, h + self.stop - self.start, self.dim)
+
     def _zero(self) -> None:
         """Set every element of ``local``, halos included, to zero."""
         if self.coherent:
@@ -256,9 +262,9 @@ class DistArray:
     def _host_block(self) -> np.ndarray:
         """This rank's block in host memory (a copy when it is on a GPU)."""
         if self.device is None:
-            return self.block
+            return self._readable_block()
         with halo.on_gpu(self.device):
-            return self.block.copy_to_host()
+            return self._readable_block().copy_to_host()
 
     def _move(self, old_bounds, new_bounds) -> None:
         storage = self._allocate(new_bounds[self.session.rank])

@@ -45,11 +45,12 @@ def reading(storage, lo: int, hi: int, dim: int):
     return slab(storage, lo, hi, dim)
 
 
-def writing(storage, lo: int, hi: int, dim: int):
-    """Rows ``lo:hi`` of a block's storage to overwrite: :func:`slab`, or for a coherent
-    array its host rows, current on the host alone from now on."""
+def writing(storage, lo: int, hi: int, dim: int, overwrite: bool = True):
+    """Rows ``lo:hi`` of a block's storage to write (``overwrite``: every element):
+    :func:`slab`, or for a coherent array its host rows, current on the host alone
+    from now on."""
     if isinstance(storage, Buffer):
-        return storage.host_rows(lo, hi, write=True)
+        return storage.host_rows(lo, hi, write=True, overwrite=overwrite)
     return slab(storage, lo, hi, dim)
 
 

@@ -262,21 +262,23 @@ class Buffer:
             self._valid = {HOST: self._all}
         return self._host
 
-    def host_rows(self, lo: int, hi: int, write: bool = False) -> np.ndarray:
-        """Rows ``lo:hi`` of the host copy, once the instances that write them are done
-        (and those that read them, with ``write``): made current there and read-only; or
-        with ``write``, to be overwritten: writable, as they are, and counted current on
-        the host alone (the devices copy those rows again when they next use them). What
-        a distributed array's halo exchange sends and receives, moving no other rows."""
+    def host_rows(self, lo: int, hi: int, write: bool = False, overwrite: bool = False) -> np.ndarray:
+        """Rows ``lo:hi`` of the host copy, made current there, once the instances that
+        write them are done (and those that read them, with ``write``): read-only, or with
+        ``write`` writable and current on the host alone (the devices copy those rows
+        again when they next use them, as after :meth:`map`). ``overwrite``: the caller
+        replaces every element, so the rows are not brought up to date first. What a
+        distributed array's block and halo exchange use, moving no other rows."""
         self._check_rows(lo, hi, "host_rows")
+        write = write or overwrite
         self._wait(write=write, timeout=None)
         with self._lock:
+            if not overwrite:
+                self._take(HOST, [(lo, hi)])
             if write:
                 for copy in self._valid:
                     self._valid[copy] = _minus(self._valid[copy], [(lo, hi)])
                 self._valid[HOST] = _union(self._valid.get(HOST, []), [(lo, hi)])
-            else:
-                self._take(HOST, [(lo, hi)])
         rows = self._host[lo:hi]
         rows.flags.writeable = write
         return rows

@@ -68,11 +68,12 @@ def setup(n: int, comm=None, devices=None, **options):
     and a GPU copy: each device's rows stay on it, only halo rows move). ``options`` go
     to DistributedProgram.
     """
-    gpus = [d for d in devices or () if hetflow.get_device(d).kind == "gpu"]
-    if devices is not None and not gpus:  # the cores alone: the blocks stay in host memory
+    if devices is None:
+        place = None  # the rank's own choice: coherent where it has a GPU
+    elif not any(hetflow.get_device(d).kind == "gpu" for d in devices):
         place = "host"
     else:
-        place = devices[0] if devices is not None and len(devices) == 1 else None
+        place = devices[0] if len(devices) == 1 else None
     u = cluster.asarray(initial(n), comm=comm, device=place)
     v = cluster.asarray(initial(n), like=u)  # the border of v is u's: it never changes
     with hetflow.graph("heat") as g:

@@ -137,7 +137,7 @@ class Channel:
         if watch is None:
             return
         try:
-            watch(now, peers)
+            watch.look(now, peers)  # (this wait polls the abort notices itself)
         except CommError as error:
             self._cancel(requests)
             if self.broken is None:  # (another rank's notice, heard there, broke it already)

@@ -225,8 +225,11 @@ class DistArray:
         """This rank's rows of the array, to read and write (a view of ``local`` without
         the halos; of a coherent array, its host rows, made current: a GPU copies them
         again when it next uses them)."""
-        h = self.halo
-        return halo.writing(self.local, h, h + self.stop - self.start, self.dim, overwrite=False)
+        return halo.writing(self.local, *self._block_rows(), self.dim, overwrite=False)
+
+    def _block_rows(self) -> tuple:
+        """(first, end) of this rank's own rows in ``local``, between the halos."""
+        return self.halo, self.halo + self.stop - self.start
 
     def _allocate(self, bounds):
         shape = list(self.shape)
@@ -241,13 +244,11 @@ class DistArray:
 
     def _writable_block(self):
         """This rank's rows of ``local`` to overwrite (halos left as they are)."""
-        h = self.halo
-        return halo.writing(self.local, h, h + self.stop - self.start, self.dim)
+        return halo.writing(self.local, *self._block_rows(), self.dim)
 
     def _readable_block(self):
         """This rank's rows of ``local`` to read (a coherent array's stay current on its GPU)."""
-        h = self.halo
-        return halo.reading(self.local, h, h + self.stop - self.start, self.dim)
+        return halo.reading(self.local, *self._block_rows(), self.dim)
 
     def _zero(self) -> None:
         """Set every element of ``local``, halos included, to zero."""

@@ -416,6 +416,11 @@ class Peers:
         """``peers``: the ranks the wait is for; None: a call of every rank."""
         if self.stopped is not None:
             self.stopped()
+        self.look(now, peers)
+
+    def look(self, now: float, peers=None) -> None:
+        """The liveness checks of :meth:`__call__` without ``stopped`` (for a wait that
+        polls the abort notices itself: hetflow.cluster's control channel)."""
         if now < self.next_look:
             return
         self.next_look = now + _LOOK_SECONDS

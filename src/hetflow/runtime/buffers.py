@@ -276,9 +276,7 @@ class Buffer:
             if not overwrite:
                 self._take(HOST, [(lo, hi)])
             if write:
-                for copy in self._valid:
-                    self._valid[copy] = _minus(self._valid[copy], [(lo, hi)])
-                self._valid[HOST] = _union(self._valid.get(HOST, []), [(lo, hi)])
+                self._current_alone(HOST, [(lo, hi)])
         rows = self._host[lo:hi]
         rows.flags.writeable = write
         return rows
@@ -376,12 +374,15 @@ class Buffer:
 
     def wrote_rows(self, device, ranges) -> None:
         """Rows ``ranges`` were written on ``device``: current there alone."""
-        where = HOST if device.kind == "cpu" else device.id
         with self._lock:
-            for copy in self._valid:
-                if copy != where:
-                    self._valid[copy] = _minus(self._valid[copy], ranges)
-            self._valid[where] = _union(self._valid.get(where, []), ranges)
+            self._current_alone(HOST if device.kind == "cpu" else device.id, ranges)
+
+    def _current_alone(self, where: str, ranges) -> None:
+        """Rows ``ranges`` are current on ``where``'s copy alone (caller holds the lock)."""
+        for copy in self._valid:
+            if copy != where:
+                self._valid[copy] = _minus(self._valid[copy], ranges)
+        self._valid[where] = _union(self._valid.get(where, []), ranges)
 
     def forget_rows(self, device, ranges) -> None:
         """Rows ``ranges`` of ``device``'s copy may hold half-applied updates (it failed

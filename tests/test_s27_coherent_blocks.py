@@ -16,7 +16,7 @@ from test_distributed import run_script
 import hetflow
 from hetflow import cluster
 from hetflow.cluster import darray
-from hetflow.errors import ArgumentError, ShapeError
+from hetflow.errors import ArgumentError, ArgumentTypeError, IndexOutOfBoundsError, ShapeError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
@@ -60,7 +60,7 @@ def test_coherent_blocks_are_refused_where_they_cannot_hold_the_rows():
         cluster.empty((4, 6), dim=1, device="coherent")
     with pytest.raises(ArgumentError, match="a coherent distributed array needs numeric data"):
         cluster.empty(4, dtype=[("a", "i4")], device="coherent")
-    with pytest.raises(TypeError, match="device must be None, 'host', 'coherent', a GPU id"):
+    with pytest.raises(ArgumentTypeError, match="device must be None, 'host', 'coherent', a GPU id"):
         cluster.empty(4, device=3.5)
 
 
@@ -145,9 +145,9 @@ def test_rows_kept_under_a_new_cut_stay_in_the_memory_that_holds_them(gpu_device
 
 def test_row_copies_refuse_rows_a_buffer_does_not_have():
     a, b = hetflow.array(np.zeros((4, 2))), hetflow.Buffer((3, 2))
-    with pytest.raises(IndexError, match=r"host_rows: rows 2:5 are not rows of it \(0:4\)"):
+    with pytest.raises(IndexOutOfBoundsError, match=r"host_rows: rows 2:5 are not rows of it \(0:4\)"):
         a.host_rows(2, 5)
-    with pytest.raises(IndexError, match=r"copy_rows: rows 2:5 are not rows of it \(0:3\)"):
+    with pytest.raises(IndexOutOfBoundsError, match=r"copy_rows: rows 2:5 are not rows of it \(0:3\)"):
         b.copy_rows(a, 1, 4, 2)
     with pytest.raises(ArgumentError, match="the source must be another Buffer of rows like this one's"):
         a.copy_rows(a, 0, 1, 2)

@@ -328,7 +328,8 @@ class Buffer:
         """Wait for earlier instances touching the buffer (writers; readers too when
         ``write``); with ``check``, raise the failure of the last writer if the
         application has not seen it yet (the contents are not valid)."""
-        timeout = timeout_seconds(timeout, repr(self))
+        if timeout is not None:  # (the words of its error are made only when it is refused)
+            timeout = timeout_seconds(timeout, repr(self))
         deadline = None if timeout is None else time.monotonic() + timeout
         with LOCK:
             pending = deps.pending_locked(self, write)

@@ -59,21 +59,17 @@ def numpy_solve(n: int, iterations: int) -> np.ndarray:
     return u
 
 
-def setup(n: int, comm=None, devices=None, **options):
+def setup(n: int, comm=None, devices=None, place=None, **options):
     """(program, u, v): the grid distributed over the ranks and the two captured steps.
 
-    ``devices``: this rank's device ids (default: its CPU cores and its GPUs); a single
-    GPU keeps the blocks in that GPU's memory, devices without a GPU keep them in host
-    memory, and otherwise a rank with a GPU of its own keeps them coherent (a host copy
-    and a GPU copy: each device's rows stay on it, only halo rows move). ``options`` go
-    to DistributedProgram.
+    ``devices``: this rank's device ids (default: its CPU cores and its GPUs).
+    ``place``: where this rank keeps its blocks (``cluster.asarray``'s ``device``); by
+    default coherent (a host copy and a GPU copy: each device's rows stay on it, only
+    halo rows move) where ``devices`` hold a GPU, else in host memory. ``options`` go to
+    DistributedProgram.
     """
-    if devices is None:
-        place = None  # the rank's own choice: coherent where it has a GPU
-    elif not any(hetflow.get_device(d).kind == "gpu" for d in devices):
-        place = "host"
-    else:
-        place = devices[0] if len(devices) == 1 else None
+    if place is None and devices is not None:  # (else the rank's own choice: coherent where it has a GPU)
+        place = "coherent" if any(hetflow.get_device(d).kind == "gpu" for d in devices) else "host"
     u = cluster.asarray(initial(n), comm=comm, device=place)
     v = cluster.asarray(initial(n), like=u)  # the border of v is u's: it never changes
     with hetflow.graph("heat") as g:

@@ -33,7 +33,7 @@ def main(where):
         device = own[0] if where == "own" and own else "gpu0"
     with cluster.distributed(comm):
         # a high threshold: timing noise on shared cores does not rebalance, 90% taken does
-        program, u, v = heat.setup(n, comm, devices=None if device is None else [device],
+        program, u, v = heat.setup(n, comm, devices=None if device is None else [device], place=device,
                                    report_every=2, threshold=0.5)
         program.run(4)
         before = program.partitions[-1][1]

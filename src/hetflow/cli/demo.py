@@ -11,11 +11,11 @@ Under ``mpiexec -n K hetflow demo`` the grid is split by rows over the ranks: th
 two steps run as a :class:`hetflow.cluster.DistributedProgram` (rank 0's central
 interpreter cuts the rows over the ranks and rebalances them; each rank's local
 interpreter co-executes its part on its own devices; halos are exchanged between
-steps). When every rank has a GPU of its own, each keeps its rows in that GPU's memory
-and runs them there (unless ``--devices`` says otherwise; a distributed array's blocks
-are all in host memory or all in GPU memory): with its rows in host memory, every step
-would copy them to the GPU and back, and its cores, some 50x slower than the GPU on
-this memory-bound step, would earn almost none of them. Rank 0 prints one summary,
+steps). A rank with a GPU of its own runs its rows there alone (unless ``--devices``
+says otherwise), its blocks coherent: they stay in the GPU's memory between steps and
+only halo rows cross to the host (with its rows in host memory alone, every step would
+copy them to the GPU and back); its cores, some 50x slower than the GPU on this
+memory-bound step, would earn almost none of them. Rank 0 prints one summary,
 with rows per rank and device, checks the gathered grid against NumPy, and writes one
 trace holding every rank's lanes and one picture.
 """
@@ -83,15 +83,14 @@ def initial(n):
     return u
 
 
-def grids(n, distributed: bool, gpu=None):
+def grids(n, distributed: bool, place=None):
     """The two grids the steps go between, both holding the initial state (v's border is
     u's and never changes): coherent arrays (each device keeps the rows it works on
-    between steps), or arrays split by rows over the ranks, each rank's block in the
-    memory of its GPU ``gpu``, else coherent on a rank with a GPU of its own and in host
-    memory on the others."""
+    between steps), or arrays split by rows over the ranks, each rank's block where
+    ``place`` says (``cluster.asarray``'s ``device``)."""
     if not distributed:
         return array(initial(n)), array(initial(n))
-    u = cluster.asarray(initial(n), device=gpu)
+    u = cluster.asarray(initial(n), device=place)
     return u, cluster.asarray(initial(n), like=u)
 
 
@@ -393,9 +392,7 @@ def _run_ranks(args) -> int:
     current = cluster.session()
     channel, rank = current.channel, current.rank
     here = rank_devices(args, current.devices)
-    gpu = here[0] if len(here) == 1 and get_device(here[0]).kind == "gpu" else None
-    if not all(channel.allgather(gpu is not None)):  # the ranks' blocks live on GPUs on all or none
-        gpu, here = None, tuple(_targets(args) or current.devices)
+    place = "coherent" if any(get_device(d).kind == "gpu" for d in here) else "host"
     n = args.size
     listed = channel.gather(here)
     if rank == 0:
@@ -407,7 +404,7 @@ def _run_ranks(args) -> int:
 
     def setup():
         nonlocal program
-        u, v = grids(n, distributed=True, gpu=gpu)
+        u, v = grids(n, distributed=True, place=place)
         program = cluster.DistributedProgram(capture(u, v), devices=here, rule_file=args.rules)
         return u, lambda: program.run(1)
 

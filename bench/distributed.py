@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import math
 import os
@@ -38,10 +39,10 @@ import time
 
 import numba
 import numpy as np
-from numba import cuda
 
 from hetflow import cluster, collectives, get_device
 from hetflow.collectives import launched_by_mpi
+from hetflow.cuda_compat import cuda_module
 
 sys.path.append(os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
@@ -98,13 +99,22 @@ class Baseline:
         return np.concatenate(blocks) if blocks is not None else None
 
 
-@cuda.jit
-def cuda_step(u, v, first, last, alpha):
-    """v = one step of u on local rows first..last-1: a thread per element, a warp along a row."""
-    j, i = cuda.grid(2)
-    i += first
-    if i < last and 1 <= j < u.shape[1] - 1:
-        v[i, j] = u[i, j] + alpha * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4.0 * u[i, j])
+@functools.cache
+def cuda_step():
+    """The numba-cuda kernel of one step: v = one step of u on local rows first..last-1,
+    a thread per element, a warp along a row. (numba.cuda as hetflow imports it: where
+    numba-cuda's import hook is not installed, plain ``from numba import cuda`` would
+    give Numba's old CUDA target.)"""
+    cuda = cuda_module()
+
+    @cuda.jit
+    def step(u, v, first, last, alpha):
+        j, i = cuda.grid(2)
+        i += first
+        if i < last and 1 <= j < u.shape[1] - 1:
+            v[i, j] = u[i, j] + alpha * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4.0 * u[i, j])
+
+    return step
 
 
 class GpuBaseline(Baseline):
@@ -119,7 +129,7 @@ class GpuBaseline(Baseline):
         self.cupy, self.gpu = cupy, gpu
         with cupy.cuda.Device(gpu):
             self.u, self.v = cupy.asarray(self.u), cupy.asarray(self.v)
-            self.wrapped = {id(a): cuda.as_cuda_array(a) for a in (self.u, self.v)}
+            self.wrapped = {id(a): cuda_module().as_cuda_array(a) for a in (self.u, self.v)}
             self.halo = [np.frombuffer(cupy.cuda.alloc_pinned_memory(n * 8), np.float64, n) for _ in range(4)]
         self.blocks = ((n + 31) // 32, (self.last - self.first + 7) // 8)
 
@@ -135,8 +145,8 @@ class GpuBaseline(Baseline):
                 u[m + 1].set(got_down)
             if self.up != self.MPI.PROC_NULL:
                 u[0].set(got_up)
-            cuda_step[self.blocks, (32, 8)](self.wrapped[id(u)], self.wrapped[id(self.v)], self.first,
-                                            self.last, heat.ALPHA)
+            cuda_step()[self.blocks, (32, 8)](self.wrapped[id(u)], self.wrapped[id(self.v)], self.first,
+                                              self.last, heat.ALPHA)
         self.u, self.v = self.v, self.u
 
     def run(self, steps):

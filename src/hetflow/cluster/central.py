@@ -12,12 +12,18 @@ variable              meaning
 ``rank<r>.available`` the share of rank r's devices that other work leaves to it
 ``ranks.imbalance``   how much longer the slowest rank takes than the mean, as a fraction
 ``ranks.threshold``   the imbalance past which the partition is rebalanced
+``ranks.confirmed``   whether the last report's imbalance is news or was seen before:
+                      it passed the threshold in this report and the one before under
+                      the same partition, or in a report that brought news (the first
+                      measured rates, or a rank's available share changed)
 ``partition.sizes``   rows per rank: the partition the rules chose
 ====================  ==============================================================
 
 Default rules (:func:`central_rules`): partition rows in proportion to capacity at the
-start; when the imbalance passes the threshold, re-partition in proportion to measured
-speed (rate x available); cut every launch into one piece per rank (``place``) with
+start; when the imbalance passes the threshold and is confirmed, re-partition in
+proportion to measured speed (rate x available). Timing noise on shared cores passes
+the threshold in one report now and then; re-cutting on it moves rows for nothing and
+leaves a worse cut. Cut every launch into one piece per rank (``place``) with
 the rows its rank owns (``rows``). The result is a *partially materialised* DIR:
 launches cut over ranks, not yet placed on any device — each rank's local interpreter
 does that (:mod:`hetflow.cluster.local`). :meth:`CentralInterpreter.description` is the
@@ -113,9 +119,11 @@ def central_rules() -> RuleSet:
         Rule("partition-by-capacity", when="not defined('partition.sizes')",
              then=Apportion("capacity"), priority=100,
              description="rows per rank in proportion to the capacity each reported"),
-        Rule("rebalance-ranks", when="defined('ranks.imbalance') and ranks.imbalance > ranks.threshold",
+        Rule("rebalance-ranks", when="defined('ranks.imbalance') and ranks.imbalance > ranks.threshold "
+                                     "and ranks.confirmed",
              then=Apportion("speed"), priority=90,
-             description="rows per rank in proportion to measured speed when imbalanced"),
+             description="rows per rank in proportion to measured speed when imbalanced, "
+                         "twice in a row or after news"),
         Rule("split-over-ranks", match=NodePattern(op="forall"), when="defined('partition.sizes')",
              then=SplitRanks(), priority=80,
              description="one piece per rank: the rows it owns"),
@@ -140,6 +148,9 @@ class CentralInterpreter:
         self.monitor.set("partition.rows", rows)
         self.monitor.set("partition.min_rows", min_rows)
         self.monitor.set("ranks.threshold", float(threshold))
+        self.monitor.set("ranks.confirmed", False)
+        self._over = 0  # reports in a row, under the current partition, past the threshold
+        self._last = None  # (sizes, available shares) at the last report
         self.versions = [Version(0, tuple(nodes), None, "captured")]
         self._ids = itertools.count(max((n.id for n in nodes), default=0) + 1)
 
@@ -159,14 +170,34 @@ class CentralInterpreter:
     def report(self, reports) -> None:
         """One report per rank: rows run and compute seconds since the last report, and
         the share of its devices available."""
+        first = speeds(self.monitor.snapshot(), self.ranks) is None
         for r, rep in enumerate(reports):
             if rep["seconds"] > 0 and rep["rows"] > 0:
                 self.monitor.set(f"rank{r}.rate", rep["rows"] / rep["seconds"])
             self.monitor.set(f"rank{r}.available", float(rep["available"]))
         found = speeds(self.monitor.snapshot(), self.ranks)
         sizes = self.monitor.get("partition.sizes")
-        if found is not None and sizes is not None:
-            self.monitor.set("ranks.imbalance", round(imbalance(sizes, found), 6))
+        if found is None or sizes is None:
+            return
+        value = round(imbalance(sizes, found), 6)
+        self.monitor.set("ranks.imbalance", value)
+        self._confirm(value, tuple(sizes), [float(rep["available"]) for rep in reports], first)
+
+    def _confirm(self, value: float, sizes: tuple, available: list, first: bool) -> None:
+        """Set ``ranks.confirmed`` after a report whose imbalance is ``value`` under
+        ``sizes`` (``first``: the first with every rank's rate)."""
+        before = self._last or (None, [1.0] * self.ranks)  # (the first cut counted every device)
+        self._last = (sizes, available)
+        # News: what the partition assumed changed. The first rates are news where the
+        # ranks' capacities differ, a guess that measurement corrects; equal ranks need
+        # the imbalance confirmed, their first window being two iterations long.
+        guessed = len({self.monitor.get(f"rank{r}.capacity") for r in range(self.ranks)}) > 1
+        news = (first and guessed) or any(abs(a - b) > 1e-6 for a, b in zip(available, before[1]))
+        if value <= self.monitor.get("ranks.threshold"):
+            self._over = 0
+        else:
+            self._over = self._over + 1 if before[0] == sizes else 1
+        self.monitor.set("ranks.confirmed", self._over > 0 and (news or self._over >= 2))
 
     def adopt(self, sizes) -> None:
         """Rows per rank as they are now, moved outside the program: the launches are

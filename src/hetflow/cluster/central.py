@@ -34,9 +34,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-import numpy as np
-
-from hetflow.cluster.darray import apportion
+from hetflow.cluster.darray import apportion, bounds_of
 from hetflow.cluster.plan import plan_for
 from hetflow.errors import RuleError
 from hetflow.ir import Action, Interpreter, Monitor, NodePattern, Rule, RuleSet, Topology
@@ -98,7 +96,7 @@ class SplitRanks(Action):
         sizes = ctx.variables.get("partition.sizes")
         if sizes is None:
             return
-        bounds = tuple(zip(np.cumsum((0,) + tuple(sizes))[:-1].tolist(), np.cumsum(sizes).tolist()))
+        bounds = bounds_of(sizes)
         for node in match.nodes:
             node = ctx.current(node)
             if node is None:

@@ -24,6 +24,7 @@ the same arrays in the same order.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 import weakref
 import zlib
@@ -48,9 +49,17 @@ def stand_in(shape, dtype=np.uint8) -> np.ndarray:
     return np.broadcast_to(np.empty((), dtype), tuple(shape))
 
 
+def bounds_of(sizes) -> tuple:
+    """``(start, stop)`` of each of consecutive blocks of ``sizes`` rows, in order."""
+    stops = list(itertools.accumulate(sizes))
+    return tuple(zip([0] + stops[:-1], stops))
+
+
 class Distribution:
     """Rank r owns rows ``bounds[r]`` of dimension ``dim`` (extent ``n``), and keeps
     ``halo`` more rows on each side."""
+
+    bounds: tuple  # ``(start, stop)`` of every rank's block, in rank order
 
     def __init__(self, session, n: int, sizes, dim: int, halo_rows: int):
         self.session = session
@@ -67,10 +76,14 @@ class Distribution:
         return max(1, self.halo)
 
     @property
-    def bounds(self) -> tuple:
-        """``(start, stop)`` of every rank's block, in rank order."""
-        stops = np.cumsum(self.sizes).tolist()
-        return tuple(zip([0] + stops[:-1], stops))
+    def sizes(self) -> tuple:
+        """Rows per rank."""
+        return self._sizes
+
+    @sizes.setter
+    def sizes(self, sizes) -> None:
+        self._sizes = sizes
+        self.bounds = bounds_of(sizes)  # asked for by every launch and halo exchange: once per cut
 
     def checked(self, sizes) -> tuple:
         ranks = self.session.size

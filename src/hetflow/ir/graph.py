@@ -15,6 +15,7 @@ its parent version and why it was made. Rewrites build new versions; old ones st
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 from collections.abc import Iterable, Mapping
 
@@ -72,7 +73,7 @@ class Node:
     @property
     def size(self) -> int:
         """Number of indices in the launch extent (0 for operations without one)."""
-        return int(np.prod(self.extent, dtype=np.int64)) if self.extent else 0
+        return int(math.prod(self.extent)) if self.extent else 0
 
     def accesses(self) -> list[tuple[object, str]]:
         """(root, mode) for every memory access, the produced result included."""
@@ -87,10 +88,16 @@ class Node:
         return found
 
     def signature(self) -> tuple:
-        """A hashable summary: equal signatures mean the same operation, same placement."""
-        return (self.id, self.op, freeze(self.kernel), self.extent,
-                tuple(freeze(a) for a in self.args), self.modes, freeze(dict(self.attrs)),
-                tuple(getattr(r, "name", id(r)) for r in self.rules))
+        """A hashable summary: equal signatures mean the same operation, same placement.
+        Worked out once (a node does not change; the rule interpreter compares every
+        node's at each safe point)."""
+        found = self.__dict__.get("_signature")
+        if found is None:
+            found = (self.id, self.op, freeze(self.kernel), self.extent,
+                     tuple(freeze(a) for a in self.args), self.modes, freeze(dict(self.attrs)),
+                     tuple(getattr(r, "name", id(r)) for r in self.rules))
+            object.__setattr__(self, "_signature", found)
+        return found
 
 
 _ATOM, _SEQUENCE, _MAPPING, _NODE, _OBJECT = range(5)

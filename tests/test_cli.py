@@ -139,16 +139,16 @@ def test_demo_under_mpiexec_splits_the_grid_over_the_ranks(tmp_path):
 
 
 @pytest.mark.simgpu
-def test_a_rank_of_the_demo_runs_on_its_own_gpu_unless_told(gpu_device):
-    """Under mpiexec a rank with a GPU keeps its rows there and runs them there alone; one
-    without runs on its cores; --devices overrides both."""
+def test_a_rank_of_the_demo_runs_on_its_own_devices_unless_told(gpu_device):
+    """Under mpiexec a rank runs on its own cores and GPUs (the runtime's model places each
+    launch); --devices overrides them."""
     class Args:
         devices = None
 
-    assert rank_devices(Args, ("cpu0", gpu_device.id)) == (gpu_device.id,)
-    assert rank_devices(Args, ("cpu0",)) == ("cpu0",)
-    Args.devices = f"cpu0, {gpu_device.id}"
     assert rank_devices(Args, ("cpu0", gpu_device.id)) == ("cpu0", gpu_device.id)
+    assert rank_devices(Args, ("cpu0",)) == ("cpu0",)
+    Args.devices = gpu_device.id
+    assert rank_devices(Args, ("cpu0", gpu_device.id)) == (gpu_device.id,)
 
 
 # -- bench ------------------------------------------------------------------------------------

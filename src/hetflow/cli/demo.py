@@ -11,11 +11,12 @@ Under ``mpiexec -n K hetflow demo`` the grid is split by rows over the ranks: th
 two steps run as a :class:`hetflow.cluster.DistributedProgram` (rank 0's central
 interpreter cuts the rows over the ranks and rebalances them; each rank's local
 interpreter co-executes its part on its own devices; halos are exchanged between
-steps). A rank with a GPU of its own runs its rows there alone (unless ``--devices``
-says otherwise), its blocks coherent: they stay in the GPU's memory between steps and
-only halo rows cross to the host (with its rows in host memory alone, every step would
-copy them to the GPU and back); its cores, some 50x slower than the GPU on this
-memory-bound step, would earn almost none of them. Rank 0 prints one summary,
+steps). A rank with a GPU of its own keeps its blocks coherent: they stay in the GPU's
+memory between steps and only halo rows cross to the host (with its rows in host
+memory alone, every step would copy them to the GPU and back). Its launches go to the
+runtime's performance model over its cores and GPU (unless ``--devices`` says
+otherwise), which runs this memory-bound step on the GPU almost alone: the cores are
+some 50x slower at it. Rank 0 prints one summary,
 with rows per rank and device, checks the gathered grid against NumPy, and writes one
 trace holding every rank's lanes and one picture.
 """
@@ -260,13 +261,9 @@ def _targets(args) -> list | None:
 
 
 def rank_devices(args, own) -> tuple:
-    """The devices a rank runs on, of its ``own`` (its cores and GPUs): ``--devices`` if
-    given; else its first GPU alone where it has one (the module docstring says why),
-    else its cores."""
-    if args.devices:
-        return tuple(_targets(args))
-    gpus = [d for d in own if get_device(d).kind == "gpu"]
-    return (gpus[0],) if gpus else tuple(own)
+    """The devices a rank runs on: ``--devices`` if given, else its ``own`` (its cores and
+    GPUs), over which the runtime's model places each launch (the module docstring)."""
+    return tuple(_targets(args) or own)
 
 
 def _check_arguments(args) -> None:

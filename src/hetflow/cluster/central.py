@@ -12,10 +12,10 @@ variable              meaning
 ``rank<r>.available`` the share of rank r's devices that other work leaves to it
 ``ranks.imbalance``   how much longer the slowest rank takes than the mean, as a fraction
 ``ranks.threshold``   the imbalance past which the partition is rebalanced
-``ranks.confirmed``   whether the last report's imbalance is news or was seen before:
-                      it passed the threshold in this report and the one before under
-                      the same partition, or in a report that brought news (the first
-                      measured rates, or a rank's available share changed)
+``ranks.confirmed``   whether an imbalance past the threshold is confirmed: seen in this
+                      report and the one before under the same partition, or in a
+                      report that brought news (the first measured rates of ranks whose
+                      capacities differ, or a change in a rank's available share)
 ``partition.sizes``   rows per rank: the partition the rules chose
 ====================  ==============================================================
 

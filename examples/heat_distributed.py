@@ -69,7 +69,7 @@ def setup(n: int, comm=None, devices=None, place=None, **options):
     DistributedProgram.
     """
     if place is None and devices is not None:  # (else the rank's own choice: coherent where it has a GPU)
-        place = "coherent" if any(hetflow.get_device(d).kind == "gpu" for d in devices) else "host"
+        place = cluster.darray.place_for(devices)
     u = cluster.asarray(initial(n), comm=comm, device=place)
     v = cluster.asarray(initial(n), like=u)  # the border of v is u's: it never changes
     with hetflow.graph("heat") as g:

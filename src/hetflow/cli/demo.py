@@ -389,7 +389,7 @@ def _run_ranks(args) -> int:
     current = cluster.session()
     channel, rank = current.channel, current.rank
     here = rank_devices(args, current.devices)
-    place = "coherent" if any(get_device(d).kind == "gpu" for d in here) else "host"
+    place = cluster.darray.place_for(here)
     n = args.size
     listed = channel.gather(here)
     if rank == 0:

@@ -528,6 +528,13 @@ _NONE_BY_DEFAULT = ("parts", "comm", "device")
 HOST, COHERENT = "host", "coherent"
 
 
+def place_for(devices) -> str:
+    """Where a rank computing on ``devices`` (ids: 'cpu0' and GPU ids) keeps its blocks:
+    coherent where they hold a GPU (its rows stay on it between launches), else in host
+    memory. (By id alone: looking the GPUs up would start CUDA.)"""
+    return COHERENT if any(d != "cpu0" for d in devices) else HOST
+
+
 def asarray(x, *, root=None, like=None, **kwargs) -> DistArray:
     """A distributed copy of the global array ``x``.
 
@@ -696,8 +703,7 @@ def _element_and_place(current, dtype, device, dim) -> tuple:
     dtype = _dtype(dtype)
     check_transferable(dtype)  # its rows cross between ranks as raw bytes
     if device is None:  # a rank with a GPU of its own co-executes on it: rows stay there
-        mine = any(d != "cpu0" for d in current.devices)
-        device = COHERENT if mine and dim == 0 and dtype.kind in "biufc" else HOST
+        device = place_for(current.devices) if dim == 0 and dtype.kind in "biufc" else HOST
     if isinstance(device, str) and device == COHERENT:
         if dim != 0:
             raise ShapeError("coherent arrays are distributed along dim 0 only (their rows move "

@@ -8,8 +8,9 @@ launch that reads halo rows written since they were last exchanged. Its own rule
 monitor and topology (this rank's CPU cores and GPUs) then fully materialise the DIR:
 they place launches on the devices (the runtime's model co-executes them with work
 stealing, or runs them on the fastest device alone), compile kernels the devices lack,
-and re-adjust on local feedback — a device failing, another process taking part of a device, a device that keeps running none of
-a launch (its copies outlast the loop on the others). At report points it tells the
+and re-adjust on local feedback — a device failing, another process taking part of a
+device, a device that keeps running none of a launch (its copies outlast the loop on
+the others). At report points it tells the
 central interpreter what it measured: rows run per second of compute, and the share of
 its devices still available (``rank.available``).
 """

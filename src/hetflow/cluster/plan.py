@@ -271,8 +271,9 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None):
     Collective: every rank makes the same call. Halos that some rank reads are
     exchanged first. ``device``, ``schedule`` and ``shares`` apply to each rank's part
     (default: the GPU holding the blocks; for coherent blocks the rank's own devices,
-    which the runtime's model splits the part over or picks one of; else the CPU). Without distributed arguments,
-    or while a graph is being captured, this is ``hetflow.forall`` itself.
+    which the runtime's model splits the part over or picks one of; else the CPU).
+    Without distributed arguments, or while a graph is being captured, this is
+    ``hetflow.forall`` itself.
     """
     g = current_graph()
     if g is not None:  # as hetflow.forall records it

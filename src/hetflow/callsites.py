@@ -41,7 +41,7 @@ def forall(extent, kernel, *args, device=None, schedule=None, shares=None, snaps
     predicted shares) or 'static' (split once by ``shares`` or the prediction), and the
     report is also kept for ``hetflow.last_report()``. On one CPU device the rows are
     split evenly over its cores unless a ``schedule`` is named, which runs the same
-    worker machinery on the cores alone.
+    worker machinery on the cores alone; one GPU runs the launch whole either way.
 
     A launch that writes, through one argument, elements another argument (a view or a
     slice of the same array) reads at other indices raises ShapeError: devices run

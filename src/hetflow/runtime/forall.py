@@ -9,7 +9,8 @@ its run report.
 
 ``shares`` are one number per device, in the order of the device list, and are checked
 whatever runs. One device takes one positive number, which changes nothing: that device
-runs every row (split evenly over its cores under a ``schedule``).
+runs every row (split evenly over its cores under a ``schedule``; a GPU alone ignores
+the schedule and runs the launch whole).
 """
 from __future__ import annotations
 
@@ -102,4 +103,8 @@ def run_forall(extent, kernel, args, device, schedule, shares, snapshot):
     if schedule is None and len(targets) == 1:
         return run_on(bind(kernel, extent, args, targets[0]))
     check_schedule(schedule)
+    # One GPU has no one to share rows with: a schedule would only cut its launch into
+    # chunks. (One CPU under a schedule runs the worker machinery on its cores.)
+    if len(targets) == 1 and targets[0].kind == "gpu":
+        return run_on(bind(kernel, extent, args, targets[0]))
     return co_forall(extent, kernel, args, targets, schedule=schedule or "steal", shares=shares)

@@ -259,6 +259,20 @@ def _alone(model, key, targets, names, counts, rows):
     return targets[best]
 
 
+def beyond_work(report, schedule: str) -> float | None:
+    """Seconds a co-executed launch took beyond its work (None where no worker ran any):
+    its wall time less the work's, which under stealing is every row at the workers'
+    rates together, and under a static split the busiest worker's time. That split's
+    imbalance is the split's (stealing evens it out), not a cost of co-executing: counted
+    as one, a launch split badly by hand would teach the model to run the kernel alone."""
+    running = [w for w in report.workers if not w.failed and w.indices > 0 and w.busy_s > 0]
+    if not running:
+        return None
+    if schedule == "static":
+        return report.wall_s - max(w.busy_s for w in running)
+    return report.wall_s - report.n / sum(w.throughput for w in running)
+
+
 def history_key(kernel, ndim: int, args, n_gpus: int) -> str:
     """The model's key of a launch of ``kernel`` over ``args`` (rank ``ndim``) beside
     ``n_gpus`` GPUs: the kernel's own, apart for launches over host NumPy arrays, which a
@@ -568,11 +582,11 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
         compute = stats.busy_s - staged.get(stats.name, 0.0)
         if stats.name in staged and not stats.failed and stats.indices and compute > 0:
             model.observe(key, by_worker[stats.name], stats.indices / compute)
-    rate = sum(w.throughput for w in report.workers if not w.failed and w.indices > 0 and w.busy_s > 0)
     # a first launch compiles its GPU entry (and a team its parallel one) inside the loop:
     # not a cost of co-executing
     compiled = max([chunks.compile_s for _, chunks in gpu_parts] + compiled, default=0.0)
-    if rate > 0:
-        model.observe_overhead(key, report.wall_s - compiled - rows / rate)
+    beyond = beyond_work(report, schedule)
+    if beyond is not None:
+        model.observe_overhead(key, beyond - compiled)
     _probe_cost[key] = time.perf_counter() - began - compiled
     return report

@@ -100,11 +100,10 @@ def run_forall(extent, kernel, args, device, schedule, shares, snapshot):
     targets = _default_devices(args) if device is None else resolve_devices(device, args)
     if shares is not None:
         shares = _device_shares(shares, targets)
-    if schedule is None and len(targets) == 1:
-        return run_on(bind(kernel, extent, args, targets[0]))
-    check_schedule(schedule)
-    # One GPU has no one to share rows with: a schedule would only cut its launch into
-    # chunks. (One CPU under a schedule runs the worker machinery on its cores.)
-    if len(targets) == 1 and targets[0].kind == "gpu":
+    if schedule is not None:
+        check_schedule(schedule)
+    # One device runs the launch whole; one CPU under a schedule runs the worker machinery
+    # on its cores, while one GPU has no one to share rows with (chunks would only cost).
+    if len(targets) == 1 and (schedule is None or targets[0].kind == "gpu"):
         return run_on(bind(kernel, extent, args, targets[0]))
     return co_forall(extent, kernel, args, targets, schedule=schedule or "steal", shares=shares)

@@ -93,18 +93,48 @@ def test_a_halo_exchange_moves_the_halo_rows_only(gpu_device):
     assert a.local.valid == (gpu_device.id,)
     before = dict(a.local.moved)
     a.exchange_halos()  # periodic onto itself: row 7 above the block, row 0 below it
-    assert a.local.moved["to_host"] - before["to_host"] == 2 * 8  # the two rows sent, nothing else
-    assert a.local.moved["to_device"] == before["to_device"]
+    # the two rows sent come out, and the two received go straight back to the GPU
+    assert a.local.moved["to_host"] - before["to_host"] == 2 * 8
+    assert a.local.moved["to_device"] - before["to_device"] == 2 * 8
+    assert a.local.valid == (gpu_device.id,)  # the host's halo rows are stale, not current
+    assert a.local.stale_rows(hetflow.get_device("cpu0"), [(0, 10)]) == [(0, 10)]
+    before = dict(a.local.moved)
+    assert a.sum() == 2 * x.sum()  # a reduction reads the block's host rows: they stay current on the GPU
+    assert a.local.moved["to_host"] - before["to_host"] == 8 * 8 and a.local.moved["to_device"] == before["to_device"]
     whole = np.asarray(a.local)
     np.testing.assert_array_equal(whole[1:-1], 2 * x)
     assert whole[0] == 2 * x[-1] and whole[-1] == 2 * x[0]
     before = dict(a.local.moved)
-    assert a.sum() == 2 * x.sum()  # a reduction reads the host rows: they stay current on the GPU
-    assert a.local.stale_rows(gpu_device, [(1, 9)]) == [] and a.local.moved == before
+    assert a.local.stale_rows(gpu_device, [(0, 10)]) == []
     a.block[3] = 0.5  # written through the block, which is mapped whole: it goes to the GPU again
     hetflow.forall(a.local.shape, twice, a.local, device=gpu_device.id)
-    assert a.local.moved["to_device"] - before["to_device"] == 10 * 8  # the block and the two halo rows
+    assert a.local.moved["to_device"] - before["to_device"] == 8 * 8  # the block; the halo rows are there
     assert a.allgather()[3] == 1.0
+
+
+@pytest.mark.simgpu
+def test_rows_out_and_in_go_through_the_gpu_copy_that_holds_them(gpu_device):
+    buf = hetflow.array(np.arange(12.0).reshape(6, 2))
+    out = [np.empty((1, 2)), np.empty((2, 2))]
+    assert buf.rows_out([(0, 1), (3, 5)], out) is None  # current on the host alone: nothing copied
+    assert buf.moved == {"to_device": 0, "to_host": 0}
+    hetflow.forall(buf.shape, twice2, buf, device=gpu_device.id)
+    assert buf.rows_out([(0, 1), (3, 5)], out) == gpu_device.id
+    np.testing.assert_array_equal(out[0], [[0.0, 2.0]])
+    np.testing.assert_array_equal(out[1], [[12.0, 14.0], [16.0, 18.0]])
+    assert buf.moved["to_host"] == 3 * 2 * 8 and buf.valid == (gpu_device.id,)  # the host copy unchanged
+    buf.rows_in(gpu_device.id, [(1, 2), (5, 6)], [np.full((1, 2), -1.0), np.full((1, 2), -2.0)])
+    assert buf.moved["to_device"] == 12 * 8 + 2 * 2 * 8
+    assert buf.stale_rows(hetflow.get_device("cpu0"), [(0, 6)]) == [(0, 6)]
+    expected = 2 * np.arange(12.0).reshape(6, 2)
+    expected[1], expected[5] = -1.0, -2.0
+    np.testing.assert_array_equal(buf.read(), expected)
+    buf.host_rows(2, 3, write=True)[...] = 7.0  # row 2 current on the host alone
+    assert buf.rows_out([(2, 3)], [np.empty((1, 2))]) is None  # no GPU copy holds it
+    with pytest.raises(IndexOutOfBoundsError, match=r"rows_out: rows 5:7 are not rows of it \(0:6\)"):
+        buf.rows_out([(5, 7)], [np.empty((2, 2))])
+    with pytest.raises(IndexOutOfBoundsError, match=r"rows_in: rows -1:1 are not rows of it \(0:6\)"):
+        buf.rows_in(gpu_device.id, [(-1, 1)], [np.empty((2, 2))])
 
 
 @pytest.mark.simgpu

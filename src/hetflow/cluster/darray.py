@@ -199,6 +199,7 @@ class DistArray:
                                          None if self.device is None else "gpu",
                                          f"{distribution.founder or self.name}'s"))
         self.local = self._allocate(distribution.bounds[self.session.rank])
+        self.staging = None  # page-locked halo rows of a coherent block on a GPU (halo._staging)
         distribution.follow(self)
 
     # -- geometry ------------------------------------------------------------------------

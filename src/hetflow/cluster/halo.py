@@ -7,8 +7,11 @@ rows of the next rank's; the first and the last rank are neighbours (the array i
 periodic, as ``cshift`` is). Exchanges are Isend/Irecv on the control channel, waited
 on with its deadline and its watch for failure notices. Rows on a GPU travel through
 host buffers; rows that are not contiguous are packed first. Rows of a coherent array
-(a hetflow Buffer) travel through its host copy: only the rows sent are brought there,
-and the rows received become current on the host alone (:meth:`Buffer.host_rows`).
+(a hetflow Buffer) whose sent rows are current on one of its GPU copies travel through
+page-locked buffers with one wait each way, and the rows received go straight to that
+GPU, where the next launch reads them (:func:`_exchange_on_gpu`); else through its host
+copy: only the rows sent are brought there, and the rows received become current on
+the host alone (:meth:`Buffer.host_rows`).
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import contextlib
 import numpy as np
 
 from hetflow.cluster import control
-from hetflow.cuda_compat import cuda_module
+from hetflow.cuda_compat import cuda_module, cupy_module
 from hetflow.runtime.buffers import Buffer
 
 # Message kinds. With HALO_TAG: halo rows going to the previous rank, to the next one.
@@ -135,6 +138,8 @@ def _exchange(arr) -> None:
     m = arr.stop - arr.start
     local, dim = arr.local, arr.dim
     channel = arr.session.channel
+    if isinstance(local, Buffer) and _exchange_on_gpu(arr, channel, h, m):
+        return
     if channel.size == 1:  # periodic onto itself
         store(writing(local, 0, h, dim), reading(local, m, m + h, dim))
         store(writing(local, m + h, m + 2 * h, dim), reading(local, h, 2 * h, dim))
@@ -146,6 +151,45 @@ def _exchange(arr) -> None:
     batch.send(prev, tag(control.HALO_TAG, arr.serial, _UP), reading(local, h, 2 * h, dim))
     batch.send(after, tag(control.HALO_TAG, arr.serial, _DOWN), reading(local, m, m + h, dim))
     batch.run(f"halo exchange of {arr.name} with ranks {prev} and {after}")
+
+
+def _exchange_on_gpu(arr, channel, h: int, m: int) -> bool:
+    """The exchange of a coherent block whose sent rows are current on one of its GPU
+    copies, as hand-written code does it: they leave through page-locked buffers,
+    copied with one wait, and the rows received go straight to that GPU's copy, where
+    the next launch reads them (the host's stay stale). False, having moved nothing,
+    where no GPU copy holds the rows sent (they are read from the host copy then)."""
+    local = arr.local
+    up, down, above, below = _staging(arr, (h, *local.shape[1:]))
+    gpu = local.rows_out([(h, 2 * h), (m, m + h)], [up, down])
+    if gpu is None:
+        return False
+    if channel.size == 1:  # periodic onto itself
+        local.rows_in(gpu, [(0, h), (m + h, m + 2 * h)], [down, up])
+        return True
+    prev, after = (channel.rank - 1) % channel.size, (channel.rank + 1) % channel.size
+    batch = Transfers(channel)
+    batch.recv(prev, tag(control.HALO_TAG, arr.serial, _DOWN), above)
+    batch.recv(after, tag(control.HALO_TAG, arr.serial, _UP), below)
+    batch.send(prev, tag(control.HALO_TAG, arr.serial, _UP), up)
+    batch.send(after, tag(control.HALO_TAG, arr.serial, _DOWN), down)
+    batch.run(f"halo exchange of {arr.name} with ranks {prev} and {after}")
+    local.rows_in(gpu, [(0, h), (m + h, m + 2 * h)], [above, below])
+    return True
+
+
+def _staging(arr, shape: tuple) -> tuple:
+    """Four host arrays of ``shape`` (``arr``'s halo rows: sent up, sent down, received
+    from above, from below), page-locked where CuPy runs; made once per array."""
+    if arr.staging is None:
+        cupy = cupy_module()
+        if cupy is not None:
+            import cupyx
+
+            arr.staging = tuple(cupyx.empty_pinned(shape, arr.dtype) for _ in range(4))
+        else:
+            arr.staging = tuple(np.empty(shape, arr.dtype) for _ in range(4))
+    return arr.staging
 
 
 def move_rows(arr, old_bounds, new_bounds, storage) -> None:

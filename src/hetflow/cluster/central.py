@@ -8,7 +8,7 @@ processors. What it knows are the facts the ranks report:
 variable              meaning
 ====================  ==============================================================
 ``rank<r>.capacity``  rank r's first guess of its speed (its cores, its GPUs), at start
-``rank<r>.rate``      rows rank r ran per second of compute, over the last report period
+``rank<r>.rate``      rows rank r ran per second its launches worked, over the last report period
 ``rank<r>.available`` the share of rank r's devices that other work leaves to it
 ``ranks.imbalance``   how much longer the slowest rank takes than the mean, as a fraction
 ``ranks.threshold``   the imbalance past which the partition is rebalanced
@@ -166,8 +166,8 @@ class CentralInterpreter:
             self.monitor.set(f"rank{r}.capacity", float(fact["capacity"]))
 
     def report(self, reports) -> None:
-        """One report per rank: rows run and compute seconds since the last report, and
-        the share of its devices available."""
+        """One report per rank: rows run and the seconds their launches worked since the
+        last report, and the share of its devices available."""
         first = speeds(self.monitor.snapshot(), self.ranks) is None
         for r, rep in enumerate(reports):
             if rep["seconds"] > 0 and rep["rows"] > 0:

@@ -11,14 +11,13 @@ stealing, or runs them on the fastest device alone), compile kernels the devices
 and re-adjust on local feedback — a device failing, another process taking part of a
 device, a device that keeps running none of a launch (its copies outlast the loop on
 the others). At report points it tells the
-central interpreter what it measured: rows run per second of compute, and the share of
-its devices still available (``rank.available``).
+central interpreter what it measured: rows run per second its launches worked on its
+devices, and the share of its devices still available (``rank.available``).
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import time
 
 from hetflow.cluster import halo
 from hetflow.cluster.darray import as_view
@@ -32,6 +31,8 @@ from hetflow.platform.devices import get_device
 
 # The least share a busy device keeps: it still steals work when the other user leaves.
 MIN_SHARE = 0.05
+# Launches' work kept between reports before the finished ones are summed.
+KEPT_WORK = 64
 
 
 def _lacks_executable(ctx, match) -> bool:
@@ -114,9 +115,7 @@ class HaloExchange:
     def __call__(self, storage) -> None:
         if self.once and not self.owner.first_iteration:
             return
-        start = time.perf_counter()
         halo.exchange(self.arr)
-        self.owner.halo_seconds += time.perf_counter() - start
 
 
 class LocalInterpreter:
@@ -135,8 +134,8 @@ class LocalInterpreter:
         self.graph = graph
         records = [get_device(d) if isinstance(d, str) else d for d in devices]
         self.monitor = monitor if monitor is not None else Monitor(Topology(records), sources=[])
-        # A launch on a GPU returns once enqueued: run() waits for the GPUs (this rank's,
-        # and the one holding its blocks) before reading the clock.
+        # A launch on a GPU returns once enqueued: a report waits for the GPUs (this
+        # rank's, and the one holding its blocks) before reading what the launches took.
         gpus = {d.id: d for d in (*records, blocks_on) if d is not None and d.kind == "gpu"}
         self.gpus = [d for d in gpus.values() if not d.simulated]
         self.rules = rules if rules is not None else local_rules()
@@ -144,10 +143,11 @@ class LocalInterpreter:
         self.versions: list[Version] = []
         self.first_iteration = True  # of a run: halos exchanged "once" are exchanged again
         self._warm = False  # whether an iteration ran since the parts were made: it is timed
-        self.halo_seconds = 0.0
         self._ids = itertools.count()  # the local DIR's own node ids (``origin``: the captured ones)
         self._rows = 0  # launch rows one iteration runs here
-        self._window = [0, 0.0]  # rows run, compute seconds since the last report
+        # since the last report: rows run, seconds of the launches' work summed, the
+        # LaunchWork of those whose GPUs may still be running them
+        self._window = (0, 0.0, [])
 
     @property
     def current(self) -> Version | None:
@@ -215,17 +215,16 @@ class LocalInterpreter:
 
     def run(self) -> None:
         """Run the current version once (one iteration of the program)."""
-        halo_before = self.halo_seconds
-        start = time.perf_counter()
-        run_version(self.current, self.monitor, self.graph)
-        for gpu in self.gpus:  # (the next halo exchange would wait for them anyway)
-            gpu.synchronize()
-        compute = time.perf_counter() - start - (self.halo_seconds - halo_before)
+        work = []
+        run_version(self.current, self.monitor, self.graph, work)
         # The first iteration of new parts loads kernels and makes device copies; later
         # ones count, also the first of each run() (a loop calling run(1) is measured).
         if self._warm:
-            self._window[0] += self._rows
-            self._window[1] += compute
+            rows, seconds, pending = self._window
+            pending += work
+            if len(pending) > KEPT_WORK:  # sum the finished ones: each holds CUDA events
+                seconds, pending = _fold(seconds, pending)
+            self._window = (rows + self._rows, seconds, pending)
         self.first_iteration, self._warm = False, True
 
     def capacity(self, cpu_threads: int) -> dict:
@@ -236,10 +235,28 @@ class LocalInterpreter:
         return {"capacity": max(1, capacity), "devices": [d.id for d in devices]}
 
     def report(self) -> dict:
-        """Rows run and compute seconds since the last report, and ``rank.available``."""
-        rows, seconds = self._window
-        self._window = [0, 0.0]
-        return {"rows": rows, "seconds": seconds, "available": float(self.monitor.get("rank.available", 1.0))}
+        """Rows run since the last report, the seconds their launches worked on this
+        rank's devices, and ``rank.available``. The launches' time alone, without halo
+        exchanges and the host's time between launches, which cost every rank alike
+        whatever its rows: counted in, they made a rank's rate grow with its rows (a GPU
+        runs a step in tens of microseconds), and two equal GPUs were cut 4:1."""
+        for gpu in self.gpus:
+            gpu.synchronize()
+        rows, seconds, pending = self._window
+        self._window = (0, 0.0, [])
+        return {"rows": rows, "seconds": seconds + sum(w.seconds() for w in pending),
+                "available": float(self.monitor.get("rank.available", 1.0))}
+
+
+def _fold(seconds: float, pending: list) -> tuple:
+    """``seconds`` plus the work of the finished launches of ``pending``; the others."""
+    kept = []
+    for work in pending:
+        if work.done():
+            seconds += work.seconds()
+        else:
+            kept.append(work)
+    return seconds, kept
 
 
 def _base(piece, k):

@@ -16,6 +16,7 @@ import weakref
 from ..errors import HetflowError
 from ..platform.devices import devices as platform_devices
 from ..runtime.forall import forall
+from ..runtime.gpu import Timing
 from ..runtime.report import LaunchReport
 from .graph import Node, Version
 from .values import Handle, LazyArray, resolve
@@ -28,12 +29,13 @@ log = logging.getLogger("hetflow.ir")
 IDLE_RUNS = 3
 
 
-def run_version(version: Version, monitor, graph: str = "graph") -> None:
+def run_version(version: Version, monitor, graph: str = "graph", work: list | None = None) -> None:
     """Execute every node of ``version``; lazy arrays are (re)initialised first. A hetflow
-    error of a node says which: ``graph 'g' v1, node #4 forall fused_a_b (from #1, #2): ...``."""
+    error of a node says which: ``graph 'g' v1, node #4 forall fused_a_b (from #1, #2): ...``.
+    ``work``: a list that gets a :class:`LaunchWork` per launch."""
     for step in _steps(version):
         try:
-            step.run(monitor)
+            step.run(monitor, work)
         except HetflowError as exc:
             _name_node(exc, graph, version, step.node)
             raise
@@ -73,13 +75,37 @@ def _step(node: Node, table):
     return _Call(node)
 
 
+class LaunchWork:
+    """How long one launch worked on its devices: its host time, or the GPU time of what
+    it enqueued on its GPUs where that is more (a launch run on a GPU alone returns once
+    enqueued). :meth:`seconds` is final once those GPUs finished it (:meth:`done`)."""
+
+    __slots__ = ("timings", "wall")
+
+    def __init__(self, gpus):
+        self.timings = tuple(Timing(g) for g in gpus)
+        self.wall = time.perf_counter()
+
+    def stop(self) -> "LaunchWork":
+        self.wall = time.perf_counter() - self.wall
+        for timing in self.timings:
+            timing.stop()
+        return self
+
+    def done(self) -> bool:
+        return all(t.seconds() is not None for t in self.timings)
+
+    def seconds(self) -> float:
+        return max([self.wall, *(t.seconds() or 0.0 for t in self.timings)])
+
+
 class _Alloc:
     __slots__ = ("node",)
 
     def __init__(self, node):
         self.node = node
 
-    def run(self, monitor) -> None:
+    def run(self, monitor, work=None) -> None:
         self.node.result.reset()
 
 
@@ -106,7 +132,7 @@ def placement(node: Node, table=None) -> tuple[dict, dict]:
 
 
 class _Forall:
-    __slots__ = ("kwargs", "launch", "lazy", "node", "shares", "whole")
+    __slots__ = ("gpus", "kwargs", "launch", "lazy", "node", "shares", "whole")
 
     def __init__(self, node, table):
         self.node, self.launch, self.whole = node, forall, LaunchReport
@@ -116,13 +142,19 @@ class _Forall:
         if node.attrs.get("snapshot"):
             self.kwargs["snapshot"] = True
         self.lazy = any(isinstance(a, (LazyArray, Handle)) for a in node.args)
+        placed = self.kwargs.get("device", ())
+        placed = {placed} if isinstance(placed, str) else set(placed)
+        self.gpus = tuple(d for d in table if d.id in placed and d.kind == "gpu")
 
-    def run(self, monitor) -> None:
+    def run(self, monitor, work=None) -> None:
         node = self.node
         args = [resolve(a) for a in node.args] if self.lazy else node.args
+        measure = LaunchWork(self.gpus) if work is not None else None
         start = time.perf_counter()
         report = self.launch(node.extent, node.kernel, *args, **self.kwargs)
         seconds = time.perf_counter() - start
+        if measure is not None:
+            work.append(measure.stop())
         # A launch run whole on one device counts by its planned shares; a co-executed one by
         # what each worker did.
         for failure in getattr(report, "failures", ()):  # what the rules of lost devices watch
@@ -178,7 +210,7 @@ class _Call:
     def __init__(self, node):
         self.node = node
 
-    def run(self, monitor) -> None:
+    def run(self, monitor, work=None) -> None:
         node = self.node
         # Keyword arguments ride at the end of ``args`` (so their memory has dependencies too).
         names = node.attrs.get("keywords", ())

@@ -403,14 +403,18 @@ class Timing:
         self._events = None
         if cupy is not None:
             _make_current(device.ordinal)
+            self._stream = cupy.cuda.get_current_stream()
             self._events = cupy.cuda.Event(), cupy.cuda.Event()
-            self._events[0].record()
+            self._events[0].record(self._stream)
         self._t0 = time.perf_counter()
         self._seconds = None
 
     def stop(self) -> None:
         if self._events is not None:
-            self._events[1].record()
+            # on the device and stream it started on: the work timed may have left another
+            # GPU current (an event records only on a stream of its own device)
+            _make_current(self.device.ordinal)
+            self._events[1].record(self._stream)
         else:
             if not self.device.simulated:  # the simulator has run the work already
                 synchronize(self.device)

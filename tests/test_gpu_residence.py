@@ -73,7 +73,7 @@ def test_a_launch_over_another_gpus_array_is_refused_only_where_there_are_severa
 
     from hetflow.runtime.launch import check_residence
 
-    kernel, plan = SimpleNamespace(name="bump"), SimpleNamespace(data=("a", "x"))
+    kernel, plan = SimpleNamespace(name="bump"), SimpleNamespace(data=("a", "x"), device_arrays=True)
     table = (hetflow.get_device("cpu0"), _gpu(0), _gpu(1))
     monkeypatch.setattr(devices_module, "devices", lambda: table)
     with pytest.raises(ArgumentError, match=r"kernel 'bump' argument 'x' is an array in the memory of gpu1, "
@@ -81,6 +81,8 @@ def test_a_launch_over_another_gpus_array_is_refused_only_where_there_are_severa
         check_residence(kernel, table[1], plan, (2.0, _CupyLike(1)))
     check_residence(kernel, table[1], plan, (2.0, _CupyLike(0)))  # its own GPU
     check_residence(kernel, table[2], plan, (2.0, _CupyLike(1)))
+    # a plan whose arguments hold no GPU array (coherent arrays, host arrays) has nothing to check
+    check_residence(kernel, table[1], SimpleNamespace(data=("a", "x"), device_arrays=False), (2.0, _CupyLike(1)))
     one_gpu = table[:2]
     monkeypatch.setattr(devices_module, "devices", lambda: one_gpu)
     check_residence(kernel, table[1], plan, (2.0, _CupyLike(1)))  # one GPU: nothing to check
@@ -262,3 +264,18 @@ def test_an_array_on_a_gpu_the_machine_lacks_is_a_device_error():
         with pytest.raises(hetflow.errors.DeviceError,
                            match=rf"no GPU {count} to place an array on: this machine has {count}"):
             hetflow.zeros(3, device=device)
+
+
+@pytest.mark.simgpu
+def test_a_plan_knows_whether_its_arguments_hold_gpu_arrays(gpu_device):
+    """What check_residence skips on: a coherent array (its copy is the launch's GPU's) or a
+    host array holds no other GPU's memory; a GPU array, plain or under a view, may."""
+    from numba import cuda
+
+    from hetflow.runtime.launch import bind
+
+    on_gpu = cuda.to_device(np.zeros(4))
+    assert bind(_bump, 4, (on_gpu,), gpu_device).plan.device_arrays
+    assert bind(_bump, 2, (hetflow.interior(on_gpu, 1),), gpu_device).plan.device_arrays
+    assert not bind(_bump, 4, (hetflow.array(np.zeros(4)),), gpu_device).plan.device_arrays
+    assert not bind(_bump, 4, (np.zeros(4),), gpu_device).plan.device_arrays

@@ -102,6 +102,7 @@ class Plan:
     views_only: bool = False    # every extent check is of a view (fixed by the key)
     fits: set = dataclasses.field(default_factory=set)  # launch extents those views fit
     host_arrays: bool = False   # some argument (or view root) is a NumPy array
+    device_arrays: bool = False  # some argument (or view root) is a GPU array (see check_residence)
     fresh: bool = False         # some view's lowering is made each launch (see _key)
     scattered: tuple = ()       # arrays written, not atomically, at indices no function of the launch index
     warned: bool = False        # the ScatteredWriteWarning for them was given
@@ -519,8 +520,9 @@ def check_residence(kernel: Kernel, device, plan: Plan, args: tuple) -> None:
     """ArgumentError unless every GPU array in ``args`` lives on ``device``, the GPU the
     launch runs on: a kernel on one GPU that reads another's memory faults (an illegal
     address, after which the process's CUDA context is lost). Only a machine with several
-    GPUs checks (the simulator's one GPU, whose arrays tell no ordinal, too)."""
-    if len(gpus()) < 2:
+    GPUs checks (the simulator's one GPU, whose arrays tell no ordinal, too), and only
+    launches with GPU arrays (coherent arrays give the launch's GPU its own copy)."""
+    if not plan.device_arrays or len(gpus()) < 2:
         return
     for name, a in zip(plan.data, args):
         root = _views.root_of(a) if not isinstance(a, SCALARS) else None
@@ -646,6 +648,7 @@ def _plan(kernel: Kernel, ndim: int, args: tuple, device, repo) -> Plan:
     return Plan(data, access, checks, exe, written, entry_template=_entry_template(lowerings),
                 buffers=any(coherent(_views.root_of(a)) for a in args if not isinstance(a, SCALARS)),
                 host_arrays=host_arrays(args),
+                device_arrays=any(is_device_array(_views.root_of(a)) for a in args if not isinstance(a, SCALARS)),
                 lowerings=lowerings if any(low is not None for low in lowerings) else (),
                 views_only=all(view for *_, view in checks),
                 rows_only=(tuple(pos for pos, *_ in checks)

@@ -135,6 +135,19 @@ def test_rows_out_and_in_go_through_the_gpu_copy_that_holds_them(gpu_device):
         buf.rows_out([(5, 7)], [np.empty((2, 2))])
     with pytest.raises(IndexOutOfBoundsError, match=r"rows_in: rows -1:1 are not rows of it \(0:6\)"):
         buf.rows_in(gpu_device.id, [(-1, 1)], [np.empty((2, 2))])
+    with pytest.raises(ArgumentError, match=r"rows_out: 2 row ranges but 1 host arrays"):
+        buf.rows_out([(0, 1), (3, 5)], [np.empty((1, 2))])
+    with pytest.raises(ArgumentError, match=r"rows_out: rows 3:5 need a NumPy array of shape \(2, 2\) and "
+                                            r"dtype float64, not \(2, 3\) float64"):
+        buf.rows_out([(0, 1), (3, 5)], [np.empty((1, 2)), np.empty((2, 3))])
+    with pytest.raises(ArgumentError, match=r"rows_in: rows 0:1 need a NumPy array of shape \(1, 2\) and "
+                                            r"dtype float64, not \(1, 2\) int64"):
+        buf.rows_in(gpu_device.id, [(0, 1)], [np.zeros((1, 2), np.int64)])
+    with pytest.raises(ArgumentError, match=r"rows_in: rows 0:1 need a NumPy array .* not list"):
+        buf.rows_in(gpu_device.id, [(0, 1)], [[1.0, 2.0]])
+    with pytest.raises(ArgumentError, match=r"rows_in: it has no copy on 'gpu7' \(its GPU copies: gpu0\)"):
+        buf.rows_in("gpu7", [(0, 1)], [np.zeros((1, 2))])
+    np.testing.assert_array_equal(buf.read()[[0, 1, 5]], [[0.0, 2.0], [-1.0, -1.0], [-2.0, -2.0]])  # untouched
 
 
 @pytest.mark.simgpu

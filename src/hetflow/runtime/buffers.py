@@ -287,8 +287,7 @@ class Buffer:
         go at once), waited for together, once the instances that write them are done;
         the host copy does not change. That GPU's id, or None, having copied nothing,
         where no GPU copy holds them all. What a halo exchange sends from a GPU's block."""
-        for lo, hi in ranges:
-            self._check_rows(lo, hi, "rows_out")
+        self._check_pieces(ranges, out, "rows_out")
         self._wait(write=False, timeout=None)
         wanted = _union(ranges, [])
         with self._lock:
@@ -303,8 +302,10 @@ class Buffer:
         waited for once, after the instances that touch them; they are current there
         alone (the host's rows go stale). What a halo exchange receives into a GPU's
         block, where the next launch reads it."""
-        for lo, hi in ranges:
-            self._check_rows(lo, hi, "rows_in")
+        self._check_pieces(ranges, values, "rows_in")
+        if gpu not in self._devices:
+            raise ArgumentError(f"{self!r}.rows_in: it has no copy on {gpu!r} (its GPU copies: "
+                                f"{', '.join(self._devices) or 'none'})")
         self._wait(write=True, timeout=None)
         with self._lock:
             self._copy(gpu, ranges, to_host=False, hosts=values)
@@ -332,6 +333,19 @@ class Buffer:
             for where, rows in source._valid.items():
                 got = [(to + a - lo, to + b - lo) for a, b in _intersect([(lo, hi)], rows)]
                 self._valid[where] = _union(self._valid.get(where, []), got)
+
+    def _check_pieces(self, ranges, arrays, site: str) -> None:
+        """Raise unless ``arrays`` are host arrays, one per row range of ``ranges``, each
+        shaped and typed as those rows."""
+        if len(arrays) != len(ranges):
+            raise ArgumentError(f"{self!r}.{site}: {len(ranges)} row ranges but {len(arrays)} host arrays")
+        for (lo, hi), a in zip(ranges, arrays):
+            self._check_rows(lo, hi, site)
+            want = (hi - lo, *self.shape[1:])
+            if not isinstance(a, np.ndarray) or a.shape != want or a.dtype != self.dtype:
+                got = f"{a.shape} {a.dtype}" if isinstance(a, np.ndarray) else type(a).__name__
+                raise ArgumentError(f"{self!r}.{site}: rows {lo}:{hi} need a NumPy array of shape {want} "
+                                    f"and dtype {self.dtype}, not {got}")
 
     def _check_rows(self, lo: int, hi: int, site: str) -> None:
         if not (self.ndim and 0 <= lo <= hi <= self.rows):

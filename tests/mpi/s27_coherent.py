@@ -50,6 +50,10 @@ def sim(comm):
     for a, b in zip(before, after):  # one halo exchange each: two rows out, two rows in
         assert b["to_host"] - a["to_host"] == 2 * row and b["to_device"] - a["to_device"] == 2 * row, \
             (before, after)
+    cpu = hetflow.get_device("cpu0")
+    for a in (u, v):  # the rows received went straight to the GPU's copy, not through the host's
+        m = a.stop - a.start
+        assert a.local.stale_rows(cpu, [(0, 1), (m + 1, m + 2)]) == [(0, 1), (m + 1, m + 2)], a.local
     program.run(2)  # up to the report of iteration 4
     first = program.partitions[-1][1]
     before_cut = weakref.ref(u.local)

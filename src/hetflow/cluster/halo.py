@@ -9,7 +9,7 @@ on with its deadline and its watch for failure notices. Rows on a GPU travel thr
 host buffers; rows that are not contiguous are packed first. Rows of a coherent array
 (a hetflow Buffer) whose sent rows are current on one of its GPU copies travel through
 page-locked buffers with one wait each way, and the rows received go straight to that
-GPU, where the next launch reads them (:func:`_exchange_on_gpu`); else through its host
+GPU, where the next launch reads them (:func:`_exchange`); else through its host
 copy: only the rows sent are brought there, and the rows received become current on
 the host alone (:meth:`Buffer.host_rows`).
 """
@@ -137,36 +137,31 @@ def _exchange(arr) -> None:
     h = arr.halo
     m = arr.stop - arr.start
     local, dim = arr.local, arr.dim
-    channel = arr.session.channel
-    if isinstance(local, Buffer) and _exchange_on_gpu(arr, channel, h, m):
-        return
-    if channel.size == 1:  # periodic onto itself
-        store(writing(local, 0, h, dim), reading(local, m, m + h, dim))
-        store(writing(local, m + h, m + 2 * h, dim), reading(local, h, 2 * h, dim))
-        return
-    prev, after = (channel.rank - 1) % channel.size, (channel.rank + 1) % channel.size
-    batch = Transfers(channel)
-    batch.recv(prev, tag(control.HALO_TAG, arr.serial, _DOWN), writing(local, 0, h, dim))
-    batch.recv(after, tag(control.HALO_TAG, arr.serial, _UP), writing(local, m + h, m + 2 * h, dim))
-    batch.send(prev, tag(control.HALO_TAG, arr.serial, _UP), reading(local, h, 2 * h, dim))
-    batch.send(after, tag(control.HALO_TAG, arr.serial, _DOWN), reading(local, m, m + h, dim))
-    batch.run(f"halo exchange of {arr.name} with ranks {prev} and {after}")
-
-
-def _exchange_on_gpu(arr, channel, h: int, m: int) -> bool:
-    """The exchange of a coherent block whose sent rows are current on one of its GPU
-    copies, as hand-written code does it: they leave through page-locked buffers,
-    copied with one wait, and the rows received go straight to that GPU's copy, where
-    the next launch reads them (the host's stay stale). False, having moved nothing,
-    where no GPU copy holds the rows sent (they are read from the host copy then)."""
-    local = arr.local
-    up, down, above, below = _staging(arr, (h, *local.shape[1:]))
-    gpu = local.rows_out([(h, 2 * h), (m, m + h)], [up, down])
+    sent, received = [(h, 2 * h), (m, m + h)], [(0, h), (m + h, m + 2 * h)]
+    gpu = None
+    if isinstance(local, Buffer):
+        # A coherent block whose sent rows are current on one of its GPU copies: they
+        # leave through page-locked buffers, copied with one wait, and the rows received
+        # go straight to that GPU's copy, where the next launch reads them (the host's
+        # stay stale), as hand-written code does it. Else through its host copy.
+        up, down, above, below = _staging(arr, (h, *local.shape[1:]))
+        gpu = local.rows_out(sent, [up, down])
     if gpu is None:
-        return False
+        up, down = (reading(local, lo, hi, dim) for lo, hi in sent)
+        above, below = (writing(local, lo, hi, dim) for lo, hi in received)
+    _swap(arr, up, down, above, below)
+    if gpu is not None:
+        local.rows_in(gpu, received, [above, below])
+
+
+def _swap(arr, up, down, above, below) -> None:
+    """Send ``up`` to the previous rank and ``down`` to the next; receive into ``above``
+    from the previous rank and into ``below`` from the next (one rank is both)."""
+    channel = arr.session.channel
     if channel.size == 1:  # periodic onto itself
-        local.rows_in(gpu, [(0, h), (m + h, m + 2 * h)], [down, up])
-        return True
+        store(above, down)
+        store(below, up)
+        return
     prev, after = (channel.rank - 1) % channel.size, (channel.rank + 1) % channel.size
     batch = Transfers(channel)
     batch.recv(prev, tag(control.HALO_TAG, arr.serial, _DOWN), above)
@@ -174,8 +169,6 @@ def _exchange_on_gpu(arr, channel, h: int, m: int) -> bool:
     batch.send(prev, tag(control.HALO_TAG, arr.serial, _UP), up)
     batch.send(after, tag(control.HALO_TAG, arr.serial, _DOWN), down)
     batch.run(f"halo exchange of {arr.name} with ranks {prev} and {after}")
-    local.rows_in(gpu, [(0, h), (m + h, m + 2 * h)], [above, below])
-    return True
 
 
 def _staging(arr, shape: tuple) -> tuple:

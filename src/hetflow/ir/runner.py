@@ -84,10 +84,11 @@ class LaunchWork:
 
     def __init__(self, gpus):
         self.timings = tuple(Timing(g) for g in gpus)
-        self.wall = time.perf_counter()
+        self.wall = 0.0
 
-    def stop(self) -> "LaunchWork":
-        self.wall = time.perf_counter() - self.wall
+    def stop(self, wall: float) -> "LaunchWork":
+        """The launch returned after ``wall`` seconds of host time."""
+        self.wall = wall
         for timing in self.timings:
             timing.stop()
         return self
@@ -154,7 +155,7 @@ class _Forall:
         report = self.launch(node.extent, node.kernel, *args, **self.kwargs)
         seconds = time.perf_counter() - start
         if measure is not None:
-            work.append(measure.stop())
+            work.append(measure.stop(seconds))
         # A launch run whole on one device counts by its planned shares; a co-executed one by
         # what each worker did.
         for failure in getattr(report, "failures", ()):  # what the rules of lost devices watch

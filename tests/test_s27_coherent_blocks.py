@@ -118,7 +118,9 @@ def test_rows_out_and_in_go_through_the_gpu_copy_that_holds_them(gpu_device):
     out = [np.empty((1, 2)), np.empty((2, 2))]
     assert buf.rows_out([(0, 1), (3, 5)], out) is None  # current on the host alone: nothing copied
     assert buf.moved == {"to_device": 0, "to_host": 0}
+    assert buf.gpu_ordinals == ()
     hetflow.forall(buf.shape, twice2, buf, device=gpu_device.id)
+    assert buf.gpu_ordinals == (gpu_device.ordinal,)
     assert buf.rows_out([(0, 1), (3, 5)], out) == gpu_device.id
     np.testing.assert_array_equal(out[0], [[0.0, 2.0]])
     np.testing.assert_array_equal(out[1], [[12.0, 14.0], [16.0, 18.0]])
@@ -131,6 +133,7 @@ def test_rows_out_and_in_go_through_the_gpu_copy_that_holds_them(gpu_device):
     np.testing.assert_array_equal(buf.read(), expected)
     buf.host_rows(2, 3, write=True)[...] = 7.0  # row 2 current on the host alone
     assert buf.rows_out([(2, 3)], [np.empty((1, 2))]) is None  # no GPU copy holds it
+    assert buf.gpu_ordinals == (gpu_device.ordinal,)  # a copy, current or not
     with pytest.raises(IndexOutOfBoundsError, match=r"rows_out: rows 5:7 are not rows of it \(0:6\)"):
         buf.rows_out([(5, 7)], [np.empty((2, 2))])
     with pytest.raises(IndexOutOfBoundsError, match=r"rows_in: rows -1:1 are not rows of it \(0:6\)"):

@@ -139,12 +139,12 @@ def _exchange(arr) -> None:
     local, dim = arr.local, arr.dim
     sent, received = [(h, 2 * h), (m, m + h)], [(0, h), (m + h, m + 2 * h)]
     gpu = None
-    if isinstance(local, Buffer):
+    if isinstance(local, Buffer) and local.gpu_ordinals:
         # A coherent block whose sent rows are current on one of its GPU copies: they
         # leave through page-locked buffers, copied with one wait, and the rows received
         # go straight to that GPU's copy, where the next launch reads them (the host's
         # stay stale), as hand-written code does it. Else through its host copy.
-        up, down, above, below = _staging(arr, (h, *local.shape[1:]))
+        up, down, above, below = _staging(arr, (h, *local.shape[1:]), local.gpu_ordinals[0])
         gpu = local.rows_out(sent, [up, down])
     if gpu is None:
         up, down = (reading(local, lo, hi, dim) for lo, hi in sent)
@@ -171,15 +171,18 @@ def _swap(arr, up, down, above, below) -> None:
     batch.run(f"halo exchange of {arr.name} with ranks {prev} and {after}")
 
 
-def _staging(arr, shape: tuple) -> tuple:
+def _staging(arr, shape: tuple, ordinal: int) -> tuple:
     """Four host arrays of ``shape`` (``arr``'s halo rows: sent up, sent down, received
-    from above, from below), page-locked where CuPy runs; made once per array."""
+    from above, from below), page-locked where CuPy runs; made once per array, with GPU
+    ``ordinal`` (its block's) current: page-locking with another current would open a
+    context on that GPU too."""
     if arr.staging is None:
         cupy = cupy_module()
         if cupy is not None:
             import cupyx
 
-            arr.staging = tuple(cupyx.empty_pinned(shape, arr.dtype) for _ in range(4))
+            with cupy.cuda.Device(ordinal):
+                arr.staging = tuple(cupyx.empty_pinned(shape, arr.dtype) for _ in range(4))
         else:
             arr.staging = tuple(np.empty(shape, arr.dtype) for _ in range(4))
     return arr.staging

@@ -288,16 +288,18 @@ def _simulated_gpu(ordinal, gpu) -> Device:
 
 
 def _real_gpu(cuda, ordinal) -> Device:
-    with cuda.gpus[ordinal]:
-        dev = cuda.get_current_device()
-        _free, total = cuda.current_context().get_memory_info()
-        major, minor = dev.compute_capability
-        name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        return Device(
-            id=f"gpu{ordinal}", kind="gpu", vendor="NVIDIA", name=name,
-            version=f"{major}.{minor}", compute_units=dev.MULTIPROCESSOR_COUNT,
-            simd_width=dev.WARP_SIZE, global_memory=int(total),
-            local_memory=dev.MAX_SHARED_MEMORY_PER_BLOCK, fp64=True, atomics=True,
-            host_shared=bool(getattr(dev, "UNIFIED_ADDRESSING", 0)), ordinal=ordinal,
-            arch=f"sm_{major}{minor}",
-        )
+    """The GPU's description from the driver's device attributes, without a context: a
+    context on every GPU of the host would cost each process (an MPI rank a GPU) memory
+    and start-up time on all of them, not only on the GPU it uses."""
+    driver = cuda.cudadrv.driver.driver
+    dev = driver.get_device(ordinal)
+    major, minor = dev.compute_capability
+    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    return Device(
+        id=f"gpu{ordinal}", kind="gpu", vendor="NVIDIA", name=name,
+        version=f"{major}.{minor}", compute_units=dev.MULTIPROCESSOR_COUNT,
+        simd_width=dev.WARP_SIZE, global_memory=int(driver.cuDeviceTotalMem(dev.id)),
+        local_memory=dev.MAX_SHARED_MEMORY_PER_BLOCK, fp64=True, atomics=True,
+        host_shared=bool(getattr(dev, "UNIFIED_ADDRESSING", 0)), ordinal=ordinal,
+        arch=f"sm_{major}{minor}",
+    )

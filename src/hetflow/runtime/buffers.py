@@ -117,6 +117,11 @@ class Buffer:
         """Where the current contents are: ``'host'`` and/or device ids."""
         return tuple(sorted(c for c, r in self._valid.items() if r == self._all))
 
+    @property
+    def gpu_ordinals(self) -> tuple[int, ...]:
+        """The ordinals of the GPUs holding a copy, current or not."""
+        return tuple(ordinal for ordinal, _ in self._devices.values())
+
     def __repr__(self):
         return f"<hetflow Buffer {self.shape} {self.dtype} valid on {', '.join(self.valid)}>"
 

@@ -121,11 +121,11 @@ def _nvml():
 @functools.lru_cache(maxsize=None)
 def _handle(nvml, device: Device):
     """The NVML handle of a CUDA device, matched by UUID (CUDA and NVML number GPUs
-    differently when CUDA_VISIBLE_DEVICES is set), else by ordinal."""
+    differently when CUDA_VISIBLE_DEVICES is set), else by ordinal. The UUID comes from
+    the driver's device, not a context: sampling every GPU of the host must not open a
+    context on each (an MPI rank uses one of them)."""
     try:
-        cuda = cuda_module()
-        with cuda.gpus[device.ordinal]:
-            uuid = str(cuda.get_current_device().uuid)
+        uuid = str(cuda_module().cudadrv.driver.driver.get_device(device.ordinal).uuid)
         return nvml.nvmlDeviceGetHandleByUUID(uuid)
     except Exception:  # older numba-cuda without uuid, or an NVML without that GPU
         return nvml.nvmlDeviceGetHandleByIndex(device.ordinal)

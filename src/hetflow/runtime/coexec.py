@@ -235,28 +235,56 @@ def _alone(model, key, targets, names, counts, rows):
     it alone just to learn would compile its whole-launch entry and take the CPU's time).
     A GPU that ran no rows co-executing (it compiled while the CPUs took them all) is
     measured alone too, and its rate alone stands in for the rate it has not shown."""
-    rates = model.throughputs(key, names)  # per worker: ``names`` are the workers' model keys
-    overhead = model.overhead(key)
-    if overhead is None or not all(r for d, r in zip(targets, rates) if d.kind == "cpu"):
+    estimate = _estimate(model, key, targets, names, counts, rows)
+    if estimate is None:
         return None  # co-execute: that is how rates and overhead are learnt
-    # A CPU alone runs as its workers do together: its rate in co-execution tells it. A
-    # GPU alone must be measured (a launch that compiles there is timed again: _run_alone).
-    solo = [s if s is not None or d.kind != "cpu" else r * c for d, s, r, c in
-            zip(targets, model.throughputs(key, [_device_key(d) + ALONE for d in targets]), rates, counts)]
-    if not all(solo):
-        return targets[solo.index(None)]
-    rates = [r or s for r, s in zip(rates, solo)]
-    alone = [rows / r for r in solo]
-    best = min(range(len(targets)), key=alone.__getitem__)
-    together = rows / sum(r * c for r, c in zip(rates, counts)) + overhead
-    if together < alone[best]:
-        return recheck_alone(key, targets[best], together, alone[best])
+    best, together, alone = estimate
+    if together is None:
+        return targets[best]  # a device whose rate alone must be measured
+    if together < alone:
+        return recheck_alone(key, targets[best], together, alone)
     seen = _launches_alone.get(key, 0) + 1
-    if seen >= probe_interval(max(together, _probe_cost.get(key, 0.0)), alone[best]):
+    if seen >= probe_interval(max(together, _probe_cost.get(key, 0.0)), alone):
         _launches_alone[key] = 0
         return None
     _launches_alone[key] = seen
     return targets[best]
+
+
+_estimates: dict = {}  # (kernel key, worker keys, counts, rows) -> (model, its version, _estimate's answer)
+ESTIMATES_KEPT = 1024  # (a loop of ever-changing extents must not grow it without end)
+
+
+def _estimate(model, key, targets, names, counts, rows):
+    """What :func:`_alone` reads from the model: None where it lacks the rates or the
+    overhead to choose; ``(k, None, None)`` where device ``targets[k]`` must run alone to
+    be measured; else ``(best, together, alone)``: the device fastest alone, the seconds
+    co-executing would take (overhead included) and the seconds alone on it. Kept until
+    the model changes: every launch asks, and the model changes once in several."""
+    memo = (key, tuple(names), tuple(counts), rows)
+    found = _estimates.get(memo)
+    if found is not None and found[0] is model and found[1] == model.version:
+        return found[2]
+    version = model.version  # read first: a change meanwhile makes the next launch look again
+    rates = model.throughputs(key, names)  # per worker: ``names`` are the workers' model keys
+    overhead = model.overhead(key)
+    answer = None
+    if overhead is not None and all(r for d, r in zip(targets, rates) if d.kind == "cpu"):
+        # A CPU alone runs as its workers do together: its rate in co-execution tells it. A
+        # GPU alone must be measured (a launch that compiles there is timed again: _run_alone).
+        solo = [s if s is not None or d.kind != "cpu" else r * c for d, s, r, c in
+                zip(targets, model.throughputs(key, [_device_key(d) + ALONE for d in targets]), rates, counts)]
+        if not all(solo):
+            answer = solo.index(None), None, None
+        else:
+            rates = [r or s for r, s in zip(rates, solo)]
+            alone = [rows / r for r in solo]
+            best = min(range(len(targets)), key=alone.__getitem__)
+            answer = best, rows / sum(r * c for r, c in zip(rates, counts)) + overhead, alone[best]
+    if len(_estimates) >= ESTIMATES_KEPT:
+        _estimates.clear()
+    _estimates[memo] = (model, version, answer)
+    return answer
 
 
 def beyond_work(report, schedule: str) -> float | None:
@@ -271,6 +299,27 @@ def beyond_work(report, schedule: str) -> float | None:
     if schedule == "static":
         return report.wall_s - max(w.busy_s for w in running)
     return report.wall_s - report.n / sum(w.throughput for w in running)
+
+
+_workers: dict = {}  # (kernel, targets, rank) -> _workers_of's answer
+
+
+def _workers_of(kernel, targets: tuple, ndim: int) -> tuple:
+    """``(GPUs, cores per device, team, workers per device, the workers' model keys)`` of
+    a launch of ``kernel`` (rank ``ndim``) over ``targets``: worked out once, as every
+    co-executed launch asks."""
+    found = _workers.get((kernel, targets, ndim))
+    if found is None:
+        # Each GPU's worker thread stages copies and launches: leave it a core of its own.
+        n_gpus = sum(d.kind == "gpu" for d in targets)
+        cores = tuple(max(1, d.compute_units - n_gpus) if d.kind == "cpu" else 1 for d in targets)
+        team = n_gpus > 0 and not kernel.boundscheck  # a CPU's cores as one worker (module docstring)
+        counts = tuple(1 if team else c for c in cores)  # workers per device
+        names = tuple(_device_key(d) + (TEAM if team and d.kind == "cpu" else "") for d in targets)
+        if len(_workers) >= ESTIMATES_KEPT:
+            _workers.clear()
+        found = _workers[(kernel, targets, ndim)] = (n_gpus, cores, team, counts, names)
+    return found
 
 
 def history_key(kernel, ndim: int, args, n_gpus: int) -> str:
@@ -515,12 +564,8 @@ def _co_forall(extent, kernel, args, targets, schedule, shares):
     rows = extent[0]
     if rows <= 1:  # nothing to share out (a one-index launch of sequential code): one device
         return run_on(bind(kernel, extent, args, _one_row_device(targets, extent)))
-    # Each GPU's worker thread stages copies and launches: leave it a core of its own.
-    n_gpus = sum(d.kind == "gpu" for d in targets)
-    cores = [max(1, d.compute_units - n_gpus) if d.kind == "cpu" else 1 for d in targets]
-    team = n_gpus > 0 and not kernel.boundscheck  # a CPU's cores as one worker (module docstring)
-    counts = [1 if team else c for c in cores]  # workers per device
-    names = [_device_key(d) + (TEAM if team and d.kind == "cpu" else "") for d in targets]
+    targets = tuple(targets)
+    n_gpus, cores, team, counts, names = _workers_of(kernel, targets, len(extent))
     model = perf_model()
     key = history_key(kernel, len(extent), args, n_gpus)
     if shares is None and schedule == "steal" and len(targets) > 1:

@@ -56,6 +56,7 @@ class PerfModel:
         self._saved_at = -float("inf")
         self._save_failed = False  # warned once that the cache is unwritable
         self._exit_hook = False
+        self.version = 0  # bumped at every change of what the model holds (estimates keyed by it)
 
     # reading -------------------------------------------------------------------------
     def _read_file(self) -> dict[str, dict[str, dict]]:
@@ -75,6 +76,7 @@ class PerfModel:
     def _table(self):
         if self._entries is None:
             self._entries = self._read_file()
+            self.version += 1
         return self._entries
 
     def throughput(self, kernel_key: str, device_key: str) -> float | None:
@@ -124,6 +126,7 @@ class PerfModel:
             per_kernel[device_key] = {"throughput": value, "samples": samples,
                                       "updated": time.time()}
             self._dirty.add((kernel_key, device_key))
+            self.version += 1
 
     def record(self, kernel_key: str, device_key: str, throughput: float) -> None:
         """:meth:`observe`, then save (throttled) as :meth:`update` does."""
@@ -147,6 +150,7 @@ class PerfModel:
             per_kernel[COEXEC] = {"overhead_s": value, "samples": (old or {}).get("samples", 0) + 1,
                                   "updated": time.time()}
             self._dirty.add((kernel_key, COEXEC))
+            self.version += 1
 
     def update(self, kernel_key: str, report, device_key=None, save: bool = True) -> None:
         """Refine the model from a :class:`~hetflow.runtime.report.RunReport`.
@@ -208,9 +212,10 @@ class PerfModel:
             except BaseException:
                 os.unlink(tmp)
                 raise
-            self._entries = merged
+            self._entries = merged  # other processes' measurements too
             self._dirty.clear()
             self._saved_at = time.monotonic()
+            self.version += 1
 
     def forget(self) -> dict[str, list[str]]:
         """Remove the history, saved and not yet saved: the model then knows nothing, as
@@ -222,6 +227,7 @@ class PerfModel:
             self.path.unlink(missing_ok=True)
             self._entries = {}
             self._dirty.clear()
+            self.version += 1
         return {k: sorted(devices) for k, devices in sorted(held.items()) if devices}
 
 
